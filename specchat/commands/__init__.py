@@ -1,0 +1,1 @@
+"""Subcommands of the ``specchat`` CLI, one module each."""

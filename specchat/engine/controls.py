@@ -1,0 +1,97 @@
+"""Thread-safe controls of a running generation, applied at the next step boundary.
+
+The UI thread calls the setters at any time; the engine's worker thread calls :meth:`Controls.snapshot`
+once per draft/verify round, so a change made mid-reply takes effect on the next round of that same
+reply (like llama.cpp's per-round ``dp.n_max`` in ``common/speculative.cpp``, but live).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+K_MAX = 16
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Warping shared by target (p) and draft (q): temperature, then top-k, then top-p.
+
+    ``temperature == 0`` means greedy (argmax); ``top_k <= 0`` and ``top_p >= 1`` disable those filters.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 5.0):
+            raise ValueError(f"temperature must be in 0..5, got {self.temperature}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlState:
+    k: int = 3
+    speculative: bool = True
+    auto_k: bool = False
+    drafter: str | None = None  # name of the drafter to use; None = keep the current one
+    sampling: SamplingParams = SamplingParams()
+
+
+def validate_k(k: int) -> int:
+    if not isinstance(k, int) or isinstance(k, bool) or not (0 <= k <= K_MAX):
+        raise ValueError(f"K must be an integer in 0..{K_MAX}, got {k!r}")
+    return k
+
+
+class Controls:
+    """Shared between the UI thread and the engine thread. All methods are thread-safe."""
+
+    def __init__(self, state: ControlState | None = None) -> None:
+        self._lock = threading.Lock()
+        self._state = state or ControlState()
+        validate_k(self._state.k)
+        self._stop = threading.Event()
+
+    # -- setters (any thread) ---------------------------------------------------------------
+    def set_k(self, k: int) -> None:
+        validate_k(k)
+        with self._lock:
+            self._state = replace(self._state, k=k)
+
+    def set_speculative(self, on: bool) -> None:
+        with self._lock:
+            self._state = replace(self._state, speculative=bool(on))
+
+    def set_auto_k(self, on: bool) -> None:
+        with self._lock:
+            self._state = replace(self._state, auto_k=bool(on))
+
+    def set_drafter(self, name: str) -> None:
+        with self._lock:
+            self._state = replace(self._state, drafter=name)
+
+    def set_sampling(self, sampling: SamplingParams) -> None:
+        with self._lock:
+            self._state = replace(self._state, sampling=sampling)
+
+    def request_stop(self) -> None:
+        """Ask the running turn to end; it does so within one step and keeps the KV consistent."""
+        self._stop.set()
+
+    # -- engine side --------------------------------------------------------------------------
+    def snapshot(self) -> ControlState:
+        with self._lock:
+            return self._state
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def clear_stop(self) -> None:
+        self._stop.clear()
