@@ -1,0 +1,634 @@
+"""Everything a user may set, and where each value came from.
+
+Precedence, lowest to highest (the usual order of Python tools, e.g. pydantic-settings' own
+``init > env > file`` ordering):
+
+1. the defaults below,
+2. the TOML file: ``--config PATH``, else ``$SPECCHAT_CONFIG``, else
+   ``platformdirs.user_config_path("specchat") / "config.toml"`` (a missing *default* file is fine;
+   a missing file that was asked for by name is an error),
+3. ``SPECCHAT_*`` environment variables, nested with ``__`` (``SPECCHAT_K=5``,
+   ``SPECCHAT_SAMPLING__TEMPERATURE=0.7``; a table may also be given whole as JSON:
+   ``SPECCHAT_KEYMAP='{"ctrl+k": "k_up"}'``),
+4. command-line flags, passed to :func:`load_settings` as ``overrides``.
+
+Tables (``sampling``, ``ngram``, ``keymap``) merge key by key across the layers, so a file may set
+``sampling.top_k`` and the environment ``sampling.temperature``.
+
+:class:`Settings` is a pydantic-settings model, but constructing it directly validates exactly what it
+is given (defaults + keyword arguments): it does not read the environment or any file, so library code
+and tests get deterministic values. :func:`load_settings` is the one place that reads the file and the
+environment, records where every value came from (``specchat config show``), and turns a validation
+failure into one :class:`~specchat.errors.UserError` line naming the key, the file or variable, and the
+allowed values.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+import platformdirs
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.errors import UserError
+
+APP_NAME = "specchat"
+ENV_PREFIX = "SPECCHAT_"
+ENV_NESTED_DELIMITER = "__"
+CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
+CONFIG_FILENAME = "config.toml"
+HISTORY_FILENAME = "history.sqlite3"
+
+
+class ConfigError(UserError):
+    """A config file, environment variable or flag holds a value specchat cannot use."""
+
+
+# -- value types -------------------------------------------------------------------------------------
+
+
+def _reject_bool(value: Any) -> Any:
+    # pydantic's lax mode turns ``true`` into 1; in a config file that is always a mistake.
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_reject_bool)]
+Float = Annotated[float, BeforeValidator(_reject_bool)]
+
+
+class SamplingSettings(BaseModel):
+    """Warping shared by target and draft (see :class:`specchat.engine.controls.SamplingParams`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    temperature: Float = Field(0.0, ge=0.0, le=5.0, description="0 = greedy (argmax)")
+    top_k: Int = Field(40, ge=0, description="keep the k most likely tokens; 0 = off")
+    top_p: Float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass; 1 = off")
+    seed: Int | None = Field(None, ge=0, description="RNG seed; unset = a fresh seed per run")
+
+    def to_params(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed
+        )
+
+
+NGRAM_N_MAX = 16
+
+
+class NgramSettings(BaseModel):
+    """Prompt-lookup (n-gram) drafter: match the last n tokens (max_n down to min_n) earlier in the context."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    min_n: Int = Field(1, ge=1, le=NGRAM_N_MAX, description="shortest suffix to look up")
+    max_n: Int = Field(4, ge=1, le=NGRAM_N_MAX, description="longest suffix to look up")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> NgramSettings:
+        if self.min_n > self.max_n:
+            raise ValueError(f"min_n ({self.min_n}) must not exceed max_n ({self.max_n})")
+        return self
+
+
+def _default_threads() -> int:
+    return os.cpu_count() or 1
+
+
+class Settings(BaseSettings):
+    """One model for everything a user may set. Field names are the TOML keys.
+
+    ``Settings(**values)`` validates ``values`` over the defaults and reads nothing else; use
+    :func:`load_settings` to apply the config file, the environment and command-line flags.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        extra="forbid",
+        validate_assignment=True,
+    )
+
+    target: str = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
+    draft: str = Field("ngram", min_length=1, description="path | preset or derived name | ngram | none")
+    k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
+    auto_k: bool = Field(True, description="let the cost model choose K")
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    ngram: NgramSettings = Field(default_factory=NgramSettings)
+    threads: Int = Field(default_factory=_default_threads, ge=1, description="CPU threads for llama.cpp")
+    n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
+    n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
+    system_prompt: str = Field("", description="system message of a new conversation")
+    theme: str = Field("specchat-dark", min_length=1, description="TUI theme name")
+    keymap: dict[str, str] = Field(default_factory=dict, description="key -> action overrides for the TUI")
+    data_dir: Path | None = Field(None, description="models, history; unset = the user data dir")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
+        # Only what the caller passes: load_settings() layers file and environment itself so it can
+        # say where each value came from.
+        return (init_settings,)
+
+    def effective_data_dir(self) -> Path:
+        """``data_dir`` if set (``~`` expanded), else the platform's user data dir. Not created here."""
+        if self.data_dir is not None:
+            return self.data_dir.expanduser()
+        return platformdirs.user_data_path(APP_NAME, appauthor=False)
+
+    def history_path(self) -> Path:
+        """The conversation database: ``<data dir>/history.sqlite3``."""
+        return self.effective_data_dir() / HISTORY_FILENAME
+
+
+# -- where the file is ------------------------------------------------------------------------------
+
+ConfigOrigin = Literal["--config", "SPECCHAT_CONFIG", "default"]
+
+
+@dataclass(frozen=True)
+class ConfigLocation:
+    path: Path
+    origin: ConfigOrigin  # who chose the path
+
+    @property
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    @property
+    def explicit(self) -> bool:
+        return self.origin != "default"
+
+    def describe_origin(self) -> str:
+        return {
+            "--config": "given by --config",
+            "SPECCHAT_CONFIG": f"given by ${CONFIG_ENV}",
+            "default": "the user config dir",
+        }[self.origin]
+
+
+def default_config_path() -> Path:
+    return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
+
+
+def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
+    """Where the config file is looked for: ``--config``, else ``$SPECCHAT_CONFIG``, else the user config dir."""
+    environ = os.environ if environ is None else environ
+    if config_path not in (None, ""):
+        return ConfigLocation(Path(config_path).expanduser(), "--config")
+    from_env = environ.get(CONFIG_ENV, "")
+    if from_env:
+        return ConfigLocation(Path(from_env).expanduser(), "SPECCHAT_CONFIG")
+    return ConfigLocation(default_config_path(), "default")
+
+
+# -- reading the layers -----------------------------------------------------------------------------
+
+Key = tuple[str, ...]
+
+
+@dataclass
+class Layer:
+    """Values from one source, nested like the model, and a label for every leaf."""
+
+    kind: Literal["file", "env", "cli"]
+    data: dict[str, Any] = field(default_factory=dict)
+    labels: dict[Key, str] = field(default_factory=dict)  # leaf key -> "file /p", "env SPECCHAT_K", "cli"
+    where: dict[Key, str] = field(default_factory=dict)  # leaf key -> phrase for error messages
+
+
+_TOML_POS = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+
+
+def read_toml(path: Path, origin: str) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into one ConfigError line (file, line, column)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config error: config file {path} not found ({origin}); check the path, "
+            f"or create it from config.example.toml"
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"config error: {path} is a directory, not a config file ({origin})") from None
+    except OSError as exc:
+        raise ConfigError(f"config error: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"config error: {path}:{line}: not valid UTF-8; save the file as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_POS.search(message)
+        if match:
+            reason = message[: match.start()]
+            pos = f"line {match.group(1)}, column {match.group(2)}"
+        else:
+            reason = message.replace("(at end of document)", "").strip()
+            pos = "the end of the file"
+        raise ConfigError(f"config error: {path}: invalid TOML at {pos}: {reason}; fix the file") from None
+
+
+def _leaves(data: Any, prefix: Key = ()) -> list[Key]:
+    """Keys of the values in ``data``; an empty ``sampling``/``ngram`` table sets nothing."""
+    if isinstance(data, dict):
+        if not data:
+            return [] if prefix in (("sampling",), ("ngram",)) else [prefix]
+        out: list[Key] = []
+        for key, value in data.items():
+            out.extend(_leaves(value, prefix + (str(key),)))
+        return out
+    return [prefix]
+
+
+def _label(layer: Layer, data: Any, prefix: Key, label: str, where: str) -> None:
+    for key in _leaves(data, prefix):
+        if key:
+            layer.labels[key] = label
+            layer.where[key] = where
+
+
+def _file_layer(location: ConfigLocation) -> Layer | None:
+    if not location.exists:
+        if location.explicit:
+            read_toml(location.path, location.describe_origin())  # raises "not found" / "is a directory"
+        return None
+    data = read_toml(location.path, location.describe_origin())
+    layer = Layer("file", data)
+    _label(layer, data, (), f"file {location.path}", f"in {location.path}")
+    return layer
+
+
+_TABLE_FIELDS = ("sampling", "ngram", "keymap")
+
+
+def _field_allows_none(name: str, sub: str | None = None) -> bool:
+    model: type[BaseModel] = Settings
+    if sub is not None:
+        model = {"sampling": SamplingSettings, "ngram": NgramSettings}.get(name)  # type: ignore[assignment]
+        if model is None:
+            return False
+        name = sub
+    info = model.model_fields.get(name)
+    return info is not None and info.default is None and not info.is_required()
+
+
+def _env_layer(environ: Mapping[str, str]) -> tuple[Layer, list[str]]:
+    """``SPECCHAT_<FIELD>`` and ``SPECCHAT_<TABLE>__<KEY>``; names are case-insensitive.
+
+    Variables whose first part names no setting are returned as *ignored* (other tools may share the
+    prefix); a bad key inside a table is an error like a typo in the file.
+    """
+    layer = Layer("env")
+    ignored: list[str] = []
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
+            continue
+        raw = environ[name]
+        parts = name[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER)
+        top = parts[0]
+        if top not in Settings.model_fields:
+            ignored.append(name)
+            continue
+        if top in _TABLE_FIELDS:
+            if len(parts) == 1:
+                try:
+                    value = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise ConfigError(
+                        f"config error: {top} from environment variable {name} is not a JSON object "
+                        f"({exc.msg}); set {name}='{{\"key\": value}}' or use {ENV_PREFIX}{top.upper()}__<KEY>"
+                    ) from None
+                if not isinstance(value, dict):
+                    raise ConfigError(
+                        f"config error: {top} from environment variable {name} must be a JSON object, "
+                        f"got {raw!r}"
+                    )
+                table = layer.data.setdefault(top, {})
+                if not isinstance(table, dict):  # pragma: no cover - only one variable can name it
+                    table = layer.data[top] = {}
+                table.update(value)
+                _label(layer, value, (top,), f"env {name}", f"from environment variable {name}")
+            elif len(parts) == 2 and parts[1]:
+                value = None if raw == "" and _field_allows_none(top, parts[1]) else raw
+                layer.data.setdefault(top, {})[parts[1]] = value
+                _label(layer, value, (top, parts[1]), f"env {name}", f"from environment variable {name}")
+            else:
+                raise ConfigError(
+                    f"config error: environment variable {name} nests too deep; "
+                    f"use {ENV_PREFIX}{top.upper()}__<KEY>"
+                )
+        else:
+            if len(parts) != 1:
+                raise ConfigError(
+                    f"config error: environment variable {name}: {top} is not a table; "
+                    f"use {ENV_PREFIX}{top.upper()}=<value>"
+                )
+            layer.data[top] = None if raw == "" and _field_allows_none(top) else raw
+            _label(layer, raw, (top,), f"env {name}", f"from environment variable {name}")
+    return layer, ignored
+
+
+def _normalise_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Accept nested dicts and dotted keys (``{"sampling.top_k": 5}``); ``None`` means "flag not given"."""
+    out: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        path = str(key).split(".")
+        if isinstance(value, Mapping):
+            value = _normalise_overrides({f"{k}": v for k, v in value.items()})
+            if not value:
+                continue
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        if isinstance(value, dict) and isinstance(node.get(path[-1]), dict):
+            node[path[-1]].update(value)
+        else:
+            node[path[-1]] = value
+    return out
+
+
+def _cli_layer(overrides: Mapping[str, Any] | None) -> Layer:
+    data = _normalise_overrides(overrides)
+    layer = Layer("cli", data)
+    _label(layer, data, (), "cli", "from the command line")
+    return layer
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# -- describing errors ------------------------------------------------------------------------------
+
+
+def _field_info(key: Key):
+    model: type[BaseModel] = Settings
+    info = None
+    for part in key:
+        if model is None:
+            return None
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        ann = info.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None  # type: ignore[assignment]
+    return info
+
+
+def _fmt_number(x: Any) -> str:
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+def allowed_values(key: Key) -> str:
+    """Human description of what ``key`` accepts, derived from the model's constraints."""
+    info = _field_info(key)
+    if info is None:
+        return ""
+    ann = info.annotation
+    optional = False
+    args = getattr(ann, "__args__", ())
+    if type(None) in args:
+        optional = True
+        ann = next(a for a in args if a is not type(None))
+    if get_origin(ann) is Annotated:
+        ann = get_args(ann)[0]
+    if ann is bool:
+        return "must be true or false"
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return f"must be a table with keys {', '.join(ann.model_fields)}"
+    if ann in (dict, dict[str, str]) or getattr(ann, "__origin__", None) is dict:
+        return 'must be a table of "key" = "action" strings'
+    if ann is Path:
+        return "must be a directory path" + (" (or unset)" if optional else "")
+    if ann is str:
+        return "must be a non-empty string" if any(getattr(m, "min_length", 0) for m in info.metadata) else "must be a string"
+    kind = "an integer" if ann is int else "a number"
+    lo = hi = None
+    lo_open = hi_open = False
+    for m in info.metadata:
+        if getattr(m, "ge", None) is not None:
+            lo = m.ge
+        if getattr(m, "gt", None) is not None:
+            lo, lo_open = m.gt, True
+        if getattr(m, "le", None) is not None:
+            hi = m.le
+        if getattr(m, "lt", None) is not None:
+            hi, hi_open = m.lt, True
+    if lo is not None and hi is not None:
+        if lo_open or hi_open:
+            text = f"{kind} in {'(' if lo_open else '['}{_fmt_number(lo)}, {_fmt_number(hi)}{')' if hi_open else ']'}"
+        else:
+            text = f"{kind} in {_fmt_number(lo)}..{_fmt_number(hi)}"
+    elif lo is not None:
+        text = f"{kind} {'>' if lo_open else '>='} {_fmt_number(lo)}"
+    elif hi is not None:
+        text = f"{kind} {'<' if hi_open else '<='} {_fmt_number(hi)}"
+    else:
+        text = kind
+    return f"must be {text}" + (" (or unset)" if optional else "")
+
+
+def _fmt_value(value: Any, from_env: bool) -> str:
+    if from_env and isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return "{...}"
+    return str(value)
+
+
+def _valid_keys(parent: Key) -> list[str]:
+    if not parent:
+        return list(Settings.model_fields)
+    info = _field_info(parent)
+    ann = info.annotation if info is not None else None
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return list(ann.model_fields)
+    return []
+
+
+def _origin_of(key: Key, layers: list[Layer]) -> tuple[str, bool]:
+    """Phrase for where ``key`` (or a value under or above it) was set; highest layer first."""
+    for related in (
+        lambda lk: lk == key,
+        lambda lk: lk[: len(key)] == key,  # something under it (a table-level error)
+        lambda lk: key[: len(lk)] == lk,  # something above it (a whole table set at once)
+    ):
+        for layer in reversed(layers):
+            for lk, where in layer.where.items():
+                if related(lk):
+                    return where, layer.kind == "env"
+    return "in the defaults", False
+
+
+def _describe_error(err: dict, layers: list[Layer]) -> str:
+    key: Key = tuple(str(p) for p in err["loc"])
+    dotted = ".".join(key)
+    where, from_env = _origin_of(key, layers)
+    if err["type"] == "extra_forbidden":
+        parent, name = key[:-1], key[-1]
+        valid = _valid_keys(parent)
+        close = difflib.get_close_matches(name, valid, n=1)
+        hint = f"did you mean {'.'.join(parent + (close[0],))!r}? " if close else ""
+        table = f"[{'.'.join(parent)}] " if parent else ""
+        return f"config error: unknown key {dotted!r} {where}: {hint}valid {table}keys are {', '.join(valid)}"
+    value = _fmt_value(err.get("input"), from_env)
+    allowed = allowed_values(key)
+    info = _field_info(key)
+    is_table = info is not None and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+    if is_table and err["type"] == "value_error":  # a rule across the table's keys
+        return f"config error: [{dotted}] {where}: {err['msg'].removeprefix('Value error, ')}"
+    if not allowed:
+        allowed = err["msg"]
+    return f"config error: {dotted} = {value} {where}: {allowed}"
+
+
+# -- the public API ---------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedSettings:
+    """The effective settings plus where every value came from (for ``specchat config show``)."""
+
+    settings: Settings
+    location: ConfigLocation
+    file_loaded: bool
+    sources: dict[Key, str]  # leaf key -> "default" | "file PATH" | "env VAR" | "cli"
+    ignored_env: list[str]
+
+
+def settings_sources(
+    config_path: str | os.PathLike | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LoadedSettings:
+    """Load the layers, validate, and record the source of every effective value."""
+    environ = os.environ if environ is None else environ
+    location = locate_config(config_path, environ)
+    layers: list[Layer] = []
+    file_layer = _file_layer(location)
+    if file_layer is not None:
+        layers.append(file_layer)
+    env_layer, ignored = _env_layer(environ)
+    layers.append(env_layer)
+    layers.append(_cli_layer(overrides))
+
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged = _merge(merged, layer.data)
+    try:
+        settings = Settings.model_validate(merged)
+    except ValidationError as exc:
+        errors = exc.errors()
+        line = _describe_error(errors[0], layers)
+        if len(errors) > 1:
+            line += f" (and {len(errors) - 1} more)"
+        raise ConfigError(line) from None
+
+    sources: dict[Key, str] = {}
+    for key in effective_keys(settings):
+        sources[key] = "default"
+        for layer in layers:
+            for lk, label in layer.labels.items():
+                if lk == key or lk[: len(key)] == key or key[: len(lk)] == lk:
+                    sources[key] = label
+    return LoadedSettings(settings, location, file_layer is not None, sources, ignored)
+
+
+def load_settings(
+    config_path: str | os.PathLike | None = None, overrides: Mapping[str, Any] | None = None
+) -> Settings:
+    """Defaults < TOML file < ``SPECCHAT_*`` env < ``overrides`` (explicitly given CLI flags).
+
+    ``overrides`` is nested like the model (``{"sampling": {"temperature": 0.7}}``) or uses dotted keys
+    (``{"sampling.temperature": 0.7}``); ``None`` values are skipped (the flag was not given).
+    Raises :class:`ConfigError` (a :class:`UserError`) with one line on any bad value.
+    """
+    return settings_sources(config_path, overrides).settings
+
+
+def effective_keys(settings: Settings) -> list[Key]:
+    """Every leaf of the settings in model order; keymap entries are leaves of their own."""
+    keys: list[Key] = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, BaseModel):
+            keys.extend((name, sub) for sub in type(value).model_fields)
+        elif name == "keymap" and value:
+            keys.extend((name, k) for k in value)
+        else:
+            keys.append((name,))
+    return keys
+
+
+def field_paths(model: type[BaseModel] = Settings, prefix: Key = ()) -> list[Key]:
+    """All field paths of the model, recursing into nested models (``keymap`` is one path)."""
+    out: list[Key] = []
+    for name, info in model.model_fields.items():
+        ann = info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.extend(field_paths(ann, prefix + (name,)))
+        else:
+            out.append(prefix + (name,))
+    return out
+
+
+def get_value(settings: Settings, key: Key) -> Any:
+    value: Any = settings
+    for part in key:
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    return value
+
+
+def toml_value(value: Any) -> str:
+    """A TOML literal for a settings value (``None`` has no TOML form and returns ``""``)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, Path):
+        value = str(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def toml_key(key: Key) -> str:
+    bare = re.compile(r"^[A-Za-z0-9_-]+$")
+    return ".".join(part if bare.match(part) else json.dumps(part) for part in key)
