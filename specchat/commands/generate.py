@@ -1,0 +1,147 @@
+"""``specchat generate``: one reply, headless and scriptable.
+
+Streams the reply to stdout (coloured by piece kind on a terminal; rejected drafts appear as dim,
+struck-through ghosts only when colour is on, so piped text is exactly the reply), then prints
+llama.cpp's acceptance line on stderr. ``--json`` prints one JSON object instead: the Turn fields
+(llama-server timing names) plus ``text``, ``tokens`` and ``kinds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from specchat.errors import UserError
+
+ANSI = {
+    "accepted": "\x1b[32m",
+    "corrected": "\x1b[33m",
+    "bonus": "\x1b[34;1m",
+    "plain": "",
+    "rejected": "\x1b[2;9;31m",
+}
+RESET = "\x1b[0m"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate one reply headless (stdout), with speculation statistics")
+    p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
+    p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
+    p.add_argument("--draft", help="drafter: path to a draft .gguf, 'ngram' (default) or 'none'")
+    p.add_argument("--k", type=int, help="draft length K, 0..16 (0 = no speculation); default 3")
+    p.add_argument("--auto-k", action="store_true", default=None, help="let the cost model choose K each step")
+    p.add_argument("--temperature", type=float, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, dest="top_k")
+    p.add_argument("--top-p", type=float, dest="top_p")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--n-predict", type=int, dest="n_predict", help="maximum tokens to generate")
+    p.add_argument("--threads", type=int)
+    p.add_argument("--n-ctx", type=int, dest="n_ctx")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--conversation", metavar="FILE.json", help="continue a saved conversation (history export JSON)")
+    p.add_argument("--raw", action="store_true", help="send the prompt as is, without the chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the reply and its timings")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+
+def settings_overrides(args: argparse.Namespace) -> dict:
+    """Only the flags the user gave: they beat config file and environment."""
+    o: dict = {}
+    for flag, key in (("target", "target"), ("draft", "draft"), ("k", "k"), ("n_predict", "n_predict"),
+                      ("threads", "threads"), ("n_ctx", "n_ctx"), ("system", "system_prompt")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            o[key] = v
+    sampling = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "seed") if getattr(args, k, None) is not None}
+    if sampling:
+        o["sampling"] = sampling
+    return o
+
+
+def load_conversation(path: str) -> list:
+    from specchat.engine.protocol import Message
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"conversation file {p} does not exist: give a JSON file from 'specchat history export ID --format json'") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"conversation file {p} is not valid JSON ({exc}): export one with 'specchat history export ID --format json'") from None
+    msgs = data.get("messages") if isinstance(data, dict) else data
+    if not isinstance(msgs, list):
+        raise UserError(f"conversation file {p} has no 'messages' list: export one with 'specchat history export ID --format json'")
+    out = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(m.get("content"), str):
+            raise UserError(f"conversation file {p}: message {i} needs a role (system/user/assistant) and a text content")
+        toks = m.get("tokens") or []
+        out.append(Message(m["role"], m["content"], tokens=[int(t) for t in toks] if isinstance(toks, list) else []))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.config import load_settings
+
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if args.k is not None and not (0 <= args.k <= 16):
+        raise UserError(f"--k {args.k} is out of range: K must be 0..16 (0 = no speculation)")
+    if args.n_predict is not None and args.n_predict <= 0:
+        raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
+    settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    conversation = load_conversation(args.conversation) if args.conversation else None
+
+    from specchat.engine.events import EngineError, Notice, Piece, Turn
+    from specchat.engine.loader import load_engine
+
+    auto_k = bool(args.auto_k)
+    session = load_engine(settings, auto_k=auto_k)
+    if settings.k == 0:
+        session.controls.set_speculative(False)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    try:
+        if conversation is not None:
+            session.load(conversation)
+        if args.raw:
+            events = session.raw(prompt)
+        else:
+            if conversation is None and args.system is None and settings.system_prompt:
+                session.reset(settings.system_prompt)
+            events = session.send(prompt)
+        turn: Turn | None = None
+        out = sys.stdout
+        for ev in events:
+            if isinstance(ev, Piece):
+                if args.json:
+                    continue
+                if color:
+                    if ev.text:
+                        out.write(f"{ANSI[ev.kind]}{ev.text}{RESET}" if ANSI[ev.kind] else ev.text)
+                elif ev.kind != "rejected":
+                    out.write(ev.text)
+                out.flush()
+            elif isinstance(ev, Turn):
+                turn = ev
+            elif isinstance(ev, Notice):
+                print(f"specchat: {ev.message}", file=sys.stderr)
+            elif isinstance(ev, EngineError):
+                raise UserError(f"generation failed: {ev.message}")
+        if turn is None:  # pragma: no cover - a generation always ends with a Turn
+            raise UserError("generation produced no result")
+        if args.json:
+            json.dump(turn.to_dict(), sys.stdout, ensure_ascii=False)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write("\n")
+        print(turn.acceptance_line(), file=sys.stderr)
+        print(
+            f"prompt: {turn.prompt_n} tokens in {turn.prompt_ms:.1f} ms; predicted: {turn.predicted_n} tokens in "
+            f"{turn.predicted_ms:.1f} ms ({turn.predicted_per_second:.2f} tok/s); stop: {turn.stop_reason}",
+            file=sys.stderr,
+        )
+    finally:
+        session.close()
+    return 0

@@ -1,0 +1,100 @@
+"""Build a :class:`~specchat.engine.chat.ChatSession` from :class:`specchat.config.Settings`.
+
+Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
+configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
+and always offers the n-gram drafter. ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from specchat.engine.chat import ChatSession
+from specchat.engine.compat import require_compatible, summary_from_model
+from specchat.engine.controls import K_MAX, Controls, ControlState, SamplingParams
+from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
+from specchat.engine.model import Model
+from specchat.engine.speculative import NO_DRAFTER, SpeculativeDecoder
+from specchat.errors import UserError
+from specchat.models.registry import resolve_model
+
+NGRAM = "ngram"
+Progress = Callable[[float, str], None]
+
+
+def sampling_from(settings: Any) -> SamplingParams:
+    s = settings.sampling
+    try:
+        return SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+
+
+def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool | None = None) -> ChatSession:
+    """Load the configured target and drafter(s) and return a ready conversation.
+
+    ``settings`` is a :class:`specchat.config.Settings` (duck-typed: target, draft, k, auto_k, sampling,
+    ngram, threads, n_ctx, n_predict, system_prompt, data_dir).
+    """
+    report = progress or (lambda f, what: None)
+    data_dir = _data_dir(settings)
+    target_path = resolve_model(settings.target, data_dir)
+    draft_spec = settings.draft
+    draft_path: Path | None = None
+    if draft_spec not in (NGRAM, NO_DRAFTER):
+        draft_path = resolve_model(draft_spec, data_dir)
+    n_batch = max(512, K_MAX + 1)
+    share = 0.75 if draft_path else 1.0
+    report(0.0, f"loading {target_path.name}")
+    target = Model(
+        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+        progress=lambda f: report(f * share, f"loading {target_path.name}"),
+    )
+    drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
+    selected = draft_spec if draft_spec in (NGRAM, NO_DRAFTER) else None
+    try:
+        if draft_path is not None:
+            draft_model = Model(
+                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+                progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
+            )
+            try:
+                require_compatible(summary_from_model(target), summary_from_model(draft_model), target_path, draft_path)
+            except Exception:
+                draft_model.close()
+                raise
+            name = draft_path.name if draft_path.name != NGRAM else f"{draft_path.name} (model)"
+            drafters[name] = ModelDrafter(draft_model, name)
+            selected = name
+    except Exception:
+        target.close()
+        raise
+    if target.is_recurrent and selected != NO_DRAFTER:
+        selected = NO_DRAFTER  # cannot roll back a recurrent KV: plain decoding only
+    controls = Controls(
+        ControlState(
+            k=settings.k,
+            speculative=selected != NO_DRAFTER,
+            auto_k=settings.auto_k if auto_k is None else auto_k,
+            drafter=None,
+            sampling=sampling_from(settings),
+        )
+    )
+    decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected)
+    report(1.0, "ready")
+    return ChatSession(
+        decoder,
+        system_prompt=settings.system_prompt,
+        n_predict=settings.n_predict,
+        seed=settings.sampling.seed,
+        draft_label=selected or NO_DRAFTER,
+    )
+
+
+def _data_dir(settings: Any) -> Path | None:
+    fn = getattr(settings, "effective_data_dir", None)
+    if callable(fn):
+        return fn()
+    return getattr(settings, "data_dir", None)

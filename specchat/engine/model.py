@@ -1,0 +1,260 @@
+"""One loaded model on llama-cpp-python's low-level API.
+
+What a speculative loop needs and nothing more (see llama.cpp ``examples/speculative-simple``):
+tokenize, piece bytes, batched decode with logits on chosen rows only, the logits of those rows, and
+KV trimming with ``llama_memory_seq_rm``. The model tracks :attr:`Model.tokens`, the exact token ids its
+KV cache holds at positions ``0..len(tokens)-1`` of sequence 0, so callers can reuse the common prefix.
+
+``llama_decode`` releases the GIL (ctypes), so a worker thread running this keeps a UI live.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import llama_cpp
+import llama_cpp._logger as _llama_logger
+import numpy as np
+
+from specchat.engine import gguf as gguf_check
+from specchat.errors import ModelFileError, UserError
+
+_llama_logger.set_verbose(False)
+_BACKEND_READY = False
+
+
+def _ensure_backend() -> None:
+    global _BACKEND_READY
+    if not _BACKEND_READY:
+        llama_cpp.llama_backend_init()
+        _BACKEND_READY = True
+
+
+class DecodeError(RuntimeError):
+    """llama_decode failed (no KV slot, aborted, invalid batch)."""
+
+
+class Model:
+    """A GGUF model with one context, one sequence (id 0), and a reusable batch.
+
+    ``n_batch`` must be at least K_max + 1 so a whole verify batch fits in one decode.
+    Logits are requested per row (``batch.logits[i]``), never for all rows: no n_ctx x n_vocab buffer.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        threads: int = 2,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
+        _ensure_backend()
+        self.name = self.path.name
+        self.threads = threads
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        self._progress_cb = None
+        if progress is not None:
+
+            def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+                try:
+                    progress(float(fraction))
+                except Exception:  # a UI callback must never abort loading
+                    pass
+                return True
+
+            self._progress_cb = llama_cpp.llama_progress_callback(_on_progress)
+            mparams.progress_callback = self._progress_cb
+        self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not self.model:
+            raise ModelFileError(f"llama.cpp could not load {self.path}: the file is GGUF but its architecture or tensors are not supported; try another file")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = int(llama_cpp.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(llama_cpp.llama_model_n_ctx_train(self.model))
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.no_perf = True
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+            raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: lower n_ctx")
+        self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
+        self.n_batch = n_batch
+        self.mem = llama_cpp.llama_get_memory(self.ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        for i in range(n_batch):
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = 0
+        self.tokens: list[int] = []
+        self._piece_cache: dict[int, bytes] = {}
+        self.decode_ms_total = 0.0  # time spent inside llama_decode, for overhead accounting
+        self.is_recurrent = bool(llama_cpp.llama_model_is_recurrent(self.model)) or bool(
+            llama_cpp.llama_model_is_hybrid(self.model)
+        )
+        self.bos = int(llama_cpp.llama_vocab_bos(self.vocab))
+        self.eos = int(llama_cpp.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    # -- metadata -------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    @property
+    def chat_template(self) -> str | None:
+        tmpl = llama_cpp.llama_model_chat_template(self.model, None)
+        return tmpl.decode("utf-8", errors="replace") if tmpl else None
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text of a token (as used by llama.cpp's compatibility rule 5)."""
+        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    # -- text <-> tokens ----------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = False, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        arr = (llama_cpp.llama_token * n_max)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, n_max, add_bos, special)
+        if n < 0:
+            arr = (llama_cpp.llama_token * (-n))()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, -n, add_bos, special)
+        return list(arr[:n])
+
+    def piece(self, token: int) -> bytes:
+        """Raw bytes of a token for display (control tokens give b"").
+
+        ``llama_token_to_piece`` returns the number of bytes written, or minus the size it needs.
+        """
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        out = buf.raw[:n]
+        self._piece_cache[token] = out
+        return out
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    # -- decoding -----------------------------------------------------------------------------------
+    def decode(self, tokens: Sequence[int], *, logits_last: int = 1) -> np.ndarray | None:
+        """Append ``tokens`` to the KV at positions ``len(self.tokens)...`` and decode them.
+
+        Logits are requested for the last ``logits_last`` rows only (0 = none). Returns those rows as a
+        ``(logits_last, n_vocab)`` float32 array (a copy: the next decode overwrites llama.cpp's
+        buffer), or None. Inputs longer than ``n_batch`` are decoded in chunks.
+        """
+        n = len(tokens)
+        if n == 0:
+            return None
+        if logits_last > min(n, self.n_batch):
+            raise ValueError("logits requested for more rows than one batch holds")
+        if len(self.tokens) + n > self.n_ctx:
+            raise DecodeError(f"context full: {len(self.tokens)} + {n} tokens > n_ctx {self.n_ctx}")
+        out = None
+        start = 0
+        batch = self._batch
+        while start < n:
+            chunk = tokens[start : start + self.n_batch]
+            m = len(chunk)
+            first_logit_row = n - logits_last - start  # row index within this chunk
+            pos0 = len(self.tokens)
+            for i, tok in enumerate(chunk):
+                batch.token[i] = tok
+                batch.pos[i] = pos0 + i
+                batch.logits[i] = 1 if i >= first_logit_row else 0
+            batch.n_tokens = m
+            t0 = time.perf_counter()
+            rc = llama_cpp.llama_decode(self.ctx, batch)
+            self.decode_ms_total += (time.perf_counter() - t0) * 1000.0
+            if rc != 0:
+                # a failed decode may leave partial rows: drop everything past what we know
+                llama_cpp.llama_memory_seq_rm(self.mem, 0, len(self.tokens), -1)
+                raise DecodeError(f"llama_decode returned {rc} for {m} tokens at position {pos0}")
+            self.tokens.extend(chunk)
+            start += m
+            if start >= n and logits_last > 0:
+                ptr = llama_cpp.llama_get_logits(self.ctx)
+                out = np.ctypeslib.as_array(ptr, shape=(logits_last, self.n_vocab)).copy()
+        return out
+
+    def trim(self, n_keep: int) -> None:
+        """Remove KV positions ``n_keep..`` (``llama_memory_seq_rm(mem, 0, n_keep, -1)``)."""
+        if n_keep >= len(self.tokens):
+            return
+        ok = llama_cpp.llama_memory_seq_rm(self.mem, 0, n_keep, -1)
+        if not ok:
+            raise UserError(
+                f"{self.name}: this model's KV cache cannot be partly removed (recurrent/hybrid); "
+                "turn speculation off (--draft none) to use it"
+            )
+        del self.tokens[n_keep:]
+
+    def sync_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest common prefix of the KV and ``tokens``; return its length."""
+        cur = self.tokens
+        n = min(len(cur), len(tokens))
+        i = 0
+        # compare in chunks: the usual case is a long identical prefix
+        while i < n and cur[i] == tokens[i]:
+            i += 1
+        if i < len(cur):
+            if i == 0 or self.is_recurrent:  # recurrent state cannot be cut: start over
+                i = 0
+                llama_cpp.llama_memory_clear(self.mem, True)
+                self.tokens.clear()
+            else:
+                self.trim(i)
+        return i
+
+    def kv_pos_max(self) -> int:
+        """Highest position in the KV of sequence 0 (-1 when empty), straight from llama.cpp."""
+        return int(llama_cpp.llama_memory_seq_pos_max(self.mem, 0))
+
+    def kv_pos_min(self) -> int:
+        return int(llama_cpp.llama_memory_seq_pos_min(self.mem, 0))
+
+    def clear(self) -> None:
+        llama_cpp.llama_memory_clear(self.mem, True)
+        self.tokens.clear()
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            llama_cpp.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "ctx", None):
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass

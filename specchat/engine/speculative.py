@@ -1,0 +1,225 @@
+"""The speculative loop: draft -> verify -> accept -> roll back, one round at a time.
+
+Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Alg. 1):
+
+1. **draft** - the drafter proposes up to K tokens continuing ``committed + [last]``;
+2. **verify** - one target batch ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
+   all K+1 rows;
+3. **accept** - at temperature 0 keep the longest prefix where ``d_i == argmax p_i`` and add the target's
+   argmax at the first mismatch (corrected) or after the last draft (bonus); at T > 0 exact rejection
+   sampling (:func:`specchat.engine.sampling.accept_or_resample`), bonus sampled from p_{K+1};
+4. **roll back** - ``llama_memory_seq_rm`` drops the rejected rows from the target KV and the drafter
+   trims its own KV to the committed tokens.
+
+The last sampled token is never in the target KV between rounds: it is the first row of the next
+verify batch. K = 0, speculation off, or an empty draft make the round a plain single-row decode.
+Controls (K, on/off, drafter, sampling, stop) are read once per round, so a change made mid-reply
+applies from the next round of the same reply.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from specchat.engine.controls import K_MAX, Controls
+from specchat.engine.drafters import Draft, Drafter
+from specchat.engine.events import Event, Piece, PromptDone, Step
+from specchat.engine.model import Model
+from specchat.engine.sampling import accept_or_resample, sample, warp
+from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
+
+#: the drafter name that means "no drafting": every round is a plain decode (the baseline)
+NO_DRAFTER = "none"
+
+
+class SpeculativeDecoder:
+    """Owns the target model, the drafters and the per-round bookkeeping of one conversation."""
+
+    def __init__(
+        self,
+        target: Model,
+        drafters: dict[str, Drafter],
+        controls: Controls,
+        *,
+        drafter: str | None = None,
+        cost_model: CostModel | None = None,
+        auto_k: AutoK | None = None,
+    ) -> None:
+        self.target = target
+        self.drafters = drafters
+        self.controls = controls
+        self.drafter_name = drafter if (drafter in drafters or drafter == NO_DRAFTER) else next(iter(drafters), NO_DRAFTER)
+        self.cost_model = cost_model or CostModel()
+        self.auto_k = auto_k or AutoK(k_max=K_MAX)
+        #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
+        self.can_speculate = not target.is_recurrent
+
+    @property
+    def drafter(self) -> Drafter | None:
+        return self.drafters.get(self.drafter_name)
+
+    def reset(self) -> None:
+        self.target.clear()
+        for d in self.drafters.values():
+            d.reset()
+
+    # ---------------------------------------------------------------------------------------------
+    def generate(
+        self, context: Sequence[int], *, max_new: int, rng: np.random.Generator
+    ) -> Iterator[Event]:
+        """Continue ``context`` (the whole conversation so far, as token ids) by up to ``max_new`` tokens.
+
+        Reuses the longest common prefix of the target KV and ``context``. Yields
+        :class:`PromptDone`, then per round the :class:`Piece` events and one :class:`Step`; finally
+        returns (as the generator's return value) a :class:`TurnCounters` holding the reply.
+        """
+        target = self.target
+        controls = self.controls
+        if not context:
+            raise ValueError("nothing to continue: the context is empty")
+        # -- prompt: decode what the KV is missing, all but the last token ---------------------------
+        t0 = time.perf_counter()
+        keep = min(target.sync_prefix(context), len(context) - 1)
+        target.trim(keep)
+        target.decode(context[keep:-1], logits_last=0)
+        prompt_ms = (time.perf_counter() - t0) * 1000.0
+        counters = TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
+        yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
+
+        last = int(context[-1])
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        reply: list[int] = []
+        kinds: list[str] = []
+        text_parts: list[str] = []
+        stop_reason = "length"
+        t_gen0 = time.perf_counter()
+        while True:
+            if controls.stop_requested:
+                stop_reason = "stopped"
+                break
+            remaining = max_new - len(reply)
+            if remaining <= 0:
+                stop_reason = "length"
+                break
+            room = target.n_ctx - len(target.tokens) - 1  # verify rows available after `last`
+            if room < 0:
+                stop_reason = "context"
+                break
+            st = controls.snapshot()
+            if st.drafter is not None and st.drafter != self.drafter_name:
+                if st.drafter in self.drafters or st.drafter == NO_DRAFTER:
+                    self.drafter_name = st.drafter
+            drafter = self.drafter
+            sampling = st.sampling
+            speculative = st.speculative and self.can_speculate and drafter is not None
+            if speculative and st.auto_k:
+                k = self.auto_k.choose(self.cost_model, drafter.name)
+            elif speculative:
+                k = st.k
+            else:
+                k = 0
+            k_eff = max(0, min(k, room, remaining - 1))
+
+            t_step0 = time.perf_counter()
+            dec_t0 = target.decode_ms_total
+            if k_eff > 0:
+                draft = drafter.draft(target.tokens + [last], k_eff, sampling, rng)
+            else:
+                draft = Draft()
+            d = draft.tokens[:k_eff]
+            m = len(d)
+            n_past = len(target.tokens)
+
+            t_v0 = time.perf_counter()
+            logits = target.decode([last, *d], logits_last=m + 1)
+            t_verify = (time.perf_counter() - t_v0) * 1000.0
+
+            # -- accept -----------------------------------------------------------------------
+            a = 0
+            if sampling.temperature <= 0:
+                best = logits.argmax(axis=1)
+                while a < m and int(best[a]) == d[a]:
+                    a += 1
+                final = int(best[a])
+            else:
+                final = -1
+                for i in range(m):
+                    p = warp(logits[i], sampling)
+                    ok, tok = accept_or_resample(p, draft.q[i] if draft.q else None, d[i], rng)
+                    if ok:
+                        a += 1
+                        continue
+                    final = tok
+                    break
+                if a == m:
+                    final = sample(warp(logits[m], sampling), rng)
+            emitted = [*d[:a], final]
+            # stop at end-of-generation and at the token budget (never emit past either)
+            eog_at = next((i for i, t in enumerate(emitted) if target.is_eog(t)), None)
+            if eog_at is not None:
+                emitted = emitted[: eog_at + 1]
+            emitted = emitted[:remaining]
+            # -- roll back: the KV keeps `last` and the emitted tokens except the new last -----------
+            target.trim(n_past + len(emitted))
+            if drafter is not None and m > 0:
+                drafter.rollback(target.tokens)
+            last = emitted[-1]
+
+            # -- pieces -------------------------------------------------------------------------
+            ends_with_eog = eog_at is not None and len(emitted) == eog_at + 1
+            for i, tok in enumerate(emitted):
+                if i < a:
+                    kind = "accepted"
+                else:
+                    if a < m:
+                        # the draft tokens the target refused, shown where they were refused
+                        for r in d[a:]:
+                            yield Piece(target.piece(r).decode("utf-8", errors="replace"), "rejected", r)
+                        kind = "corrected"
+                    else:
+                        kind = "bonus" if m > 0 else "plain"
+                if ends_with_eog and i == len(emitted) - 1:
+                    break  # the end-of-generation token is not part of the reply
+                text = utf8.decode(target.piece(tok))
+                reply.append(tok)
+                kinds.append(kind)
+                text_parts.append(text)
+                yield Piece(text, kind, tok)
+            t_step = (time.perf_counter() - t_step0) * 1000.0
+            in_decode = (target.decode_ms_total - dec_t0) + draft.decode_ms
+            overhead = max(0.0, t_step - in_decode)
+            counters.add_step(
+                drafted=m, accepted=a, emitted=len(emitted) - (1 if ends_with_eog else 0),
+                t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+            )
+            if m > 0:
+                self.cost_model.observe_step(drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1)
+            else:
+                self.cost_model.observe_plain(t_verify)
+            cost = self.cost_model.estimate(drafter.name if drafter else "none", k_eff, K_MAX)
+            yield Step(
+                k=k_eff, drafted=m, accepted=a, emitted=len(emitted), t_draft_ms=draft.t_ms,
+                t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
+                auto_k=bool(st.auto_k and speculative), drafter=drafter.name if drafter else "none",
+                n_past=len(target.tokens), cost=cost,
+            )
+            if ends_with_eog:
+                stop_reason = "eos"
+                break
+        tail = utf8.decode(b"", final=True)
+        if tail:
+            text_parts.append(tail)
+        counters.finish(
+            predicted_ms=(time.perf_counter() - t_gen0) * 1000.0,
+            stop_reason=stop_reason, text="".join(text_parts), tokens=reply, kinds=kinds, last=last,
+        )
+        return counters
+
+    def close(self) -> None:
+        for d in self.drafters.values():
+            d.close()
+        self.target.close()
