@@ -1,0 +1,882 @@
+"""Saved conversations: one SQLite database (stdlib :mod:`sqlite3`) in the user data dir.
+
+Durability: the database runs in WAL mode with ``synchronous=FULL`` and every message is written in its
+own ``BEGIN IMMEDIATE`` transaction together with its turn statistics, so a crash (or a kill) loses at
+most the reply being generated, never an earlier turn; a half-written message never appears.
+
+Schema versions live in ``PRAGMA user_version``; :data:`MIGRATIONS` lists the steps from an empty file,
+each applied in its own transaction with the version bump, so an interrupted upgrade leaves the previous
+version intact. ``PRAGMA application_id`` marks the file as specchat's so another program's database is
+refused instead of modified.
+
+Tables::
+
+    conversations (id, title, created, updated, target, draft, system_prompt)
+    messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created)
+    turn_stats    (message_id, target, drafter, k, auto_k, speculative, sampling json, the Turn timings
+                   (prompt_n ... stop_reason), accepted_per_pos json, extra json)
+
+Timestamps are ISO 8601 UTC strings. Export formats: :meth:`HistoryStore.export_json` (lossless; imported
+by :meth:`HistoryStore.import_json` and readable with :func:`messages_from_export` for
+``specchat generate --conversation FILE.json``) and :meth:`HistoryStore.export_markdown` (for people).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from specchat.engine.events import Turn
+from specchat.engine.protocol import Message
+from specchat.errors import UserError
+
+APPLICATION_ID = 0x53504354  # "SPCT"
+EXPORT_FORMAT = "specchat-conversation"
+EXPORT_VERSION = 1
+ROLES = ("system", "user", "assistant")
+
+
+class HistoryError(UserError):
+    """The history database or an export file cannot be used (missing, foreign, newer, malformed)."""
+
+
+class UnknownConversationError(HistoryError):
+    """No conversation with that id."""
+
+
+# -- schema -------------------------------------------------------------------------------------------
+
+#: Turn fields stored in columns of their own; any other Turn field goes to ``turn_stats.extra`` (JSON),
+#: so a field added to Turn later survives a round trip without a migration.
+TURN_INT_COLUMNS = ("prompt_n", "predicted_n", "draft_n", "draft_n_accepted", "n_steps", "n_spec_steps", "k")
+TURN_REAL_COLUMNS = (
+    "prompt_ms",
+    "predicted_ms",
+    "predicted_per_second",
+    "acceptance",
+    "mean_len",
+    "draft_ms_per_step",
+    "verify_ms_per_step",
+    "overhead_ms",
+    "step_ms",
+)
+TURN_TEXT_COLUMNS = ("stop_reason", "drafter")
+TURN_COLUMNS = TURN_INT_COLUMNS + TURN_REAL_COLUMNS + TURN_TEXT_COLUMNS + ("speculative", "accepted_per_pos")
+#: Turn fields that normally repeat the message; stored (as turn_text/turn_tokens/turn_kinds) only if different.
+TURN_MESSAGE_FIELDS = {"text": "content", "tokens": "tokens", "kinds": "kinds"}
+
+_V1 = (
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    """CREATE TABLE conversations (
+        id            INTEGER PRIMARY KEY,
+        title         TEXT NOT NULL DEFAULT '',
+        created       TEXT NOT NULL,
+        updated       TEXT NOT NULL,
+        target        TEXT NOT NULL DEFAULT '',
+        draft         TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT ''
+    )""",
+    """CREATE TABLE messages (
+        id              INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        idx             INTEGER NOT NULL CHECK (idx >= 0),
+        role            TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content         TEXT NOT NULL,
+        tokens          TEXT NOT NULL DEFAULT '[]',
+        kinds           TEXT NOT NULL DEFAULT '[]',
+        stopped         INTEGER NOT NULL DEFAULT 0,
+        created         TEXT NOT NULL,
+        UNIQUE (conversation_id, idx)
+    )""",
+    """CREATE TABLE turn_stats (
+        message_id           INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        target               TEXT,
+        drafter              TEXT NOT NULL DEFAULT '',
+        k                    INTEGER NOT NULL DEFAULT 0,
+        auto_k               INTEGER,
+        speculative          INTEGER NOT NULL DEFAULT 0,
+        sampling             TEXT,
+        prompt_n             INTEGER NOT NULL,
+        prompt_ms            REAL,
+        predicted_n          INTEGER NOT NULL,
+        predicted_ms         REAL,
+        predicted_per_second REAL,
+        draft_n              INTEGER NOT NULL,
+        draft_n_accepted     INTEGER NOT NULL,
+        acceptance           REAL,
+        mean_len             REAL,
+        accepted_per_pos     TEXT NOT NULL DEFAULT '[]',
+        draft_ms_per_step    REAL,
+        verify_ms_per_step   REAL,
+        overhead_ms          REAL,
+        step_ms              REAL,
+        n_steps              INTEGER NOT NULL,
+        n_spec_steps         INTEGER NOT NULL,
+        stop_reason          TEXT NOT NULL,
+        turn_text            TEXT,
+        turn_tokens          TEXT,
+        turn_kinds           TEXT,
+        extra                TEXT
+    )""",
+    "CREATE INDEX conversations_by_updated ON conversations(updated)",
+)
+
+#: Migration i (0-based) takes the schema from user_version i to i + 1. Append, never edit.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGRATIONS) -> int:
+    """Bring the database to ``len(migrations)``; each step is one transaction with its version bump.
+
+    The connection must be in autocommit mode (``isolation_level=None``). Returns the final version.
+    """
+    target = len(migrations)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version >= target:
+                conn.execute("COMMIT")
+                return version
+            for statement in migrations[version]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+# -- records ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    id: int
+    title: str
+    created: str
+    updated: str
+    target: str
+    draft: str
+    system_prompt: str
+    n_messages: int = 0
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A message as saved: the :class:`Message` plus what the database knows around it."""
+
+    id: int
+    idx: int
+    created: str
+    message: Message
+    target: str | None = None  # the target model of the turn (assistant messages with stats)
+    auto_k: bool | None = None
+    sampling: dict[str, Any] | None = None
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _sampling_dict(sampling: Any) -> dict[str, Any] | None:
+    if sampling is None:
+        return None
+    if isinstance(sampling, Mapping):
+        return dict(sampling)
+    if isinstance(sampling, BaseModel):
+        return sampling.model_dump()
+    if dataclasses.is_dataclass(sampling):
+        return dataclasses.asdict(sampling)
+    raise TypeError(f"sampling must be a mapping, a pydantic model or a dataclass, not {type(sampling).__name__}")
+
+
+def _float_in(value: Any) -> float:
+    # SQLite stores NaN as NULL; a timing that was NaN comes back as NaN.
+    return math.nan if value is None else float(value)
+
+
+def default_title(text: str, limit: int = 60) -> str:
+    """First non-empty line of a user message, whitespace collapsed, cut at ``limit`` characters."""
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+    return ""
+
+
+# -- the store ----------------------------------------------------------------------------------------
+
+
+class HistoryStore:
+    """Conversations, messages and turn statistics in one SQLite file. Thread-safe (one lock).
+
+    ``HistoryStore(path)`` creates the file (and its directory) if needed and migrates it;
+    ``create=False`` refuses a missing file instead (for read-only commands).
+    """
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
+        memory = str(path) == ":memory:"
+        if not memory:
+            self.path = self.path.expanduser()
+            if self.path.is_dir():
+                raise HistoryError(f"{self.path} is a directory; give the path of a history database file")
+            if not self.path.exists():
+                if not create:
+                    raise HistoryError(
+                        f"no history database at {self.path}; conversations are saved there once you chat"
+                    )
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise HistoryError(f"cannot create {self.path.parent}: {exc.strerror or exc}") from None
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False, timeout=10.0
+            )
+        except sqlite3.Error as exc:
+            raise HistoryError(f"cannot open history database {self.path}: {exc}") from None
+        try:
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._conn.execute("PRAGMA busy_timeout = 10000")
+            app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            has_tables = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+            if app_id != APPLICATION_ID and (app_id != 0 or version != 0 or has_tables):
+                raise HistoryError(
+                    f"{self.path} is not a specchat history database; give another path with --db"
+                )
+            if version > SCHEMA_VERSION:
+                raise HistoryError(
+                    f"{self.path} has schema version {version}, newer than this specchat understands "
+                    f"({SCHEMA_VERSION}); upgrade specchat or use another --db"
+                )
+            if not memory:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+            migrate(self._conn)
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise HistoryError(f"{self.path} is not a usable history database ({exc}); give another path with --db") from None
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- plumbing -------------------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; rolled back entirely if anything inside raises."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _require(self, conn: sqlite3.Connection, conv_id: int) -> sqlite3.Row | tuple:
+        row = conn.execute(
+            "SELECT id, title, created, updated, target, draft, system_prompt FROM conversations WHERE id = ?",
+            (conv_id,),
+        ).fetchone()
+        if row is None:
+            raise UnknownConversationError(
+                f"no conversation with ID {conv_id} in {self.path}; see 'specchat history list'"
+            )
+        return row
+
+    # -- conversations --------------------------------------------------------------------------------
+    def create_conversation(
+        self,
+        title: str = "",
+        *,
+        target: str = "",
+        draft: str = "",
+        system_prompt: str = "",
+        created: str | None = None,
+        updated: str | None = None,
+    ) -> int:
+        created = created or now_iso()
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO conversations (title, created, updated, target, draft, system_prompt)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (title, created, updated or created, target, draft, system_prompt),
+            )
+            return int(cur.lastrowid)
+
+    def set_title(self, conv_id: int, title: str) -> None:
+        with self._transaction() as conn:
+            self._require(conn, conv_id)
+            conn.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conv_id))
+
+    def set_models(self, conv_id: int, *, target: str | None = None, draft: str | None = None) -> None:
+        """Record a model change of a conversation (the per-turn stats keep each turn's own)."""
+        with self._transaction() as conn:
+            self._require(conn, conv_id)
+            if target is not None:
+                conn.execute("UPDATE conversations SET target = ? WHERE id = ?", (target, conv_id))
+            if draft is not None:
+                conn.execute("UPDATE conversations SET draft = ? WHERE id = ?", (draft, conv_id))
+
+    def get_conversation(self, conv_id: int) -> Conversation:
+        with self._lock:
+            row = self._require(self._conn, conv_id)
+            n = self._conn.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (conv_id,)).fetchone()[0]
+        return Conversation(*row, n_messages=n)
+
+    def list_conversations(self) -> list[Conversation]:
+        """Most recently updated first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT c.id, c.title, c.created, c.updated, c.target, c.draft, c.system_prompt,"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+                " FROM conversations c ORDER BY c.updated DESC, c.id DESC"
+            ).fetchall()
+        return [Conversation(*row[:7], n_messages=row[7]) for row in rows]
+
+    def delete(self, conv_id: int) -> None:
+        """Delete a conversation with its messages and stats (foreign keys cascade)."""
+        with self._transaction() as conn:
+            self._require(conn, conv_id)
+            conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+
+    # -- messages -------------------------------------------------------------------------------------
+    def append_message(
+        self,
+        conv_id: int,
+        message: Message,
+        *,
+        target: str | None = None,
+        auto_k: bool | None = None,
+        sampling: Any = None,
+        created: str | None = None,
+    ) -> int:
+        """Append one message (and its Turn stats) in one transaction; returns the message id.
+
+        ``target`` (default: the conversation's), ``auto_k`` and ``sampling`` (a mapping, pydantic model or
+        dataclass such as :class:`~specchat.engine.controls.SamplingParams`) describe the turn's run and
+        are stored with the stats. The first user message names an untitled conversation.
+        """
+        with self._transaction() as conn:
+            return self._insert(conn, conv_id, None, message, target, auto_k, sampling, created)
+
+    def replace_last_assistant(
+        self,
+        conv_id: int,
+        message: Message,
+        *,
+        target: str | None = None,
+        auto_k: bool | None = None,
+        sampling: Any = None,
+    ) -> int:
+        """Swap the last message, which must be an assistant reply, for ``message`` (regenerate)."""
+        if message.role != "assistant":
+            raise ValueError("replace_last_assistant needs an assistant message")
+        with self._transaction() as conn:
+            self._require(conn, conv_id)
+            row = conn.execute(
+                "SELECT id, idx, role FROM messages WHERE conversation_id = ? ORDER BY idx DESC LIMIT 1",
+                (conv_id,),
+            ).fetchone()
+            if row is None or row[2] != "assistant":
+                raise ValueError(f"conversation {conv_id} does not end with an assistant message")
+            conn.execute("DELETE FROM messages WHERE id = ?", (row[0],))
+            return self._insert(conn, conv_id, row[1], message, target, auto_k, sampling, None)
+
+    def truncate_after(self, conv_id: int, idx: int) -> int:
+        """Delete the messages after position ``idx`` (``-1`` deletes all); returns how many (edit/regenerate)."""
+        with self._transaction() as conn:
+            self._require(conn, conv_id)
+            cur = conn.execute("DELETE FROM messages WHERE conversation_id = ? AND idx > ?", (conv_id, idx))
+            conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now_iso(), conv_id))
+            return cur.rowcount
+
+    def sync(
+        self,
+        conv_id: int,
+        messages: Sequence[Message],
+        *,
+        target: str | None = None,
+        auto_k: bool | None = None,
+        sampling: Any = None,
+    ) -> list[int]:
+        """Make the stored messages equal ``messages`` (e.g. ``engine.messages`` after a turn).
+
+        Keeps the common prefix, deletes what differs after it (a regenerated or edited tail), then appends
+        the rest one transaction per message. Returns the ids of the appended messages.
+        """
+        stored = [r.message for r in self.records(conv_id)[1]]
+        common = 0
+        while common < min(len(stored), len(messages)) and stored[common] == messages[common]:
+            common += 1
+        if common < len(stored):
+            self.truncate_after(conv_id, common - 1)
+        return [
+            self.append_message(conv_id, m, target=target, auto_k=auto_k, sampling=sampling)
+            for m in messages[common:]
+        ]
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        conv_id: int,
+        idx: int | None,
+        message: Message,
+        target: str | None,
+        auto_k: bool | None,
+        sampling: Any,
+        created: str | None,
+    ) -> int:
+        conv = self._require(conn, conv_id)
+        if message.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {message.role!r}")
+        if idx is None:
+            idx = conn.execute(
+                "SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE conversation_id = ?", (conv_id,)
+            ).fetchone()[0]
+        created = created or now_iso()
+        cur = conn.execute(
+            "INSERT INTO messages (conversation_id, idx, role, content, tokens, kinds, stopped, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                conv_id,
+                idx,
+                message.role,
+                message.content,
+                json.dumps(list(message.tokens)),
+                json.dumps(list(message.kinds)),
+                int(bool(message.stopped)),
+                created,
+            ),
+        )
+        message_id = int(cur.lastrowid)
+        if message.stats is not None:
+            self._insert_stats(conn, message_id, message, target if target is not None else conv[4], auto_k, sampling)
+        title = conv[1]
+        if not title and message.role == "user":
+            title = default_title(message.content)
+        conn.execute(
+            "UPDATE conversations SET updated = ?, title = ? WHERE id = ?", (max(created, conv[3]), title, conv_id)
+        )
+        return message_id
+
+    def _insert_stats(
+        self,
+        conn: sqlite3.Connection,
+        message_id: int,
+        message: Message,
+        target: str | None,
+        auto_k: bool | None,
+        sampling: Any,
+    ) -> None:
+        turn = message.stats
+        assert turn is not None
+        values = dataclasses.asdict(turn)
+        row: dict[str, Any] = {
+            "message_id": message_id,
+            "target": target,
+            "auto_k": None if auto_k is None else int(bool(auto_k)),
+            "sampling": None if sampling is None else json.dumps(_sampling_dict(sampling)),
+        }
+        for name in TURN_COLUMNS:
+            value = values.pop(name)
+            if name == "accepted_per_pos":
+                value = json.dumps(list(value))
+            elif name == "speculative":
+                value = int(bool(value))
+            row[name] = value
+        for name, msg_attr in TURN_MESSAGE_FIELDS.items():
+            value = values.pop(name)
+            same = value == getattr(message, msg_attr)
+            row[f"turn_{name}"] = None if same else (value if name == "text" else json.dumps(list(value)))
+        row["extra"] = json.dumps(values) if values else None  # Turn fields without a column of their own
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        conn.execute(f"INSERT INTO turn_stats ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    # -- reading --------------------------------------------------------------------------------------
+    def records(self, conv_id: int) -> tuple[Conversation, list[StoredMessage]]:
+        """The conversation and its messages in order, with ids, timestamps and run details."""
+        stat_cols = ("target", "auto_k", "sampling") + TURN_COLUMNS + ("turn_text", "turn_tokens", "turn_kinds", "extra")
+        with self._lock:
+            conv = self.get_conversation(conv_id)
+            rows = self._conn.execute(
+                "SELECT m.id, m.idx, m.role, m.content, m.tokens, m.kinds, m.stopped, m.created, s.message_id, "
+                + ", ".join(f"s.{c}" for c in stat_cols)
+                + " FROM messages m LEFT JOIN turn_stats s ON s.message_id = m.id"
+                " WHERE m.conversation_id = ? ORDER BY m.idx",
+                (conv_id,),
+            ).fetchall()
+        out: list[StoredMessage] = []
+        for row in rows:
+            mid, idx, role, content, tokens, kinds, stopped, created, stats_id = row[:9]
+            message = Message(
+                role=role, content=content, tokens=json.loads(tokens), kinds=json.loads(kinds), stopped=bool(stopped)
+            )
+            record = StoredMessage(id=mid, idx=idx, created=created, message=message)
+            if stats_id is not None:
+                s = dict(zip(stat_cols, row[9:]))
+                record.target = s["target"]
+                record.auto_k = None if s["auto_k"] is None else bool(s["auto_k"])
+                record.sampling = None if s["sampling"] is None else json.loads(s["sampling"])
+                message.stats = _turn_from_row(s, message)
+            out.append(record)
+        return conv, out
+
+    def load(self, conv_id: int) -> tuple[Conversation, list[Message]]:
+        """The conversation and its messages (assistant messages carry their rebuilt :class:`Turn`)."""
+        conv, records = self.records(conv_id)
+        return conv, [r.message for r in records]
+
+    # -- export / import ------------------------------------------------------------------------------
+    def export_json(self, conv_id: int) -> dict[str, Any]:
+        """Everything about a conversation as plain JSON data (lossless; see :meth:`import_json`)."""
+        conv, records = self.records(conv_id)
+        return build_export(conv, records)
+
+    def export_markdown(self, conv_id: int) -> str:
+        conv, records = self.records(conv_id)
+        return render_markdown(conv, records)
+
+    def import_json(self, data: Any, *, source: str = "import data") -> int:
+        """Store an exported conversation as a new one (timestamps kept); returns its new id.
+
+        The whole import is validated first and then written in one transaction, so a malformed file adds
+        nothing. ``source`` names the file in error messages.
+        """
+        conv, records = parse_export(data, source=source)
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO conversations (title, created, updated, target, draft, system_prompt)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (conv.title, conv.created, conv.updated, conv.target, conv.draft, conv.system_prompt),
+            )
+            new_id = int(cur.lastrowid)
+            for i, r in enumerate(records):
+                self._insert(conn, new_id, i, r.message, r.target, r.auto_k, r.sampling, r.created)
+            # _insert bumps `updated` to the newest message; keep the exported value when it is later.
+            conn.execute("UPDATE conversations SET title = ?, updated = max(updated, ?) WHERE id = ?", (conv.title, conv.updated, new_id))
+        return new_id
+
+
+def _turn_from_row(s: Mapping[str, Any], message: Message) -> Turn:
+    kwargs: dict[str, Any] = {}
+    for name in TURN_INT_COLUMNS:
+        kwargs[name] = int(s[name] or 0)
+    for name in TURN_REAL_COLUMNS:
+        kwargs[name] = _float_in(s[name])
+    for name in TURN_TEXT_COLUMNS:
+        kwargs[name] = s[name] or ""
+    kwargs["speculative"] = bool(s["speculative"])
+    kwargs["accepted_per_pos"] = json.loads(s["accepted_per_pos"])
+    kwargs["text"] = message.content if s["turn_text"] is None else s["turn_text"]
+    kwargs["tokens"] = list(message.tokens) if s["turn_tokens"] is None else json.loads(s["turn_tokens"])
+    kwargs["kinds"] = list(message.kinds) if s["turn_kinds"] is None else json.loads(s["turn_kinds"])
+    known = {f.name for f in dataclasses.fields(Turn)}
+    if s["extra"]:
+        kwargs.update({k: v for k, v in json.loads(s["extra"]).items() if k in known})
+    return Turn(**{k: v for k, v in kwargs.items() if k in known})
+
+
+# -- export format ------------------------------------------------------------------------------------
+
+
+def _json_float(x: Any) -> Any:
+    # NaN/inf are not JSON; an undefined rate is exported as null.
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _message_export(record: StoredMessage) -> dict[str, Any]:
+    m = record.message
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tokens:
+        out["tokens"] = list(m.tokens)
+    if m.kinds:
+        out["kinds"] = list(m.kinds)
+    if m.stopped:
+        out["stopped"] = True
+    out["created"] = record.created
+    if m.stats is not None:
+        stats = {k: _json_float(v) for k, v in dataclasses.asdict(m.stats).items()}
+        for name, attr in TURN_MESSAGE_FIELDS.items():  # repeated only when they differ from the message
+            if stats[name] == getattr(m, attr):
+                del stats[name]
+        stats["accepted_per_pos"] = [_json_float(v) for v in stats["accepted_per_pos"]]
+        out["stats"] = stats
+        out["run"] = {"target": record.target, "auto_k": record.auto_k, "sampling": record.sampling}
+    return out
+
+
+def build_export(conv: Conversation, records: Sequence[StoredMessage]) -> dict[str, Any]:
+    return {
+        "format": EXPORT_FORMAT,
+        "version": EXPORT_VERSION,
+        "conversation": {
+            "id": conv.id,
+            "title": conv.title,
+            "created": conv.created,
+            "updated": conv.updated,
+            "target": conv.target,
+            "draft": conv.draft,
+            "system_prompt": conv.system_prompt,
+        },
+        "messages": [_message_export(r) for r in records],
+    }
+
+
+def export_messages(
+    messages: Sequence[Message], *, title: str = "", target: str = "", draft: str = "", system_prompt: str = ""
+) -> dict[str, Any]:
+    """The export format for messages that are not in a database (e.g. ``specchat generate`` saving one)."""
+    stamp = now_iso()
+    conv = Conversation(0, title, stamp, stamp, target, draft, system_prompt, len(messages))
+    records = [StoredMessage(id=0, idx=i, created=stamp, message=m) for i, m in enumerate(messages)]
+    data = build_export(conv, records)
+    del data["conversation"]["id"]
+    return data
+
+
+class _RunIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    target: str | None = None
+    auto_k: bool | None = None
+    sampling: dict[str, Any] | None = None
+
+
+class _MessageIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "user", "assistant"]
+    content: str
+    tokens: list[int] = []
+    kinds: list[str] = []
+    stopped: bool = False
+    created: str | None = None
+    stats: dict[str, Any] | None = None
+    run: _RunIn | None = None
+
+
+class _ConversationIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    title: str = ""
+    created: str | None = None
+    updated: str | None = None
+    target: str = ""
+    draft: str = ""
+    system_prompt: str = ""
+
+
+class _ExportIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    format: Literal["specchat-conversation"]
+    version: int
+    conversation: _ConversationIn = _ConversationIn()
+    messages: list[_MessageIn]
+
+
+_TURN = TypeAdapter(Turn)
+
+
+def _loc(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversation, list[StoredMessage]]:
+    """Validate export data; raise :class:`HistoryError` with one line naming ``source`` and the bad field."""
+    if not isinstance(data, dict):
+        raise HistoryError(f"{source}: not a specchat conversation export (expected a JSON object)")
+    version = data.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > EXPORT_VERSION:
+        raise HistoryError(
+            f"{source}: export format version {version} is newer than this specchat reads ({EXPORT_VERSION}); "
+            "upgrade specchat"
+        )
+    try:
+        parsed = _ExportIn.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = _loc(err["loc"])
+        if where == "format":
+            raise HistoryError(
+                f"{source}: not a specchat conversation export (\"format\" must be \"{EXPORT_FORMAT}\")"
+            ) from None
+        raise HistoryError(f"{source}: {where}: {err['msg']}") from None
+    stamp = now_iso()
+    c = parsed.conversation
+    created = c.created or stamp
+    conv = Conversation(0, c.title, created, c.updated or created, c.target, c.draft, c.system_prompt, len(parsed.messages))
+    records: list[StoredMessage] = []
+    for i, m in enumerate(parsed.messages):
+        message = Message(role=m.role, content=m.content, tokens=m.tokens, kinds=m.kinds, stopped=m.stopped)
+        record = StoredMessage(id=0, idx=i, created=m.created or created, message=message)
+        if m.stats is not None:
+            raw = {"text": m.content, "tokens": list(m.tokens), "kinds": list(m.kinds), **m.stats}
+            raw = {k: (math.nan if v is None and k in TURN_REAL_COLUMNS else v) for k, v in raw.items()}
+            raw["accepted_per_pos"] = [math.nan if v is None else v for v in raw.get("accepted_per_pos") or []]
+            try:
+                message.stats = _TURN.validate_python(raw)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                raise HistoryError(f"{source}: messages[{i}].stats.{_loc(err['loc'])}: {err['msg']}") from None
+            if m.run is not None:
+                record.target, record.auto_k, record.sampling = m.run.target, m.run.auto_k, m.run.sampling
+        records.append(record)
+    return conv, records
+
+
+def read_export_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON export file (``-`` = stdin) with one-line errors for missing or malformed files."""
+    import sys
+
+    if str(path) == "-":
+        text, source = sys.stdin.read(), "stdin"
+    else:
+        p = Path(path).expanduser()
+        source = str(p)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise HistoryError(f"{p}: no such file; give the path of a file from 'specchat history export'") from None
+        except IsADirectoryError:
+            raise HistoryError(f"{p} is a directory; give the path of a JSON export file") from None
+        except UnicodeDecodeError:
+            raise HistoryError(f"{p}: not a text file; give a JSON export from 'specchat history export --format json'") from None
+        except OSError as exc:
+            raise HistoryError(f"cannot read {p}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise HistoryError(
+            f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
+            "give a file from 'specchat history export --format json'"
+        ) from None
+
+
+def messages_from_export(data: Any, *, source: str = "conversation file") -> tuple[Conversation, list[Message]]:
+    """Messages (with rebuilt Turn stats) of export data, e.g. for ``specchat generate --conversation``."""
+    conv, records = parse_export(data, source=source)
+    return conv, [r.message for r in records]
+
+
+# -- Markdown -----------------------------------------------------------------------------------------
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def format_time(stamp: str) -> str:
+    try:
+        dt = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    if dt.tzinfo is not None:
+        dt = dt.astimezone(timezone.utc)
+    return dt.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _num(x: float, fmt: str) -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _stat_cells(record: StoredMessage) -> dict[str, str]:
+    t = record.message.stats
+    assert t is not None
+    if t.draft_n:
+        acceptance = f"{_num(t.acceptance * 100, '.1f')} % ({t.draft_n_accepted}/{t.draft_n})"
+        mean_len = _num(t.mean_len, ".2f")
+    else:
+        acceptance, mean_len = "–", "–"
+    k = str(t.k) + (" auto" if record.auto_k else "")
+    drafter = t.drafter if t.speculative or t.draft_n else (t.drafter + " (off)" if t.drafter else "off")
+    return {
+        "tok/s": _num(t.predicted_per_second, ".1f"),
+        "acceptance": acceptance,
+        "mean len": mean_len,
+        "K": k if t.speculative or t.draft_n else "–",
+        "drafter": drafter,
+        "tokens": str(t.predicted_n),
+        "prompt": f"{t.prompt_n} tok / {_num(t.prompt_ms, '.0f')} ms",
+        "stop": t.stop_reason,
+    }
+
+
+def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str:
+    """A conversation as Markdown readable on its own: title, model pair, messages, per-turn stats table."""
+    title = " ".join(conv.title.split()) or f"Conversation {conv.id}"
+    lines = [f"# {title}", ""]
+    pair = f"target `{conv.target or '?'}`, draft `{conv.draft or '?'}`"
+    lines += [
+        f"- **Model pair:** {pair}",
+        f"- **Created:** {format_time(conv.created)} · **updated:** {format_time(conv.updated)}",
+        f"- **Messages:** {len(records)}",
+    ]
+    if conv.system_prompt and not any(r.message.role == "system" for r in records):
+        lines.append(f"- **System prompt:** {' '.join(conv.system_prompt.split())}")
+    lines.append("")
+    turns: list[tuple[int, StoredMessage]] = []
+    for number, record in enumerate(records, start=1):
+        m = record.message
+        lines += ["---", "", f"### {number}. {m.role.capitalize()}", ""]
+        lines.append(m.content if m.content else "*(empty)*")
+        lines.append("")
+        if m.stopped:
+            lines += ["*(stopped before the end)*", ""]
+        if m.stats is not None:
+            cells = _stat_cells(record)
+            summary = f"{cells['tok/s']} tok/s"
+            if m.stats.draft_n:
+                summary += f" · acceptance {cells['acceptance']} · mean len {cells['mean len']} · K {cells['K']}"
+            summary += f" · {cells['drafter']}"
+            lines += [f"*{summary}*", ""]
+            turns.append((number, record))
+    if turns:
+        header = ["#", "tok/s", "acceptance", "mean len", "K", "drafter", "tokens", "prompt", "stop"]
+        lines += ["---", "", "## Turn statistics", ""]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join("---:" if h not in ("drafter", "stop") else "---" for h in header) + "|")
+        for number, record in turns:
+            cells = _stat_cells(record)
+            lines.append("| " + " | ".join(_cell(v) for v in [number, *(cells[h] for h in header[1:])]) + " |")
+        lines.append("")
+        lines.append(
+            "tok/s = generated tokens per second of the reply; acceptance = draft tokens kept / drafted; "
+            "mean len = tokens per verify step (1 + accepted / steps with a draft), as llama.cpp reports it."
+        )
+        lines.append("")
+    return "\n".join(lines)
