@@ -408,6 +408,8 @@ def _fmt_number(x: Any) -> str:
 
 def allowed_values(key: Key) -> str:
     """Human description of what ``key`` accepts, derived from the model's constraints."""
+    if key[:1] == ("keymap",) and len(key) == 2:
+        return "must be a string (an action name)"
     info = _field_info(key)
     if info is None:
         return ""
@@ -495,7 +497,7 @@ def _origin_of(key: Key, layers: list[Layer]) -> tuple[str, bool]:
 
 def _describe_error(err: dict, layers: list[Layer]) -> str:
     key: Key = tuple(str(p) for p in err["loc"])
-    dotted = ".".join(key)
+    dotted = toml_key(key)
     where, from_env = _origin_of(key, layers)
     if err["type"] == "extra_forbidden":
         parent, name = key[:-1], key[-1]
