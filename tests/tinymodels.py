@@ -94,6 +94,7 @@ def _tensor_specs(n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: 
 def _weights(seed: int, name: str, shape: tuple[int, ...], std: float, base_vocab: int) -> np.ndarray:
     """Deterministic weights of one tensor. Vocabulary rows beyond ``base_vocab`` get their own stream,
     so padding the vocabulary does not change the rows of the real tokens."""
+    std = np.float32(std)  # keep float32: a float64 scalar would promote the tensor to F64 (llama.cpp crashes on it)
     if std == 0.0:
         return np.ones(shape, dtype=np.float32)
     if name in ("token_embd.weight", "output.weight") and shape[0] != base_vocab:
@@ -103,7 +104,7 @@ def _weights(seed: int, name: str, shape: tuple[int, ...], std: float, base_voca
             extra = _rng(seed, name, 1).standard_normal((shape[0] - base_vocab, shape[1]), dtype=np.float32) * std
             w = np.concatenate([w, extra])
         return np.ascontiguousarray(w)
-    return _rng(seed, name).standard_normal(shape, dtype=np.float32) * np.float32(std)
+    return _rng(seed, name).standard_normal(shape, dtype=np.float32) * std
 
 
 def write_tiny_gguf(
@@ -196,6 +197,7 @@ def write_tiny_gguf(
             w += _rng(seed, tname, 2).standard_normal(shape, dtype=np.float32) * np.float32(std * noise)
         else:
             w = _weights(seed, tname, shape, std, base_vocab)
+        assert w.dtype == np.float32 and w.shape == shape, (tname, w.dtype, w.shape)
         writer.add_tensor(tname, w)
 
     path.parent.mkdir(parents=True, exist_ok=True)
