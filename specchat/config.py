@@ -270,6 +270,10 @@ def _file_layer(location: ConfigLocation) -> Layer | None:
             read_toml(location.path, location.describe_origin())  # raises "not found" / "is a directory"
         return None
     data = read_toml(location.path, location.describe_origin())
+    data_dir = data.get("data_dir")
+    if isinstance(data_dir, str) and data_dir and not data_dir.startswith("~") and not Path(data_dir).is_absolute():
+        # a relative data_dir in a file means "next to this file", wherever specchat is started from
+        data["data_dir"] = str(location.path.parent.absolute() / data_dir)
     layer = Layer("file", data)
     _label(layer, data, (), f"file {location.path}", f"in {location.path}")
     return layer

@@ -438,7 +438,7 @@ class HistoryStore:
         """
         stored = [r.message for r in self.records(conv_id)[1]]
         common = 0
-        while common < min(len(stored), len(messages)) and stored[common] == messages[common]:
+        while common < min(len(stored), len(messages)) and _same(stored[common], messages[common]):
             common += 1
         if common < len(stored):
             self.truncate_after(conv_id, common - 1)
@@ -588,6 +588,23 @@ class HistoryStore:
             # _insert bumps `updated` to the newest message; keep the exported value when it is later.
             conn.execute("UPDATE conversations SET title = ?, updated = max(updated, ?) WHERE id = ?", (conv.title, conv.updated, new_id))
         return new_id
+
+
+def _same(a: Message, b: Message) -> bool:
+    """Message equality where a NaN timing equals NaN (dataclass ``==`` says NaN != NaN)."""
+    if a == b:
+        return True
+
+    def norm(x: Any) -> Any:
+        if isinstance(x, float) and math.isnan(x):
+            return None
+        if isinstance(x, dict):
+            return {k: norm(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [norm(v) for v in x]
+        return x
+
+    return norm(dataclasses.asdict(a)) == norm(dataclasses.asdict(b))
 
 
 def _turn_from_row(s: Mapping[str, Any], message: Message) -> Turn:

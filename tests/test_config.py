@@ -202,6 +202,8 @@ def test_data_dir_default_file_and_home_expansion(isolated):
     assert load_settings().history_path() == isolated.data_home / "specchat" / "history.sqlite3"
     path = write(isolated.tmp / "c.toml", 'data_dir = "~/chats"\n')
     assert load_settings(str(path)).effective_data_dir() == isolated.home / "chats"
+    nested = write(isolated.tmp / "conf" / "c.toml", 'data_dir = "data"\n')
+    assert load_settings(str(nested)).effective_data_dir() == isolated.tmp / "conf" / "data"  # next to the file
 
 
 def test_sampling_settings_convert_to_engine_params(isolated):

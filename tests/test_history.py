@@ -234,6 +234,12 @@ def test_sync_keeps_the_common_prefix_and_rewrites_the_tail(store):
     assert [r.message for r in records] == edited
     assert [r.id for r in records[:3]] == first_ids[:3] and [r.id for r in records[3:]] == new_ids
     assert records[4].auto_k is True
+    nan_reply = reply(3, predicted_per_second=math.nan)  # NaN != NaN must not look like a change
+    store.sync(cid, edited + [Message("user", "q"), nan_reply])
+    kept = [r.id for r in store.records(cid)[1]]
+    assert store.sync(cid, edited + [Message("user", "q"), nan_reply]) == []
+    assert [r.id for r in store.records(cid)[1]] == kept
+    assert store.sync(cid, edited + [Message("user", "NaN"), nan_reply]) != []  # text is compared as text
 
 
 def test_titles_listing_and_delete_cascade(store, tmp_path):
@@ -577,6 +583,18 @@ def test_cli_list_show_export_import_delete(isolated, monkeypatch, capsys, tmp_p
     assert code == 0 and out == f"deleted conversation {cid} (question 0, 3 messages)\n"
     with HistoryStore(db) as store:
         assert [c.id for c in store.list_conversations()] == [2]
+
+
+def test_cli_import_from_stdin(isolated, monkeypatch, capsys, tmp_path):
+    import io
+
+    db = tmp_path / "h.sqlite3"
+    data = export_messages([Message("user", "from a pipe"), reply(0)], title="piped")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(data)))
+    code, out, _ = run_cli(["history", "import", "-", "--db", str(db)], monkeypatch, capsys)
+    assert code == 0 and out.startswith("imported stdin as conversation 1 (2 messages)")
+    with HistoryStore(db) as store:
+        assert store.load(1)[1] == [Message("user", "from a pipe"), reply(0)]
 
 
 def test_cli_export_never_overwrites_without_force(isolated, monkeypatch, capsys, tmp_path):
