@@ -20,12 +20,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from tinymodels import write_tiny_gguf
+# Test helpers (tinymodels, enginekit, ...) are imported by bare name from any test directory, whether or not
+# tests/ is a package (with tests/__init__.py pytest puts the repo root, not tests/, on sys.path).
+_TESTS_DIR = str(Path(__file__).resolve().parent)
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+
+from tinymodels import write_tiny_gguf  # noqa: E402
 
 TARGET_SEED = 0
 TARGET_OUTPUT_SCALE = 100.0

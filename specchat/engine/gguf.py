@@ -85,6 +85,7 @@ TYPE_NAMES = {
     FLOAT64: "float64",
 }
 
+_U64 = struct.Struct("<Q")
 REDOWNLOAD = "re-download it (or re-create it) and try again"
 
 
@@ -206,6 +207,25 @@ class _Reader:
         self.pos += n
         return raw.decode("utf-8", errors="surrogateescape")
 
+    def _strings(self, count: int) -> list[str]:
+        """``count`` strings in a row (the tokenizer's 49k tokens and merges: kept tight, it is the hot loop)."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = _U64.unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Truncated(pos + 8)
+            (n,) = unpack(buf, pos)
+            pos += 8
+            end = pos + n
+            if end > size:
+                raise _Truncated(end)
+            append(buf[pos:end].decode("utf-8", "surrogateescape"))
+            pos = end
+        self.pos = pos
+        return out
+
     def value(self, vtype: int) -> tuple[Any, int | None]:
         if vtype == STRING:
             return self.string(), None
@@ -218,7 +238,7 @@ class _Reader:
             if etype == STRING:
                 # each element is at least 8 bytes (its length): bound the count before looping
                 self._need(count * 8)
-                return [self.string() for _ in range(count)], etype
+                return self._strings(count), etype
             if etype in _NUMPY_DTYPES:
                 dtype = np.dtype(_NUMPY_DTYPES[etype])
                 self._need(count * dtype.itemsize)
@@ -291,9 +311,10 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
     try:
         version = r.u32()
         if version not in KNOWN_VERSIONS:
-            if version & 0xFFFF == 0 and (version >> 16) in KNOWN_VERSIONS:
+            swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+            if swapped in KNOWN_VERSIONS:
                 raise ModelFileError(
-                    f"{path} is a big-endian GGUF (version {version >> 16}); llama.cpp on this machine needs a "
+                    f"{path} is a big-endian GGUF (version {swapped}); llama.cpp on this machine needs a "
                     "little-endian file: convert it again without --bigendian"
                 )
             raise ModelFileError(

@@ -3,6 +3,7 @@ from GGUF metadata (no llama.cpp) and from the vocabulary of the model loaded by
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import llama_cpp
@@ -29,7 +30,9 @@ ADD_BOS = {"tokenizer.ggml.add_bos_token": True}
 ADD_EOS = {"tokenizer.ggml.add_eos_token": True}
 
 
+@functools.lru_cache(maxsize=None)
 def _loaded(path: Path) -> VocabSummary:
+    """The vocabulary as llama.cpp loads it (vocab_only: no weights)."""
     return VocabSummary.from_llama_model(llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False))
 
 
