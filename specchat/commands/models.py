@@ -266,9 +266,9 @@ def _run_pull(args: argparse.Namespace) -> int:
     else:
         from specchat.models.hub import pull_file
 
+        # nothing is printed before the hub answers: an unreachable hub is exactly one line
         for role, file in preset.files():
             if isinstance(file, HubFile):
-                print(f"{role}: {file.repo}/{file.filename}", file=sys.stderr)
-                pull_file(file, mdir, force=args.force, say=_say)
+                pull_file(file, mdir, force=args.force, say=lambda msg, role=role: _say(f"{role} {msg}"))
     print(f"{preset.name} is ready; use it with target = \"preset:{preset.name}\" (or SPECCHAT_TARGET=preset:{preset.name})")
     return 0

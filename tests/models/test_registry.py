@@ -1,0 +1,75 @@
+"""Model names for users: bundled, paths, preset names, ``preset:NAME`` pairs, derived names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import ModelFileError
+from specchat.models.presets import PRESETS, SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE, HubFile
+from specchat.models.registry import bundled_model_path, resolve_model, resolve_pair
+
+
+def test_bundled_and_paths(tmp_path: Path) -> None:
+    assert resolve_model("bundled") == bundled_model_path()
+    assert bundled_model_path().is_file()
+    # paths are returned as given (validated later by specchat.engine.gguf), even when missing
+    assert resolve_model(str(tmp_path / "x.gguf"), tmp_path) == tmp_path / "x.gguf"
+    assert resolve_model("some/dir/model.gguf") == Path("some/dir/model.gguf")
+
+
+def test_preset_names_resolve_to_files_in_the_data_dir(demo_data_dir: Path) -> None:
+    models = demo_data_dir / "models"
+    assert resolve_model("smollm2-f16-q41", demo_data_dir) == models / SMOLLM2_F16_FILE
+    assert resolve_model("preset:smollm2-f16-q41", demo_data_dir) == models / SMOLLM2_F16_FILE
+    assert resolve_model("smollm2-layerskip", demo_data_dir) == bundled_model_path()
+
+
+def test_derived_names_resolve_with_or_without_suffix(demo_data_dir: Path) -> None:
+    models = demo_data_dir / "models"
+    stem = SMOLLM2_SKIP_FILE.removesuffix(".gguf")
+    assert resolve_model(stem, demo_data_dir) == models / SMOLLM2_SKIP_FILE
+    assert resolve_model("SmolLM2-135M-Instruct.F16", demo_data_dir) == models / SMOLLM2_F16_FILE
+
+
+def test_missing_preset_files_say_how_to_get_them(tmp_path: Path) -> None:
+    with pytest.raises(ModelFileError, match=r"run: specchat models pull qwen2\.5-7b$"):
+        resolve_model("qwen2.5-7b", tmp_path)
+    with pytest.raises(ModelFileError, match=r"run: specchat models derive --demo$"):
+        resolve_model("preset:smollm2-f16-q41", tmp_path)
+    with pytest.raises(ModelFileError, match="unknown preset 'nope'; choose one of"):
+        resolve_model("preset:nope", tmp_path)
+    with pytest.raises(ModelFileError, match="unknown model 'nope'"):
+        resolve_model("nope", tmp_path)
+
+
+def test_preset_prefix_chooses_the_pair(demo_data_dir: Path) -> None:
+    models = demo_data_dir / "models"
+    pair = resolve_pair("preset:smollm2-layerskip", "ngram", demo_data_dir)
+    assert (pair.target, pair.drafter, pair.draft, pair.preset) == (
+        bundled_model_path(), "model", models / SMOLLM2_SKIP_FILE, "smollm2-layerskip")
+    # "none" still turns speculation off; an explicit draft model still wins
+    assert resolve_pair("preset:smollm2-layerskip", "none", demo_data_dir).drafter == "none"
+    explicit = resolve_pair("preset:smollm2-f16-q41", SMOLLM2_SKIP_FILE.removesuffix(".gguf"), demo_data_dir)
+    assert (explicit.target, explicit.draft) == (models / SMOLLM2_F16_FILE, models / SMOLLM2_SKIP_FILE)
+
+
+def test_plain_preset_name_is_the_target_only(demo_data_dir: Path) -> None:
+    pair = resolve_pair("smollm2-f16-q41", "ngram", demo_data_dir)
+    assert (pair.target.name, pair.drafter, pair.draft, pair.preset) == (SMOLLM2_F16_FILE, "ngram", None, None)
+    # as a draft, a preset name means the preset's draft file
+    as_draft = resolve_pair("bundled", "smollm2-layerskip", demo_data_dir)
+    assert as_draft.draft == demo_data_dir / "models" / SMOLLM2_SKIP_FILE
+
+
+def test_preset_table() -> None:
+    seed = PRESETS["qwen2.5-1.5b"]
+    assert isinstance(seed.target, HubFile) and seed.target.size == 1_117_320_736
+    assert isinstance(seed.draft, HubFile) and seed.draft.size == 491_400_032
+    assert seed.target.url == (
+        "https://huggingface.co/Qwen/Qwen2.5-1.5B-Instruct-GGUF/resolve/main/qwen2.5-1.5b-instruct-q4_k_m.gguf")
+    assert {"qwen2.5-7b", "llama3.1-8b", "smollm2-f16-q41", "smollm2-layerskip"} <= set(PRESETS)
+    for preset in PRESETS.values():
+        assert preset.demonstrates
+        assert preset.kind == ("local" if preset.name.startswith("smollm2") else "hub")
