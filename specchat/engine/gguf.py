@@ -22,7 +22,6 @@ weights, so ``specchat models list`` can describe models without loading llama.c
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -86,6 +85,8 @@ TYPE_NAMES = {
 }
 
 _U64 = struct.Struct("<Q")
+MAX_HEADER_BYTES = 1 << 30  # metadata beyond this is a corrupt length field, not a real tokenizer
+_FIRST_READ = 4 << 20  # bytes read first; SmolLM2's header is 1.8 MB, Llama 3's about 8 MB
 REDOWNLOAD = "re-download it (or re-create it) and try again"
 
 
@@ -170,12 +171,16 @@ class _Truncated(Exception):
         self.needed = needed
 
 
+class _NeedMore(_Truncated):
+    """Raised when the header runs past the prefix read so far, but not past the end of the file."""
+
+
 class _Corrupt(Exception):
     """Raised inside the parser for a structurally impossible header (not a size problem)."""
 
 
 class _Reader:
-    """Little-endian cursor over a memory map, raising _Truncated when a read passes the end."""
+    """Little-endian cursor over a bytes prefix of the file, raising _Truncated when a read passes its end."""
 
     __slots__ = ("buf", "pos", "size")
 
@@ -292,21 +297,32 @@ def parse_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except OSError as exc:
         raise ModelFileError(f"cannot read model file {path}: {exc.strerror}; check the file") from None
     with fh:
-        magic = fh.read(4)
-        if magic != GGUF_MAGIC:
-            raise _not_gguf(path, f"it starts with {magic!r}, not b'GGUF'")
         try:
-            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise ModelFileError(f"cannot read model file {path}: {exc}; check the file") from None
-        try:
-            return _parse(path, buf, size)
-        finally:
-            buf.close()
+            head = fh.read(_FIRST_READ)
+            magic = head[:4]
+            if magic != GGUF_MAGIC:
+                raise _not_gguf(path, f"it starts with {magic!r}, not b'GGUF'")
+            # Parse from an in-memory prefix of the file (no mmap: a file shrinking under an mmap is SIGBUS).
+            # If the header runs past the prefix, read a bigger prefix and parse again (headers are a few MB).
+            buf = head
+            while True:
+                try:
+                    return _parse(path, buf, size)
+                except _NeedMore as more:
+                    if more.needed > MAX_HEADER_BYTES:
+                        raise ModelFileError(
+                            f"{path} is a corrupt GGUF file (its header claims more than {MAX_HEADER_BYTES >> 20} MB "
+                            f"of metadata); {REDOWNLOAD}"
+                        ) from None
+                    fh.seek(0)
+                    buf = fh.read(min(size, max(2 * more.needed, 4 * len(buf))))
+        except OSError as exc:
+            raise ModelFileError(f"cannot read model file {path}: {exc.strerror or exc}; check the file") from None
 
 
-def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
-    r = _Reader(buf, size)
+def _parse(path: Path, buf: bytes, size: int) -> GGUFFile:
+    """Parse the header in ``buf`` (the first ``len(buf)`` bytes of a ``size``-byte file)."""
+    r = _Reader(buf, len(buf))
     r.pos = 4
     try:
         version = r.u32()
@@ -324,14 +340,20 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
         n_tensors = r.u64()
         n_kv = r.u64()
         # every KV takes >= 13 bytes and every tensor info >= 24: bound the counts by the file size
-        if n_kv * 13 > size or n_tensors * 24 > size:
-            raise _Corrupt(f"header claims {n_kv} metadata keys and {n_tensors} tensors")
+        least = r.pos + 13 * n_kv + 24 * n_tensors
+        if least > size:
+            raise ModelFileError(
+                f"{path} is truncated or corrupt: its header lists {n_kv} metadata keys and {n_tensors} tensors, "
+                f"which need at least {least} bytes, but the file has {size}; {REDOWNLOAD}"
+            )
         metadata: dict[str, Any] = {}
         types: dict[str, tuple[int, int | None]] = {}
         for _ in range(n_kv):
             key = r.string()
             vtype = r.u32()
             value, etype = r.value(vtype)
+            if key in metadata:
+                raise _Corrupt(f"duplicate metadata key {key!r}")
             metadata[key] = value
             types[key] = (vtype, etype)
         tensors: list[TensorInfo] = []
@@ -352,10 +374,24 @@ def _parse(path: Path, buf: mmap.mmap, size: int) -> GGUFFile:
                 raise _Corrupt(f"tensor {name!r} row of {shape[0]} is not a multiple of {qtype.name}'s block of {block_size}")
             tensors.append(TensorInfo(name, shape, ggml_type, offset))
         alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise _Corrupt(f"general.alignment is {alignment!r}, not a power of two")
+        if "general.alignment" in types and types["general.alignment"][0] != UINT32:
+            raise _Corrupt(f"general.alignment is a {TYPE_NAMES.get(types['general.alignment'][0], '?')}, not a uint32")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise _Corrupt(f"general.alignment is {alignment}, not a power of two")
+        # as gguf.cpp: names are unique and each tensor starts where the previous one's padded data ends
+        names: set[str] = set()
+        expected_offset = 0
+        for t in tensors:
+            if t.name in names:
+                raise _Corrupt(f"duplicate tensor name {t.name!r}")
+            names.add(t.name)
+            if t.offset != expected_offset:
+                raise _Corrupt(f"tensor {t.name!r} has offset {t.offset}, expected {expected_offset}")
+            expected_offset += (t.nbytes + alignment - 1) // alignment * alignment
         data_offset = (r.pos + alignment - 1) // alignment * alignment
     except _Truncated as exc:
+        if len(buf) < size:
+            raise _NeedMore(exc.needed) from None
         raise ModelFileError(
             f"{path} is truncated: it is {size} bytes long but its GGUF header alone needs at least "
             f"{exc.needed} bytes; {REDOWNLOAD}"

@@ -66,6 +66,53 @@ class TestTinyModels:
         near, far = agreement(tiny_draft), agreement(tiny_draft_far)
         assert 0.3 <= near <= 0.85, near
         assert far < near and far < 0.3, far
+        # greedy text does not fall into short loops (that would make acceptance trivially all-or-nothing)
+        assert all(len(set(gen)) > 30 for _, gen in contexts)
+
+    def test_flat_pair_is_spread_out_and_disagrees(self, tiny_flat_pair):
+        """Premise of the stochastic tests: at T = 1 the flat target's p is spread over many tokens, and the
+        draft's q overlaps it only partly (expected acceptance = sum_x min(p, q) well below 1, above 0)."""
+        target, draft = (_llama(p, logits_all=True) for p in tiny_flat_pair)
+        toks = target.tokenize(b"Hello there, how are you today?", add_bos=False)
+        target.eval(toks)
+        draft.eval(toks)
+
+        def softmax(row) -> np.ndarray:
+            x = np.asarray(row, dtype=np.float64)
+            e = np.exp(x - x.max())
+            return e / e.sum()
+
+        tops, overlaps = [], []
+        for i in range(len(toks)):
+            p, q = softmax(target.scores[i]), softmax(draft.scores[i])
+            tops.append(p.max())
+            overlaps.append(np.minimum(p, q).sum())
+        assert max(tops) < 0.6 and np.median(tops) < 0.3
+        assert 0.02 < np.mean(overlaps) < 0.5, overlaps
+
+    def test_greedy_prompts_have_no_near_ties(self, tiny_target, greedy_prompts):
+        """The promise behind ``greedy_prompts``: for 100 greedy tokens, raw and in the chat template, the top-1
+        logit beats the top-2 by > 0.1, and one batched decode of the whole text picks the same argmax at every
+        position as token-by-token decoding."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        from tinymodels import GREEDY_SAFE_TOKENS
+
+        target = _llama(tiny_target, logits_all=True)
+        target_meta = target.metadata
+        fmt = Jinja2ChatFormatter(template=target_meta["tokenizer.chat_template"], eos_token="<|im_end|>",
+                                  bos_token="<|im_start|>", add_generation_prompt=True)
+        worst = np.inf
+        for prompt in greedy_prompts:
+            templated = fmt(messages=[{"role": "user", "content": prompt}]).prompt
+            assert templated.startswith("<|im_start|>system") and templated.endswith("<|im_start|>assistant\n")
+            for text in (prompt, templated):
+                toks, gen, margins = _greedy_with_margins(target, text, GREEDY_SAFE_TOKENS)
+                worst = min(worst, min(margins))
+                target.reset()
+                target.eval(toks + gen[:-1])  # one batch (n_batch 512): every row's logits at once
+                batch_argmax = [int(np.argmax(target.scores[len(toks) - 1 + i])) for i in range(len(gen))]
+                assert batch_argmax == gen, text
+        assert worst > 0.1, worst
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -181,6 +228,47 @@ def test_corrupt_tensor_type(tiny_target, tmp_path):
         fh.write(struct.pack("<I", 250))
     message = _error(path)
     assert "corrupt" in message and "unknown ggml type 250" in message
+
+
+def test_truncated_before_the_tables_it_announces(tiny_target, tmp_path):
+    path = _copy(tiny_target, tmp_path / "stub.gguf")
+    os.truncate(path, 100)
+    message = _error(path)
+    assert "truncated or corrupt" in message and "the file has 100" in message and "need at least" in message
+
+
+def _patch(src: Path, dst: Path, old: bytes, new: bytes, limit: int) -> Path:
+    raw = bytearray(src.read_bytes())
+    at = raw.index(old, 0, limit)
+    raw[at : at + len(old)] = new
+    dst.write_bytes(raw)
+    return dst
+
+
+def test_duplicate_metadata_key(tiny_target, tmp_path):
+    parsed = parse_gguf(tiny_target)
+    path = _patch(tiny_target, tmp_path / "dup.gguf", b"general.type", b"general.name", parsed.data_offset)
+    assert "duplicate metadata key 'general.name'" in _error(path)
+
+
+def test_tensor_offsets_must_follow_each_other(tiny_target, tmp_path):
+    parsed = parse_gguf(tiny_target)
+    last = parsed.tensors[-1]
+    old = struct.pack("<IQ", last.ggml_type, last.offset)
+    path = _patch(tiny_target, tmp_path / "gap.gguf", old, struct.pack("<IQ", last.ggml_type, last.offset + 64),
+                  parsed.data_offset)
+    message = _error(path)
+    assert f"has offset {last.offset + 64}, expected {last.offset}" in message
+
+
+def test_header_larger_than_the_first_read(make_tiny_gguf):
+    """Metadata bigger than the 4 MB first read is parsed by reading a longer prefix."""
+    blob = "x" * 9_000_000
+    path = make_tiny_gguf(seed=5, n_layer=1, n_embd=32, n_head=2, n_ff=32,
+                          metadata_overrides={"specchat.test.blob": blob})
+    parsed = validate_gguf(path)
+    assert parsed.metadata["specchat.test.blob"] == blob and parsed.data_offset > 9_000_000
+    assert len(parsed.tensors) == 12
 
 
 def test_trailing_bytes_are_fine(tiny_target, tmp_path):
