@@ -315,7 +315,13 @@ def parse_gguf(path: str | os.PathLike[str]) -> GGUFFile:
                             f"of metadata); {REDOWNLOAD}"
                         ) from None
                     fh.seek(0)
-                    buf = fh.read(min(size, max(2 * more.needed, 4 * len(buf))))
+                    longer = fh.read(min(size, max(2 * more.needed, 4 * len(buf))))
+                    if len(longer) <= len(buf):  # the file shrank after we measured it
+                        raise ModelFileError(
+                            f"{path} changed while being read (it is shorter than {size} bytes now); wait until "
+                            f"whatever writes it has finished, or {REDOWNLOAD}"
+                        )
+                    buf = longer
         except OSError as exc:
             raise ModelFileError(f"cannot read model file {path}: {exc.strerror or exc}; check the file") from None
 
