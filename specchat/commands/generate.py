@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from specchat.errors import UserError
 
@@ -62,25 +61,11 @@ def settings_overrides(args: argparse.Namespace) -> dict:
 
 
 def load_conversation(path: str) -> list:
-    from specchat.engine.protocol import Message
+    """Messages of a saved conversation (a ``specchat history export --format json`` file)."""
+    from specchat.history import messages_from_export, read_export_file
 
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"conversation file {p} does not exist: give a JSON file from 'specchat history export ID --format json'") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"conversation file {p} is not valid JSON ({exc}): export one with 'specchat history export ID --format json'") from None
-    msgs = data.get("messages") if isinstance(data, dict) else data
-    if not isinstance(msgs, list):
-        raise UserError(f"conversation file {p} has no 'messages' list: export one with 'specchat history export ID --format json'")
-    out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(m.get("content"), str):
-            raise UserError(f"conversation file {p}: message {i} needs a role (system/user/assistant) and a text content")
-        toks = m.get("tokens") or []
-        out.append(Message(m["role"], m["content"], tokens=[int(t) for t in toks] if isinstance(toks, list) else []))
-    return out
+    _conv, messages = messages_from_export(read_export_file(path), source=str(path))
+    return messages
 
 
 def run(args: argparse.Namespace) -> int:

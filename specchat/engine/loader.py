@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.engine.chat import ChatSession
-from specchat.engine.compat import require_compatible, summary_from_model
+from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import K_MAX, Controls, ControlState, SamplingParams
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
 from specchat.engine.model import Model
@@ -61,7 +61,10 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
                 progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
             )
             try:
-                require_compatible(summary_from_model(target), summary_from_model(draft_model), target_path, draft_path)
+                require_compatible(
+                    VocabSummary.from_llama_vocab(target.vocab, str(target_path)),
+                    VocabSummary.from_llama_vocab(draft_model.vocab, str(draft_path)),
+                )
             except Exception:
                 draft_model.close()
                 raise
