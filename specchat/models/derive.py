@@ -19,11 +19,13 @@ token (its block count must be the intended one), and only then renamed into pla
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,12 +127,62 @@ def quantize(src: Path, dst: Path, quant: str, threads: int) -> None:
     params.ftype = ftype_for(quant)
     params.allow_requantize = True
     params.nthread = max(1, int(threads))
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    with _captured_llama_output() as log:
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
+        lines = [line.strip() for line in log.text().splitlines() if line.strip()]
+        # llama.cpp ends with "llama_model_quantize: failed to quantize: <reason>"; else take an error line
+        reason = next((ln.split("failed to quantize:", 1)[1].strip() for ln in reversed(lines)
+                       if "failed to quantize:" in ln),
+                      next((ln for ln in reversed(lines) if "error" in ln.lower()), ""))
         raise ModelFileError(
-            f"llama.cpp could not quantise {src} to {quant.upper()} (code {rc}); "
-            "check that the source loads ('specchat models list') and that the disk has room"
+            f"llama.cpp could not quantise {src} to {quant.upper()} ({reason or f'code {rc}'}); "
+            "choose another --quant (e.g. Q8_0, Q4_K_M or F16) or check that the disk has room"
         )
+
+
+class _Captured:
+    """llama.cpp's log messages (through its log callback) and whatever it printed on fd 2 directly."""
+
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.messages: list[str] = []
+
+    def text(self) -> str:
+        self.file.seek(0)
+        raw = self.file.read()[-65536:].decode("utf-8", errors="replace")
+        return raw + "".join(self.messages)
+
+
+@contextlib.contextmanager
+def _captured_llama_output() -> Iterator[_Captured]:
+    """Collect llama.cpp's output for the duration of the block instead of showing it.
+
+    The quantiser prints per-tensor notes and fallback warnings partly through the log callback
+    (``llama_log_set``) and partly with plain ``fprintf(stderr)``: the callback is swapped for a collecting
+    one, and file descriptor 2 is redirected into a temporary file. Both are restored afterwards
+    (llama-cpp-python's own callback, ``llama_cpp._logger.llama_log_callback``).
+    """
+    import llama_cpp
+    import llama_cpp._logger as llama_logger
+
+    captured = _Captured()
+
+    @llama_cpp.llama_log_callback
+    def collect(_level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        captured.messages.append(text.decode("utf-8", errors="replace"))
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
+    try:
+        os.dup2(captured.file.fileno(), 2)
+        yield captured
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        llama_cpp.llama_log_set(llama_logger.llama_log_callback, ctypes.c_void_p(0))
 
 
 # ----------------------------------------------------------------------------------------------- layer-skip
@@ -214,6 +266,7 @@ def layer_skip(src: Path, dst: Path, keep: list[int], *, note: str = "") -> None
 
 
 _QUIET = False
+_BACKEND = False
 
 
 def _quiet_llama() -> None:
@@ -226,6 +279,15 @@ def _quiet_llama() -> None:
         _QUIET = True
 
 
+def _backend() -> None:
+    global _BACKEND
+    if not _BACKEND:
+        import llama_cpp
+
+        llama_cpp.llama_backend_init()
+        _BACKEND = True
+
+
 def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1) -> int:
     """Load ``path`` in llama.cpp, decode one token, and return its block count (``llama_model_n_layer``).
 
@@ -236,7 +298,7 @@ def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1)
     import numpy as np
 
     _quiet_llama()
-    llama_cpp.llama_backend_init()
+    _backend()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)

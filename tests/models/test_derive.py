@@ -113,33 +113,39 @@ def test_f16_target_loads_and_passes_compat_on_loaded_vocabs(f16_path: Path) -> 
     assert check_compatible(*summaries).ok
 
 
-def _teacher_forced_agreement(paths: list[Path]) -> list[float]:
-    """Share of positions where each model's argmax equals the bundled model's greedy continuation."""
-    from llama_cpp import Llama
+def _teacher_forced_agreement(paths: list[Path], n_gen: int = 40) -> list[float]:
+    """Share of positions where each model's argmax equals the bundled model's greedy continuation,
+    with the engine's own :class:`~specchat.engine.model.Model` (one batched decode per candidate)."""
+    from specchat.engine.model import Model
 
-    ref_model = Llama(str(bundled_model_path()), n_ctx=128, n_threads=2, verbose=False)
-    prompt = "<|im_start|>user\nExplain why the sky is blue.<|im_end|>\n<|im_start|>assistant\n"
-    p = ref_model.tokenize(prompt.encode(), add_bos=False, special=True)
-    gen: list[int] = []
-    for tok in ref_model.generate(p, temp=0):
-        if tok == ref_model.token_eos() or len(gen) >= 40:
-            break
-        gen.append(tok)
-    del ref_model
-    toks = p + gen
+    ref = Model(bundled_model_path(), n_ctx=128, n_batch=128, threads=1)
+    try:
+        prompt = ref.tokenize("<|im_start|>user\nExplain why the sky is blue.<|im_end|>\n<|im_start|>assistant\n")
+        logits = ref.decode(prompt)
+        gen: list[int] = []
+        while len(gen) < n_gen:
+            tok = int(np.argmax(logits[-1]))
+            if ref.is_eog(tok):
+                break
+            gen.append(tok)
+            logits = ref.decode([tok])
+    finally:
+        ref.close()
+    assert len(gen) >= 20
     out = []
     for path in paths:
-        m = Llama(str(path), n_ctx=128, n_threads=2, verbose=False, logits_all=True)
-        m.eval(toks)
-        argmax = np.asarray(m.scores[len(p) - 1 : len(toks) - 1]).argmax(-1)
-        out.append(float((argmax == np.asarray(gen)).mean()))
-        del m
+        m = Model(path, n_ctx=128, n_batch=128, threads=1)
+        try:
+            rows = m.decode(prompt + gen[:-1], logits_last=len(gen))
+        finally:
+            m.close()
+        out.append(float((rows.argmax(-1) == np.asarray(gen)).mean()))
     return out
 
 
 def test_demo_pairs_have_high_and_low_acceptance(f16_path: Path, skip_path: Path) -> None:
-    """What the presets promise: the F16 target agrees with its Q4_1 draft almost everywhere (measured
-    0.95), the layer-skip draft with its target almost nowhere (measured 0.05)."""
+    """What the presets promise: the F16 target agrees with its Q4_1 draft almost everywhere (measured here:
+    40/40 positions), the layer-skip draft with its target almost nowhere (2/40)."""
     f16, skip = _teacher_forced_agreement([f16_path, skip_path])
     assert f16 >= 0.85
     assert skip <= 0.5
@@ -264,3 +270,15 @@ def test_cli_derive_from_a_truncated_file(capsys, isolated_config: Path, tmp_pat
                               "--data-dir", str(tmp_path))
     assert code == 2
     assert "is truncated" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_derive_reports_llamacpp_refusal(capsys, isolated_config: Path, tmp_path: Path, skip_path: Path) -> None:
+    """IQ2_XXS needs an importance matrix: llama.cpp's own reason, in one line, and no file left behind."""
+    code, _out, err = run_cli(capsys, "models", "derive", "--from", str(skip_path), "--quant", "IQ2_XXS",
+                              "--data-dir", str(tmp_path), "--threads", "2")
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("specchat: error: llama.cpp could not quantise")
+    assert "requires an imatrix" in lines[-1] and "choose another --quant" in lines[-1]
+    assert all(line.startswith("  ") for line in lines[:-1])  # only our progress notes, no llama.cpp chatter
+    assert list((tmp_path / "models").iterdir()) == []
