@@ -1,0 +1,119 @@
+"""``specchat`` with no subcommand: the terminal app.
+
+Builds the settings (defaults < config TOML < ``SPECCHAT_*`` env < these flags), opens the history
+database, and hands the app an engine *factory*; the factory imports :mod:`specchat.engine.loader` only
+when it runs (in the app's loading thread, after the first frame), so neither this module nor the app
+imports llama_cpp at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# (flag, dest, type, settings key, help)
+_FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
+    ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
+    ("--draft", "tui_draft", str, "draft", "drafter: a draft .gguf path, a preset or derived name, 'ngram' or 'none'"),
+    ("--k", "tui_k", int, "k", "draft length K, 0..16"),
+    ("--temperature", "tui_temperature", float, "sampling.temperature", "sampling temperature (0 = greedy)"),
+    ("--top-k", "tui_top_k", int, "sampling.top_k", "top-k filter (0 = off)"),
+    ("--top-p", "tui_top_p", float, "sampling.top_p", "top-p filter (1 = off)"),
+    ("--seed", "tui_seed", int, "sampling.seed", "sampling seed"),
+    ("--threads", "tui_threads", int, "threads", "CPU threads for llama.cpp"),
+    ("--n-ctx", "tui_n_ctx", int, "n_ctx", "context length in tokens"),
+    ("--n-predict", "tui_n_predict", int, "n_predict", "maximum tokens per reply"),
+    ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
+    ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
+    ("--data-dir", "tui_data_dir", str, "data_dir", "where models and the history database live"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("chat app options (when no command is given)")
+    for flag, dest, typ, _key, help_text in _FLAGS:
+        group.add_argument(flag, dest=dest, type=typ, default=None, help=help_text)
+    group.add_argument(
+        "--auto-k",
+        dest="tui_auto_k",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="let the cost model choose K (default on in the app)",
+    )
+    group.add_argument("--no-history", dest="tui_no_history", action="store_true", help="do not save conversations")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the flags the user gave, nested like the settings (they beat the file and the environment)."""
+    out: dict[str, Any] = {}
+    pairs = [(dest, key) for _flag, dest, _typ, key, _help in _FLAGS] + [("tui_auto_k", "auto_k")]
+    for dest, key in pairs:
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        node = out
+        *parents, leaf = key.split(".")
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = value
+    return out
+
+
+def make_factory(settings: Any) -> Callable[[Callable[[float, str], None]], Any]:
+    """An engine factory for the app: loads the models when called (in the app's loading thread)."""
+
+    def factory(progress: Callable[[float, str], None]) -> Any:
+        from specchat.engine.loader import load_engine  # lazy: llama_cpp is imported here, not at start-up
+
+        return load_engine(settings, progress)
+
+    return factory
+
+
+def open_history(settings: Any, disabled: bool = False) -> tuple[Any, str | None]:
+    """The history store, or ``(None, why history is off)``."""
+    if disabled:
+        return None, "History is off (--no-history): this chat will not be saved."
+    try:
+        from specchat.history import HistoryStore
+    except ImportError:
+        return None, "History is off: this specchat has no history module."
+    try:
+        return HistoryStore(settings.history_path()), None
+    except Exception as exc:  # HistoryError carries what to do; anything else is reported the same way
+        return None, f"History is off: {exc}"
+
+
+def user_theme_dir(config_path: str | None) -> Path | None:
+    """The directory of the config file in effect (the user config dir by default); themes live in its themes/."""
+    try:
+        from specchat.config import locate_config
+
+        return locate_config(config_path).path.parent
+    except Exception:
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.config import load_settings
+    from specchat.tui.app import SpecChatApp
+
+    config_path = getattr(args, "config", None)
+    settings = load_settings(config_path, overrides_from_args(args))
+    store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
+    app = SpecChatApp(
+        make_factory(settings),
+        settings,
+        store,
+        make_factory=make_factory,
+        user_theme_dir=user_theme_dir(config_path),
+        history_note=note,
+    )
+    try:
+        app.run()
+    finally:
+        if store is not None:
+            store.close()
+    return int(app.return_code or 0)

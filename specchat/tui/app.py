@@ -1,0 +1,704 @@
+"""specchat's terminal app: chat with speculative decoding you can watch.
+
+The app never imports llama_cpp or the engine's model code: it receives an *engine factory*
+(``Callable[[progress], ChatEngine]``) and runs it in a thread worker after the first frame, so the window
+appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
+batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
+through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from textual import on
+from textual.app import App
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.widgets import Footer, Static
+
+from specchat.engine.controls import K_MAX, ControlState
+from specchat.engine.protocol import ChatEngine, Message
+from specchat.errors import UserError
+from specchat.tui.commands import SpecChatCommands
+from specchat.tui.generation import describe_exception, pump_turn
+from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
+from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress, PiecesBatch, StatsUpdated, TurnFinished
+from specchat.tui.screens.help import HelpScreen
+from specchat.tui.screens.history import HistoryScreen, unique_path
+from specchat.tui.stats import LiveStats
+from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
+from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
+from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.widgets.sidebar import Sidebar
+
+Progress = Callable[[float, str], None]
+APP_ACTIONS = {spec.action for spec in APP_KEYS}
+EngineFactory = Callable[[Progress], ChatEngine]
+
+
+def _setting(settings: Any, name: str, default: Any) -> Any:
+    return getattr(settings, name, default) if settings is not None else default
+
+
+def legend_content(show_ghosts: bool) -> Content:
+    parts: list[Content] = []
+    for kind in ("accepted", "corrected", "bonus", "plain"):
+        parts.append(Content.styled(f"\u25a0 {kind}", f"$token-{kind}"))
+        parts.append(Content("  "))
+    ghost = Content.styled("ghost", "$token-rejected strike dim")
+    parts.append(ghost)
+    parts.append(Content(" = refused draft" + ("" if show_ghosts else " (hidden)")))
+    return Content.assemble(*parts)
+
+
+class SpecChatApp(App[None]):
+    """The chat window. See the module docstring."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "specchat"
+    BINDINGS = app_bindings()
+    COMMANDS = App.COMMANDS | {SpecChatCommands}
+    AUTO_FOCUS = "#prompt"
+
+    def __init__(
+        self,
+        engine_factory: EngineFactory,
+        settings: Any = None,
+        history_store: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        make_factory: Callable[[Any], EngineFactory] | None = None,
+        user_theme_dir: Path | None = None,
+        export_dir: Path | None = None,
+        history_note: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.engine_factory = engine_factory
+        self.settings = settings
+        self.history_store = history_store
+        self.make_factory = make_factory
+        self.user_theme_dir = user_theme_dir
+        self.export_dir = export_dir or Path.cwd()
+        self.history_note = history_note
+        self._clock = clock
+        self.engine: ChatEngine | None = None
+        self.engine_error: str | None = None
+        self.conversation_id: int | None = None
+        self.show_ghosts = True
+        self.markdown_view = False
+        self.effective_keys: dict[str, str] = {s.id: s.keys for s in (*APP_KEYS, *PROMPT_KEYS)}
+        self.theme_errors: list[str] = []
+        self.keymap_problems: list[str] = []
+        self._stats = LiveStats()
+        self._turn_id = 0
+        self._current: AssistantMessage | None = None
+        self._generating = False
+        self._turn_done = threading.Event()
+        self._turn_done.set()
+        self._load_done = threading.Event()
+        self._load_done.set()
+        self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
+        self._pending_messages: list[Message] | None = None
+        self._after_turn: list[Callable[[], None]] = []
+        self._closing = False
+        self._closed_engine = False
+
+    # -- layout ------------------------------------------------------------------------------------------
+    def compose(self):
+        with Horizontal(id="main"):
+            with Vertical(id="chat-column"):
+                yield Static(legend_content(True), id="legend")
+                yield ChatLog(id="chat")
+                yield PromptInput(id="prompt")
+            yield Sidebar(id="sidebar")
+        yield Footer()
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        defaults = dict(TOKEN_DEFAULTS)
+        try:
+            foreground = self.current_theme.foreground
+        except Exception:
+            foreground = None
+        if foreground:
+            defaults["token-plain"] = foreground
+        return defaults
+
+    def on_mount(self) -> None:
+        self._setup_themes()
+        self._setup_keymap()
+        self.sidebar.show_pair(None, None)
+        self.sidebar.show_controls(None)
+        if self.history_note:
+            self.chat.mount(ChatNotice(self.history_note))
+        self._start_load(self.engine_factory)
+
+    def _setup_themes(self) -> None:
+        result = load_themes(theme_dirs(self.user_theme_dir))
+        for theme in result.themes:
+            self.register_theme(theme)
+        self.theme_errors = list(result.errors)
+        for error in result.errors:
+            self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
+        wanted = _setting(self.settings, "theme", DEFAULT_THEME)
+        if wanted not in self.available_themes:
+            self.notify(
+                f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
+                severity="warning",
+                timeout=10,
+            )
+            wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+        self.theme = wanted
+
+    def _setup_keymap(self) -> None:
+        keymap, problems = resolve_keymap(_setting(self.settings, "keymap", {}) or {})
+        self.keymap_problems = problems
+        for problem in problems:
+            self.notify(f"Config: {problem}", title="Keymap", severity="warning", timeout=15)
+        if keymap:
+            self.set_keymap(keymap)
+        self.effective_keys.update(keymap)
+
+    # -- handy queries ----------------------------------------------------------------------------------
+    @property
+    def sidebar(self) -> Sidebar:
+        return self.query_one(Sidebar)
+
+    @property
+    def chat(self) -> ChatLog:
+        return self.query_one(ChatLog)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    @property
+    def generating(self) -> bool:
+        return self._generating
+
+    def assistant_messages(self) -> list[AssistantMessage]:
+        return list(self.chat.query(AssistantMessage))
+
+    def control_state(self) -> ControlState | None:
+        return self.engine.controls.snapshot() if self.engine is not None else None
+
+    # -- loading the engine -------------------------------------------------------------------------------
+    def _start_load(self, factory: EngineFactory, close_first: ChatEngine | None = None) -> None:
+        self._load_done.clear()
+        self.engine_error = None
+        self.sidebar.show_loading(0.0, "starting")
+        self.run_worker(
+            partial(self._load_worker, factory, close_first),
+            thread=True,
+            exit_on_error=False,
+            group="load",
+            name="load-engine",
+            description="load the models",
+        )
+
+    def _load_worker(self, factory: EngineFactory, close_first: ChatEngine | None) -> None:
+        try:
+            if close_first is not None:
+                close_first.close()
+            start = self._clock()
+
+            def progress(fraction: float, what: str) -> None:
+                self.post_message(LoadProgress(float(fraction), str(what)))
+
+            try:
+                engine = factory(progress)
+            except UserError as exc:
+                self.post_message(EngineFailed(str(exc)))
+                return
+            except Exception as exc:  # a bug or an unexpected library error: still a message, not a crash
+                self.post_message(
+                    EngineFailed(
+                        f"could not load the models ({describe_exception(exc)}); check target and draft "
+                        f"with 'specchat config show' and 'specchat models list'"
+                    )
+                )
+                return
+            self._loaded_engine = engine
+            self.post_message(EngineReady(engine, self._clock() - start))
+        finally:
+            self._load_done.set()
+
+    def on_load_progress(self, message: LoadProgress) -> None:
+        if self.engine is None and self.engine_error is None:
+            self.sidebar.show_loading(message.fraction, message.what)
+
+    def on_engine_ready(self, message: EngineReady) -> None:
+        if self._closing:
+            return  # _shutdown_engine closes it
+        self.engine = message.engine
+        info = self.engine.info()
+        state = self.engine.controls.snapshot()
+        self.sidebar.show_ready(f"ready \u00b7 loaded in {message.load_seconds:.1f} s")
+        self.sidebar.show_pair(info, state)
+        self.sidebar.show_controls(state)
+        if info.note:
+            self.chat.mount(ChatNotice(info.note))
+        if self._pending_messages is not None:
+            self.engine.load(self._pending_messages)
+            self._pending_messages = None
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        self.engine_error = message.message
+        self.sidebar.show_error(f"model error \u2013 see the chat")
+        self.chat.mount(
+            ChatNotice(
+                f"Could not load the model: {message.message}\n"
+                "You can still read saved chats (ctrl+o). Fix the setting and restart specchat, or pick "
+                "another model with ctrl+p \u2192 Model.",
+                error=True,
+            )
+        )
+
+    # -- sending and streaming ------------------------------------------------------------------------------
+    def _engine_or_explain(self) -> ChatEngine | None:
+        if self.engine is not None:
+            return self.engine
+        if self.engine_error is not None:
+            self.notify(f"No model is loaded: {self.engine_error}", severity="error", timeout=10)
+        else:
+            self.notify("The model is still loading; try again in a moment.", severity="warning")
+        return None
+
+    @on(PromptInput.Submitted)
+    def _on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
+        text = event.text
+        if not text.strip():
+            return
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if self._generating:
+            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
+            return
+        event.prompt.clear()
+        self._start_turn(partial(engine.send, text), user_text=text)
+
+    def _reply_title(self) -> str:
+        state = self.control_state()
+        if state is None or self.engine is None:
+            return "assistant"
+        info = self.engine.info()
+        if not state.speculative:
+            return f"{info.target_name} \u00b7 no speculation"
+        drafter = state.drafter or info.draft_name
+        k = "auto-K" if state.auto_k else f"K={state.k}"
+        return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
+
+    def _start_turn(self, start: Callable[[], Any], user_text: str | None = None) -> None:
+        chat = self.chat
+        if user_text is not None:
+            chat.mount(UserMessage(user_text))
+        assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
+        chat.mount(assistant)
+        chat.anchor()
+        self._current = assistant
+        self._turn_id += 1
+        self._generating = True
+        self._turn_done.clear()
+        self.refresh_bindings()
+        self.run_worker(
+            partial(self._turn_worker, self._turn_id, start),
+            thread=True,
+            exit_on_error=False,
+            group="generation",
+            name=f"turn-{self._turn_id}",
+            description="generate a reply",
+        )
+
+    def _turn_worker(self, turn_id: int, start: Callable[[], Any]) -> None:
+        try:
+            pump_turn(turn_id, start, self.post_message, self._stats, self._clock)
+        finally:
+            self._turn_done.set()
+
+    def on_pieces_batch(self, message: PiecesBatch) -> None:
+        if message.turn_id != self._turn_id or self._current is None:
+            return
+        if message.pieces:
+            self._current.append(message.pieces)
+        for notice in message.notices:
+            self.chat.mount(ChatNotice(notice), before=self._current)
+
+    def on_stats_updated(self, message: StatsUpdated) -> None:
+        self.sidebar.show_stats(message.snapshot)
+
+    def on_turn_finished(self, message: TurnFinished) -> None:
+        if message.turn_id != self._turn_id:
+            return
+        assistant = self._current
+        self._current = None
+        self._generating = False
+        self.refresh_bindings()
+        if assistant is not None:
+            assistant.finish(message.turn, message.error)
+        if message.error:
+            self.chat.mount(
+                ChatNotice(
+                    f"The reply ended with an error: {message.error}\n"
+                    "The conversation is still usable: send again, or regenerate with "
+                    f"{self.effective_keys.get('regenerate', 'ctrl+r')}.",
+                    error=True,
+                )
+            )
+        self._save_history()
+        callbacks, self._after_turn = self._after_turn, []
+        for callback in callbacks:
+            callback()
+
+    # -- history ---------------------------------------------------------------------------------------------
+    def _save_history(self) -> None:
+        store, engine = self.history_store, self.engine
+        if store is None or engine is None:
+            return
+        messages = list(engine.messages)
+        if not any(m.role == "user" for m in messages):
+            return
+        try:
+            info = engine.info()
+            state = engine.controls.snapshot()
+            if self.conversation_id is None:
+                self.conversation_id = store.create_conversation(
+                    target=info.target_name,
+                    draft=info.draft_name,
+                    system_prompt=_setting(self.settings, "system_prompt", "") or "",
+                )
+            store.sync(
+                self.conversation_id, messages, target=info.target_name, auto_k=state.auto_k, sampling=state.sampling
+            )
+        except Exception as exc:
+            self.notify(f"Could not save the conversation: {describe_exception(exc)}", severity="error", timeout=10)
+
+    def action_history(self) -> None:
+        if self.history_store is None:
+            self.notify(self.history_note or "History is off in this session.", severity="warning")
+            return
+        self.push_screen(
+            HistoryScreen(self.history_store, self.export_dir, on_deleted=self._on_conversation_deleted),
+            self._open_conversation,
+        )
+
+    def _on_conversation_deleted(self, conv_id: int) -> None:
+        if conv_id == self.conversation_id:
+            self.conversation_id = None
+
+    def _open_conversation(self, conv_id: int | None) -> None:
+        if conv_id is None:
+            return
+        if self._generating:
+            self.notify("Stop the reply first (Esc), then open the conversation.", severity="warning")
+            return
+        try:
+            conv, messages = self.history_store.load(conv_id)
+        except Exception as exc:
+            self.notify(f"Could not open conversation {conv_id}: {describe_exception(exc)}", severity="error")
+            return
+        self._show_messages(messages)
+        self.conversation_id = conv_id
+        if self.engine is not None:
+            self.engine.load(messages)
+            hint = "send a message to continue it"
+        else:
+            self._pending_messages = messages
+            hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
+        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History")
+
+    def _show_messages(self, messages: list[Message]) -> None:
+        chat = self.chat
+        chat.remove_children()
+        for m in messages:
+            if m.role == "system":
+                if m.content:
+                    chat.mount(ChatNotice(f"system: {m.content}"))
+            elif m.role == "user":
+                chat.mount(UserMessage(m.content))
+            else:
+                widget = AssistantMessage(title="assistant (saved)", show_ghosts=self.show_ghosts, markdown=self.markdown_view)
+                widget.load_saved(m)
+                chat.mount(widget)
+        chat.scroll_end(animate=False)
+
+    # -- actions: conversation -----------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return self._generating
+        if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
+            return False  # a dialog is open: its own keys win (our bindings are priority bindings)
+        return True
+
+    def action_stop(self) -> None:
+        if self.engine is not None and self._generating:
+            self.engine.controls.request_stop()
+            if self._current is not None:
+                self._current.border_subtitle = "stopping\u2026"
+
+    def action_regenerate(self) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if self._generating:
+            self.notify("A reply is still being generated: press Esc first.", severity="warning")
+            return
+        messages = engine.messages
+        if messages and messages[-1].role == "assistant":
+            replies = self.assistant_messages()
+            if replies:
+                replies[-1].remove()
+            self._start_turn(engine.regenerate)
+        elif messages and messages[-1].role == "user":
+            self._start_turn(partial(engine.edit_last, messages[-1].content))  # the last turn failed: try again
+        else:
+            self.notify("Nothing to regenerate yet: send a message first.")
+
+    def action_new_chat(self) -> None:
+        if self._generating:
+            if self.engine is not None:
+                self.engine.controls.request_stop()
+            self._after_turn.append(self._new_chat_now)
+            return
+        self._new_chat_now()
+
+    def _new_chat_now(self) -> None:
+        if self.engine is not None:
+            self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
+        self._pending_messages = None
+        self.conversation_id = None
+        self.chat.remove_children()
+        self.notify("New chat.", timeout=2)
+
+    def _chat_markdown(self) -> str:
+        lines = ["# specchat conversation", ""]
+        for widget in self.chat.children:
+            if isinstance(widget, UserMessage):
+                lines += ["## You", "", widget.text, ""]
+            elif isinstance(widget, AssistantMessage):
+                lines += ["## Assistant" + (" (stopped)" if widget.stopped else ""), "", widget.reply_text, ""]
+        return "\n".join(lines)
+
+    def action_export(self) -> None:
+        try:
+            if self.history_store is not None and self.conversation_id is not None:
+                text = self.history_store.export_markdown(self.conversation_id)
+                stem = f"specchat-{self.conversation_id}"
+            else:
+                if not any(isinstance(w, UserMessage) for w in self.chat.children):
+                    self.notify("Nothing to export yet.")
+                    return
+                text = self._chat_markdown()
+                stem = "specchat-chat"
+            path = unique_path(self.export_dir, stem, ".md")
+            path.write_text(text, encoding="utf-8")
+        except Exception as exc:
+            self.notify(f"Could not export: {describe_exception(exc)}", severity="error")
+            return
+        self.notify(f"Exported to {path}", title="Export")
+
+    def action_copy_reply(self) -> None:
+        replies = [r for r in self.assistant_messages() if r.reply_text]
+        if not replies:
+            self.notify("No reply to copy yet.")
+            return
+        text = replies[-1].reply_text
+        self.copy_to_clipboard(text)
+        self.notify(f"Copied the last reply ({len(text)} characters, without ghost text).", timeout=3)
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            self.pop_screen()
+            return
+        self.push_screen(HelpScreen(dict(self.effective_keys)))
+
+    # -- actions: speculation controls (applied by the engine at its next step) --------------------------
+    def _controls_changed(self, note: str | None = None) -> None:
+        state = self.control_state()
+        self.sidebar.show_controls(state)
+        self.sidebar.show_pair(self.engine.info() if self.engine else None, state)
+        if note:
+            self.notify(note + (" (from the next step)" if self._generating else ""), timeout=2)
+
+    def set_k(self, k: int) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        k = max(0, min(K_MAX, int(k)))
+        state = engine.controls.snapshot()
+        engine.controls.set_k(k)
+        note = f"K = {k}"
+        if state.auto_k:
+            engine.controls.set_auto_k(False)
+            note += "; auto-K off"
+        self._controls_changed(note)
+
+    def action_k_up(self) -> None:
+        state = self.control_state()
+        if state is None:
+            self._engine_or_explain()
+            return
+        if state.k >= K_MAX:
+            self.notify(f"K is at its maximum ({K_MAX}).", timeout=2)
+            return
+        self.set_k(state.k + 1)
+
+    def action_k_down(self) -> None:
+        state = self.control_state()
+        if state is None:
+            self._engine_or_explain()
+            return
+        if state.k <= 0:
+            self.notify("K is 0 already (no drafting).", timeout=2)
+            return
+        self.set_k(state.k - 1)
+
+    def action_toggle_speculation(self) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        state = engine.controls.snapshot()
+        info = engine.info()
+        if not state.speculative and not info.can_speculate:
+            self.notify(info.note or "This model cannot speculate.", severity="warning")
+            return
+        engine.controls.set_speculative(not state.speculative)
+        self._controls_changed(f"speculation {'off' if state.speculative else 'on'}")
+
+    def action_toggle_auto_k(self) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        state = engine.controls.snapshot()
+        engine.controls.set_auto_k(not state.auto_k)
+        self._controls_changed(f"auto-K {'off' if state.auto_k else 'on'}")
+
+    def set_drafter(self, name: str) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        engine.controls.set_drafter(name)
+        if name != "none" and not engine.controls.snapshot().speculative and engine.info().can_speculate:
+            engine.controls.set_speculative(True)
+        self._controls_changed(f"drafter: {name}")
+
+    def set_temperature(self, temperature: float) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        state = engine.controls.snapshot()
+        try:
+            engine.controls.set_sampling(replace(state.sampling, temperature=float(temperature)))
+        except ValueError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self._controls_changed(f"temperature = {temperature:g}")
+
+    def set_theme(self, name: str) -> None:
+        if name not in self.available_themes:
+            self.notify(f"Unknown theme {name!r}.", severity="error")
+            return
+        self.theme = name
+
+    # -- actions: display ---------------------------------------------------------------------------------
+    def action_toggle_ghosts(self) -> None:
+        self.show_ghosts = not self.show_ghosts
+        for reply in self.assistant_messages():
+            reply.set_ghosts(self.show_ghosts)
+        self.query_one("#legend", Static).update(legend_content(self.show_ghosts))
+
+    def action_toggle_markdown(self) -> None:
+        self.markdown_view = not self.markdown_view
+        for reply in self.assistant_messages():
+            reply.set_markdown(self.markdown_view)
+        self.notify(f"Finished replies: {'Markdown' if self.markdown_view else 'tokens'} view", timeout=2)
+
+    # -- model switching (command palette) -------------------------------------------------------------
+    def model_choices(self) -> list[tuple[str, str, str, str]]:
+        """(label, target, draft, help) for the palette: the bundled pair and the presets."""
+        choices = [("bundled SmolLM2 + ngram", "bundled", "ngram", "the default pair, no download")]
+        try:
+            from specchat.models.presets import PRESETS, local_path
+        except ImportError:
+            return choices
+        data_dir = None
+        fn = getattr(self.settings, "effective_data_dir", None)
+        if callable(fn):
+            data_dir = fn()
+        if data_dir is None:
+            return choices
+        models = Path(data_dir) / "models"
+        for name, preset in PRESETS.items():
+            draft = str(local_path(preset.draft, models))
+            choices.append((f"preset {name}", f"preset:{name}", draft, preset.demonstrates))
+        return choices
+
+    def switch_model(self, target: str, draft: str, label: str) -> None:
+        if self.make_factory is None or self.settings is None:
+            self.notify("Switching models is not available in this session.", severity="warning")
+            return
+        if self._generating or not self._load_done.is_set():
+            self.notify("Wait for the reply or the loading to finish first.", severity="warning")
+            return
+        if target.startswith("preset:"):
+            try:
+                from specchat.models.presets import get_preset, how_to_get, local_path
+
+                preset = get_preset(target)
+                models = Path(self.settings.effective_data_dir()) / "models"
+                missing = [f for _, f in preset.files() if not local_path(f, models).exists()] if preset else []
+            except Exception:
+                missing = []
+                preset = None
+            if preset is not None and missing:
+                self.notify(f"{label} is not on this machine; run: {how_to_get(preset)}", severity="warning", timeout=10)
+                return
+        update = {"target": target, "draft": draft}
+        if hasattr(self.settings, "model_copy"):
+            new_settings = self.settings.model_copy(update=update)
+        else:
+            new_settings = copy.copy(self.settings)
+            for key, value in update.items():
+                setattr(new_settings, key, value)
+        factory = self.make_factory(new_settings)
+        old = self.engine
+        if old is not None:
+            self._pending_messages = list(old.messages)
+        self.engine = None
+        self._loaded_engine = None
+        self.settings = new_settings
+        self.sidebar.show_pair(None, None)
+        self.sidebar.show_controls(None)
+        self.notify(f"Loading {label}\u2026")
+        self._start_load(factory, close_first=old)
+
+    # -- shutdown -----------------------------------------------------------------------------------------
+    async def _shutdown_engine(self) -> None:
+        """Stop the reply, wait for the worker threads, close the engine. Idempotent."""
+        self._closing = True
+        engine = self.engine or self._loaded_engine
+        if engine is not None:
+            engine.controls.request_stop()
+        await asyncio.to_thread(self._turn_done.wait)
+        await asyncio.to_thread(self._load_done.wait)
+        engine = self.engine or self._loaded_engine
+        if engine is not None and not self._closed_engine:
+            self._closed_engine = True
+            await asyncio.to_thread(engine.close)
+
+    async def action_quit(self) -> None:
+        if self._generating:
+            self.notify("Stopping the reply\u2026", timeout=2)
+        await self._shutdown_engine()
+        self.exit()
+
+    async def on_unmount(self) -> None:
+        await self._shutdown_engine()

@@ -1,0 +1,48 @@
+"""Command palette (ctrl+p): switch drafter, model pair/preset, theme, K and temperature."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from specchat.engine.controls import K_MAX
+
+if TYPE_CHECKING:
+    from specchat.tui.app import SpecChatApp
+
+TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5)
+
+
+class SpecChatCommands(Provider):
+    def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
+        app: SpecChatApp = self.app  # type: ignore[assignment]
+        out: list[tuple[str, Callable[[], object], str]] = []
+        engine = app.engine
+        if engine is not None:
+            info = engine.info()
+            for name in info.drafters:
+                out.append((f"Drafter: {name}", partial(app.set_drafter, name), "draft with this drafter from the next step"))
+        for label, target, draft, help_text in app.model_choices():
+            out.append((f"Model: {label}", partial(app.switch_model, target, draft, label), help_text))
+        for name in sorted(app.available_themes):
+            out.append((f"Theme: {name}", partial(app.set_theme, name), "switch the colour theme"))
+        for k in range(0, K_MAX + 1):
+            out.append((f"K = {k}", partial(app.set_k, k), "draft length (0 = no drafting); next step"))
+        for t in TEMPERATURES:
+            out.append((f"Temperature = {t:g}", partial(app.set_temperature, t), "sampling temperature (0 = greedy)"))
+        return out
+
+    async def discover(self) -> Hits:
+        for text, callback, help_text in self._commands():
+            if text.startswith(("Drafter:", "Model:", "Theme: specchat")):
+                yield DiscoveryHit(text, callback, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for text, callback, help_text in self._commands():
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), callback, text=text, help=help_text)

@@ -1,0 +1,88 @@
+"""Key bindings: ids, defaults, and how the config's ``keymap`` maps onto them.
+
+Every binding has an id; ``settings.keymap`` may use either orientation (both are accepted, because
+both are natural to write):
+
+- ``binding id -> keys`` (Textual's own keymap format): ``k_up = "ctrl+k"`` or ``k_up = "f4,ctrl+k"``;
+- ``key -> binding id``: ``"ctrl+k" = "k_up"`` (several keys may name the same id).
+
+Either way the given keys *replace* the default keys of that binding. Entries naming no known id are
+reported once in the app (with the list of ids) and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    id: str
+    keys: str
+    action: str
+    description: str
+    help: str
+    show: bool = True
+    priority: bool = True  # checked before the focused widget (TextArea binds f6/f7 itself)
+
+
+APP_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("help", "f1", "help", "Help", "this help: keys, colours, binding ids"),
+    KeySpec("k_down", "f3", "k_down", "K\u2212", "draft length K down (applies at the next step)"),
+    KeySpec("k_up", "f4", "k_up", "K+", "draft length K up (applies at the next step)"),
+    KeySpec("toggle_speculation", "f5", "toggle_speculation", "Spec", "speculation on / off (next step)"),
+    KeySpec("toggle_auto_k", "f6", "toggle_auto_k", "Auto-K", "let the cost model choose K"),
+    KeySpec("toggle_ghosts", "f7", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens"),
+    KeySpec("toggle_markdown", "f8", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens"),
+    KeySpec("copy_reply", "f9", "copy_reply", "Copy", "copy the last reply (never the ghosts)"),
+    # not priority: Escape must still close dialogs; the prompt does not consume it
+    KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays)", priority=False),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again"),
+    KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation"),
+    KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats"),
+    KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown"),
+)
+
+PROMPT_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("send", "enter", "submit", "Send", "send the message", show=False),
+    KeySpec(
+        "newline", "ctrl+j,shift+enter", "newline", "Newline", "insert a new line (ctrl+j works everywhere)", show=False
+    ),
+)
+
+ALL_IDS = {spec.id for spec in (*APP_KEYS, *PROMPT_KEYS)}
+
+
+def app_bindings() -> list[Binding]:
+    return [
+        Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
+        for spec in APP_KEYS
+    ]
+
+
+def resolve_keymap(keymap: Mapping[str, str] | None) -> tuple[dict[str, str], list[str]]:
+    """Turn ``settings.keymap`` into Textual's ``{binding id: "key1,key2"}`` plus problems to report."""
+    result: dict[str, list[str]] = {}
+    problems: list[str] = []
+    for left, right in (keymap or {}).items():
+        if not isinstance(left, str) or not isinstance(right, str) or not left.strip() or not right.strip():
+            problems.append(f"keymap entry {left!r} = {right!r} is not two non-empty strings")
+            continue
+        left, right = left.strip(), right.strip()
+        if left in ALL_IDS:
+            binding_id, keys = left, right
+        elif right in ALL_IDS:
+            binding_id, keys = right, left
+        else:
+            problems.append(
+                f"keymap entry {left!r} = {right!r} names no binding; ids are: {', '.join(sorted(ALL_IDS))}"
+            )
+            continue
+        for key in keys.split(","):
+            key = key.strip()
+            if key and key not in result.setdefault(binding_id, []):
+                result[binding_id].append(key)
+    return {binding_id: ",".join(keys) for binding_id, keys in result.items()}, problems

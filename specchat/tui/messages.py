@@ -1,0 +1,73 @@
+"""Messages posted from worker threads to the app (``post_message`` is thread-safe and non-blocking).
+
+The generation worker posts at most ~30 :class:`PiecesBatch` and :class:`StatsUpdated` a second; stats
+messages coalesce (``can_replace``) so a busy UI only ever draws the newest numbers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+from specchat.engine.events import Turn
+
+if TYPE_CHECKING:
+    from specchat.engine.protocol import ChatEngine
+    from specchat.tui.stats import StatsSnapshot
+
+
+class LoadProgress(Message):
+    """The engine factory reported progress (fraction 0..1, what it is doing)."""
+
+    def __init__(self, fraction: float, what: str) -> None:
+        super().__init__()
+        self.fraction = fraction
+        self.what = what
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LoadProgress)
+
+
+class EngineReady(Message):
+    def __init__(self, engine: ChatEngine, load_seconds: float) -> None:
+        super().__init__()
+        self.engine = engine
+        self.load_seconds = load_seconds
+
+
+class EngineFailed(Message):
+    """Loading failed; ``message`` says what happened and what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+
+class PiecesBatch(Message):
+    """Pieces (and notices) of one turn gathered over ~33 ms."""
+
+    def __init__(self, turn_id: int, pieces: list[tuple[str, str]], notices: list[str]) -> None:
+        super().__init__()
+        self.turn_id = turn_id
+        self.pieces = pieces
+        self.notices = notices
+
+
+class StatsUpdated(Message):
+    def __init__(self, snapshot: StatsSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StatsUpdated)
+
+
+class TurnFinished(Message):
+    """The turn ended: with its :class:`Turn`, or with an error message (the turn is then over too)."""
+
+    def __init__(self, turn_id: int, turn: Turn | None, error: str | None) -> None:
+        super().__init__()
+        self.turn_id = turn_id
+        self.turn = turn
+        self.error = error

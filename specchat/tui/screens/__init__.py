@@ -1,0 +1,1 @@
+"""Modal screens: help, history browser."""

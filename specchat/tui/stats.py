@@ -1,0 +1,211 @@
+"""Live statistics for the sidebar, computed from the engine's events (pure Python, no Textual).
+
+:class:`LiveStats` is fed by the generation worker (one turn at a time) and hands out immutable
+:class:`StatsSnapshot` objects, which the worker posts to the UI. Definitions follow llama.cpp:
+
+- acceptance = accepted / drafted (tokens the target kept / tokens proposed, llama.cpp PR #14104);
+- mean accepted length = 1 + accepted / (steps that verified a draft) (``server_slot::print_timings``);
+- acceptance per draft position i = share of the steps that drafted >= i tokens whose i-th token was kept
+  (llama.cpp PR #24536);
+- rolling tok/s = tokens emitted by the steps of the last :data:`WINDOW_S` seconds of wall clock / the time
+  they took, measured with the injected clock (so tests and snapshots are deterministic);
+- per-step tok/s (the sparkline) = emitted / ``t_step_ms`` of that step, the engine's own timing.
+
+The A/B table compares finished turns by how they ran: every step speculative with one drafter ("on ·
+<drafter>") or none speculative ("off"); a turn whose setting changed midway counts as neither. Rates are
+token-weighted (sum of tokens / sum of decode time), ratios are against "off".
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specchat.engine.events import CostEstimate, PromptDone, Step, Turn
+
+WINDOW_S = 1.0
+HISTORY = 60  # points kept for the sparklines
+
+
+@dataclass(frozen=True, slots=True)
+class ABRow:
+    label: str
+    turns: int
+    tokens: int
+    tok_s: float
+    ratio: float | None  # tok/s / tok/s of "off"; None without an "off" row
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    generating: bool = False
+    tok_s: float | None = None
+    tokens: int = 0
+    steps: int = 0
+    acceptance: float | None = None
+    mean_len: float | None = None
+    draft_ms: float | None = None
+    verify_ms: float | None = None
+    k: int | None = None
+    auto_k: bool | None = None
+    speculative: bool | None = None
+    drafter: str | None = None
+    tok_s_history: tuple[float, ...] = ()
+    acceptance_history: tuple[float, ...] = ()
+    per_position: tuple[float, ...] = ()
+    cost: CostEstimate | None = None
+    ab: tuple[ABRow, ...] = ()
+    prompt_n: int | None = None
+    prompt_ms: float | None = None
+    cached_n: int | None = None
+    last_turn: Turn | None = None
+
+
+@dataclass
+class _ABTotals:
+    turns: int = 0
+    tokens: int = 0
+    ms: float = 0.0
+
+
+def _step_is_speculative(step: Step) -> bool:
+    return step.speculative and (step.k > 0 or step.auto_k)
+
+
+@dataclass
+class LiveStats:
+    """Accumulates one turn's steps (and all turns' A/B totals). Not thread-safe: one writer at a time."""
+
+    _window: deque = field(default_factory=deque)  # (t_end, emitted, t_start)
+    _last_t: float | None = None
+    _tok_hist: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    _acc_hist: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
+    _tokens: int = 0
+    _steps: int = 0
+    _drafted: int = 0
+    _accepted: int = 0
+    _spec_steps: int = 0
+    _draft_ms: float = 0.0
+    _verify_ms: float = 0.0
+    _pos_drafted: list[int] = field(default_factory=list)
+    _pos_accepted: list[int] = field(default_factory=list)
+    _last_step: Step | None = None
+    _cost: CostEstimate | None = None
+    _turn_modes: set = field(default_factory=set)
+    _ab: dict[str, _ABTotals] = field(default_factory=dict)
+    _prompt: PromptDone | None = None
+    _last_turn: Turn | None = None
+    _generating: bool = False
+
+    # -- turn lifecycle ----------------------------------------------------------------------------
+    def start_turn(self, now: float) -> None:
+        """Reset the per-turn figures (the sparklines and the A/B table carry over)."""
+        self._window.clear()
+        self._last_t = now
+        self._tokens = self._steps = self._drafted = self._accepted = self._spec_steps = 0
+        self._draft_ms = self._verify_ms = 0.0
+        self._pos_drafted = []
+        self._pos_accepted = []
+        self._turn_modes = set()
+        self._prompt = None
+        self._generating = True
+
+    def observe_prompt(self, event: PromptDone, now: float) -> None:
+        self._prompt = event
+        self._last_t = now  # the rolling rate counts decode time, not prompt time
+
+    def observe_step(self, step: Step, now: float) -> None:
+        start = self._last_t if self._last_t is not None else now
+        self._last_t = now
+        self._window.append((now, step.emitted, start))
+        while len(self._window) > 1 and now - self._window[0][0] > WINDOW_S:
+            self._window.popleft()
+        self._tokens += step.emitted
+        self._steps += 1
+        self._verify_ms += step.t_verify_ms
+        if step.t_step_ms > 0:
+            self._tok_hist.append(step.emitted * 1000.0 / step.t_step_ms)
+        if step.drafted > 0:
+            self._spec_steps += 1
+            self._drafted += step.drafted
+            self._accepted += step.accepted
+            self._draft_ms += step.t_draft_ms
+            self._acc_hist.append(step.accepted / step.drafted)
+            while len(self._pos_drafted) < step.drafted:
+                self._pos_drafted.append(0)
+                self._pos_accepted.append(0)
+            for i in range(step.drafted):
+                self._pos_drafted[i] += 1
+                if i < step.accepted:
+                    self._pos_accepted[i] += 1
+        if step.cost is not None:
+            self._cost = step.cost
+        self._turn_modes.add(f"on \u00b7 {step.drafter}" if _step_is_speculative(step) else "off")
+        self._last_step = step
+
+    def finish_turn(self, turn: Turn | None) -> None:
+        self._generating = False
+        if turn is None:
+            return
+        self._last_turn = turn
+        if len(self._turn_modes) == 1 and turn.predicted_n > 0 and turn.predicted_ms > 0:
+            label = next(iter(self._turn_modes))
+            totals = self._ab.setdefault(label, _ABTotals())
+            totals.turns += 1
+            totals.tokens += turn.predicted_n
+            totals.ms += turn.predicted_ms
+
+    def reset_ab(self) -> None:
+        self._ab.clear()
+
+    # -- read side ---------------------------------------------------------------------------------
+    def rolling_tok_s(self) -> float | None:
+        if not self._window:
+            return None
+        span = self._window[-1][0] - self._window[0][2]
+        if span <= 0:
+            return None
+        return sum(e for _, e, _ in self._window) / span
+
+    def ab_rows(self) -> tuple[ABRow, ...]:
+        def rate(t: _ABTotals) -> float:
+            return t.tokens * 1000.0 / t.ms if t.ms > 0 else 0.0
+
+        off = self._ab.get("off")
+        base = rate(off) if off else None
+        rows = []
+        for label in sorted(self._ab, key=lambda s: (s != "off", s)):
+            totals = self._ab[label]
+            r = rate(totals)
+            ratio = r / base if base and label != "off" else (1.0 if label == "off" and base else None)
+            rows.append(ABRow(label, totals.turns, totals.tokens, r, ratio))
+        return tuple(rows)
+
+    def snapshot(self) -> StatsSnapshot:
+        step = self._last_step
+        per_pos = tuple(
+            a / d for a, d in zip(self._pos_accepted, self._pos_drafted, strict=True) if d > 0
+        )
+        return StatsSnapshot(
+            generating=self._generating,
+            tok_s=self.rolling_tok_s(),
+            tokens=self._tokens,
+            steps=self._steps,
+            acceptance=(self._accepted / self._drafted) if self._drafted else None,
+            mean_len=(1.0 + self._accepted / self._spec_steps) if self._spec_steps else None,
+            draft_ms=(self._draft_ms / self._spec_steps) if self._spec_steps else None,
+            verify_ms=(self._verify_ms / self._steps) if self._steps else None,
+            k=step.k if step else None,
+            auto_k=step.auto_k if step else None,
+            speculative=step.speculative if step else None,
+            drafter=step.drafter if step else None,
+            tok_s_history=tuple(self._tok_hist),
+            acceptance_history=tuple(self._acc_hist),
+            per_position=per_pos,
+            cost=self._cost,
+            ab=self.ab_rows(),
+            prompt_n=self._prompt.prompt_n if self._prompt else None,
+            prompt_ms=self._prompt.prompt_ms if self._prompt else None,
+            cached_n=self._prompt.cached_n if self._prompt else None,
+            last_turn=self._last_turn,
+        )

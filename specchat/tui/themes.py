@@ -1,0 +1,169 @@
+"""Themes: ``themes/*.toml`` in the repository plus the user's ``<config dir>/themes/*.toml``.
+
+A theme file is one Textual :class:`~textual.theme.Theme` (same field names) plus the token colours in
+``[variables]``::
+
+    name = "specchat-dark"
+    dark = true
+    primary = "#7aa2f7"
+    background = "#1a1b26"
+    # secondary, accent, warning, error, success, foreground, surface, panel, boost: optional colours
+    # luminosity_spread, text_alpha: optional floats
+
+    [variables]
+    token-accepted = "#9ece6a"   # draft token the target kept
+    token-corrected = "#e0af68"  # the target's own token at a rejection
+    token-bonus = "#7dcfff"      # the extra token after a fully accepted draft
+    token-plain = "#c0caf5"      # decoded without speculation
+    token-rejected = "#f7768e"   # ghost text (drawn dim and struck through)
+
+A file that cannot be read, is not TOML, or has a bad field is reported (one line: file, problem, what to
+do) and skipped; the other themes still load. Token colours a theme leaves out fall back to
+:data:`TOKEN_DEFAULTS` (so Textual's built-in themes work too).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from textual.color import Color, ColorParseError
+from textual.theme import Theme
+
+#: the repository's themes directory (the package is installed editable; see pyproject.toml)
+BUILTIN_THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
+
+DEFAULT_THEME = "specchat-dark"
+
+TOKEN_VARIABLES = ("token-accepted", "token-corrected", "token-bonus", "token-plain", "token-rejected")
+
+#: literal fallbacks (Textual requires literal values here, not ``$variables``); readable on dark and light
+TOKEN_DEFAULTS: dict[str, str] = {
+    "token-accepted": "#3fb950",
+    "token-corrected": "#d29922",
+    "token-bonus": "#2f81f7",
+    "token-plain": "#8b949e",
+    "token-rejected": "#f85149",
+}
+
+_COLOR_FIELDS = (
+    "primary",
+    "secondary",
+    "warning",
+    "error",
+    "success",
+    "accent",
+    "foreground",
+    "background",
+    "surface",
+    "panel",
+    "boost",
+)
+_FLOAT_FIELDS = ("luminosity_spread", "text_alpha")
+_BOOL_FIELDS = ("dark", "ansi")
+_ALLOWED = {"name", "variables", *_COLOR_FIELDS, *_FLOAT_FIELDS, *_BOOL_FIELDS}
+
+
+class ThemeFileError(ValueError):
+    """A theme file that cannot be used; the message names the file and what to do."""
+
+
+@dataclass
+class ThemeLoadResult:
+    themes: list[Theme] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    sources: dict[str, Path] = field(default_factory=dict)
+
+
+def _check_color(path: Path, key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ThemeFileError(f"{path}: {key} must be a colour string like \"#1a1b26\", got {value!r}")
+    try:
+        Color.parse(value)
+    except ColorParseError:
+        raise ThemeFileError(
+            f"{path}: {key} = {value!r} is not a colour; use \"#rrggbb\", \"rgb(r,g,b)\" or a colour name"
+        ) from None
+    return value
+
+
+def load_theme_file(path: Path) -> Theme:
+    """Read one theme file; raise :class:`ThemeFileError` with a one-line message on any problem."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ThemeFileError(f"{path}: cannot read the theme file ({exc.strerror}); check its permissions") from None
+    except UnicodeDecodeError:
+        raise ThemeFileError(f"{path}: not UTF-8 text; save the theme file as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ThemeFileError(f"{path}: invalid TOML ({exc}); fix the file or remove it") from None
+    unknown = sorted(set(data) - _ALLOWED)
+    if unknown:
+        raise ThemeFileError(
+            f"{path}: unknown key {unknown[0]!r}; allowed keys are {', '.join(sorted(_ALLOWED))}"
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ThemeFileError(f"{path}: missing name = \"...\"; add the theme's name")
+    if "primary" not in data:
+        raise ThemeFileError(f"{path}: missing primary = \"#rrggbb\"; every theme needs a primary colour")
+    kwargs: dict[str, object] = {"name": name.strip()}
+    for key in _COLOR_FIELDS:
+        if key in data:
+            kwargs[key] = _check_color(path, key, data[key])
+    for key in _FLOAT_FIELDS:
+        if key in data:
+            value = data[key]
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ThemeFileError(f"{path}: {key} must be a number, got {value!r}")
+            kwargs[key] = float(value)
+    for key in _BOOL_FIELDS:
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise ThemeFileError(f"{path}: {key} must be true or false, got {data[key]!r}")
+            kwargs[key] = data[key]
+    variables = data.get("variables", {})
+    if not isinstance(variables, dict):
+        raise ThemeFileError(f"{path}: [variables] must be a table of name = \"value\"")
+    clean: dict[str, str] = {}
+    for key, value in variables.items():
+        if not isinstance(value, str):
+            raise ThemeFileError(f"{path}: variables.{key} must be a string, got {value!r}")
+        if key in TOKEN_VARIABLES:
+            _check_color(path, f"variables.{key}", value)
+        if value.lstrip().startswith("$"):
+            raise ThemeFileError(f"{path}: variables.{key} = {value!r}: use a literal colour, not a $variable")
+        clean[key] = value
+    kwargs["variables"] = clean
+    try:
+        return Theme(**kwargs)  # type: ignore[arg-type]
+    except Exception as exc:  # Theme validates little itself; keep the app alive whatever it raises
+        raise ThemeFileError(f"{path}: not a valid theme ({exc})") from None
+
+
+def theme_dirs(user_config_dir: Path | None) -> list[Path]:
+    """Where themes are looked for, lowest precedence first (a user theme may replace a built-in one)."""
+    dirs = [BUILTIN_THEMES_DIR]
+    if user_config_dir is not None:
+        dirs.append(user_config_dir / "themes")
+    return dirs
+
+
+def load_themes(dirs: list[Path]) -> ThemeLoadResult:
+    """Load every ``*.toml`` in ``dirs`` (missing dirs are fine); bad files go to ``errors``."""
+    result = ThemeLoadResult()
+    by_name: dict[str, Theme] = {}
+    for directory in dirs:
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.toml")):
+            try:
+                theme = load_theme_file(path)
+            except ThemeFileError as exc:
+                result.errors.append(str(exc))
+                continue
+            by_name[theme.name] = theme
+            result.sources[theme.name] = path
+    result.themes = list(by_name.values())
+    return result

@@ -1,0 +1,1 @@
+"""Widgets of the terminal app: token view, chat column, sidebar, prompt."""

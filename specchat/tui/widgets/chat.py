@@ -1,0 +1,137 @@
+"""The conversation column: user messages, streamed assistant replies, notices.
+
+An :class:`AssistantMessage` holds a :class:`TokenView` (the coloured token stream) and, once finished and
+when the Markdown view is on, a :class:`~textual.widgets.Markdown` of the reply text (code blocks
+highlighted). Switching views only toggles ``display``: the token view and its colours are never lost.
+"""
+
+from __future__ import annotations
+
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Markdown, Static
+
+from specchat.engine.events import Turn
+from specchat.engine.protocol import Message
+from specchat.tui.sanitize import sanitize
+from specchat.tui.widgets.token_view import TokenView
+
+
+def turn_summary(turn: Turn) -> str:
+    parts = [f"{turn.predicted_n} tok", f"{turn.predicted_per_second:.1f} tok/s"]
+    if turn.draft_n:
+        parts.append(f"acceptance {turn.acceptance * 100:.0f}%")
+        parts.append(f"mean len {turn.mean_len:.2f}")
+    else:
+        parts.append("no drafts")
+    if turn.prompt_n:
+        parts.append(f"prompt {turn.prompt_n} tok in {turn.prompt_ms:.0f} ms")
+    return " \u00b7 ".join(parts)
+
+
+class UserMessage(Static):
+    """What the user sent (shown as plain text, never parsed as markup)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(Content(sanitize(text)), classes="message user-message")
+        self.text = text
+        self.border_title = "you"
+
+
+class ChatNotice(Static):
+    """A line in the chat that is not a message: notices, errors, context trimming."""
+
+    def __init__(self, text: str, *, error: bool = False) -> None:
+        super().__init__(Content(sanitize(text)), classes="notice error" if error else "notice")
+        self.text = text
+
+
+class AssistantMessage(Vertical):
+    """One reply: streamed into a TokenView; optionally shown as Markdown once finished."""
+
+    def __init__(self, *, title: str = "assistant", show_ghosts: bool = True, markdown: bool = False) -> None:
+        super().__init__(classes="message assistant-message streaming")
+        self.border_title = title
+        self.tokens = TokenView(show_ghosts=show_ghosts, classes="reply-tokens")
+        self._markdown: Markdown | None = None
+        self._want_markdown = markdown
+        self.finished = False
+        self.stopped = False
+        self.error: str | None = None
+        self.turn: Turn | None = None
+
+    def compose(self):
+        yield self.tokens
+
+    # -- streaming -----------------------------------------------------------------------------------
+    def append(self, pieces: list[tuple[str, str]]) -> None:
+        self.tokens.append_pieces(pieces)
+
+    def finish(self, turn: Turn | None, error: str | None = None) -> None:
+        self.finished = True
+        self.turn = turn
+        self.error = error
+        self.remove_class("streaming")
+        self.stopped = bool(turn is not None and turn.stop_reason == "stopped")
+        if self.stopped:
+            self.add_class("stopped")
+        if error:
+            self.add_class("failed")
+        subtitle = []
+        if self.stopped:
+            subtitle.append("stopped")
+        elif turn is not None and turn.stop_reason not in ("eos", ""):
+            subtitle.append(f"ended: {turn.stop_reason}")
+        if error:
+            subtitle.append("error")
+        if turn is not None:
+            subtitle.append(turn_summary(turn))
+        self.border_subtitle = " \u00b7 ".join(subtitle)
+        if self._want_markdown:
+            self.set_markdown(True)
+
+    def load_saved(self, message: Message) -> None:
+        """Show a saved reply (no per-token text is stored, so it is drawn uncoloured)."""
+        self.tokens.append_pieces([(message.content, "saved")])
+        self.finish(message.stats, None)
+        if message.stopped:
+            self.stopped = True
+            self.add_class("stopped")
+            if "stopped" not in (self.border_subtitle or ""):
+                self.border_subtitle = "stopped \u00b7 " + (self.border_subtitle or "")
+
+    # -- views ------------------------------------------------------------------------------------------
+    @property
+    def reply_text(self) -> str:
+        return self.tokens.reply_text
+
+    @property
+    def markdown_shown(self) -> bool:
+        return self._markdown is not None and self._markdown.display
+
+    def set_markdown(self, on: bool) -> None:
+        self._want_markdown = on
+        if not self.finished:
+            return
+        if on:
+            if self._markdown is None:
+                self._markdown = Markdown(self.reply_text, classes="reply-markdown")
+                self.mount(self._markdown)
+            self._markdown.display = True
+            self.tokens.display = False
+        else:
+            if self._markdown is not None:
+                self._markdown.display = False
+            self.tokens.display = True
+
+    def set_ghosts(self, show: bool) -> None:
+        self.tokens.set_show_ghosts(show)
+
+
+class ChatLog(VerticalScroll):
+    """The scrolling conversation; stays pinned to the bottom while a reply streams (until you scroll up)."""
+
+    can_focus = True
+
+    def on_mount(self) -> None:
+        self.anchor()

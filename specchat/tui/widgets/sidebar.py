@@ -1,0 +1,191 @@
+"""The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
+
+It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the generation
+worker posts at most ~30 times a second (and which coalesce when the UI is busy), plus the current
+:class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
+pure ``format_*`` functions below, which the tests call directly.
+"""
+
+from __future__ import annotations
+
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.widgets import Digits, ProgressBar, Sparkline, Static
+
+from specchat.engine.controls import ControlState
+from specchat.engine.events import CostEstimate
+from specchat.engine.protocol import EngineInfo
+from specchat.tui.stats import ABRow, StatsSnapshot
+
+DASH = "\u2013"
+TIMES = "\u00d7"
+MAX_POSITIONS = 8
+
+
+def break_even_text(cost: CostEstimate | None) -> str:
+    """The cost model's verdict, from :func:`specchat.engine.telemetry.break_even_line` (pure Python)."""
+    if cost is None:
+        return "break-even: waiting for the cost model (a few speculative steps)"
+    try:
+        from specchat.engine.telemetry import break_even_line
+    except ImportError:  # the telemetry module is optional for the UI: same sentence, built here
+        return _break_even_fallback(cost)
+    return break_even_line(cost)
+
+
+def _break_even_fallback(cost: CostEstimate) -> str:
+    head = f"draft costs {cost.c:.2f}\u00d7 target per token"
+    if cost.c >= 1.0:
+        return f"{head}: speculation cannot pay here; best K = off"
+    if cost.best_k == 0:
+        return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = off"
+    return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = {cost.best_k}, predicted {cost.predicted_speedup:.1f}\u00d7"
+
+
+def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:
+    return DASH if value is None else f"{value:{fmt}}{suffix}"
+
+
+def format_tok_s(snapshot: StatsSnapshot) -> str:
+    if snapshot.tok_s is not None:
+        return f"{snapshot.tok_s:.1f}"
+    if snapshot.last_turn is not None:
+        return f"{snapshot.last_turn.predicted_per_second:.1f}"
+    return "0.0"
+
+
+def format_figures(snapshot: StatsSnapshot, state: ControlState | None) -> list[tuple[str, str]]:
+    """(label, value) rows: acceptance, mean len, K, speculation, draft/verify ms per step, last step."""
+    rows: list[tuple[str, str]] = []
+    rows.append(("acceptance", _fmt(None if snapshot.acceptance is None else snapshot.acceptance * 100, ".1f", " %")))
+    rows.append(("mean len", _fmt(snapshot.mean_len, ".2f")))
+    if state is not None:
+        if state.auto_k:
+            k_now = snapshot.k if snapshot.k is not None else state.k
+            rows.append(("K", f"{k_now} auto"))
+        else:
+            rows.append(("K", f"{state.k}"))
+        rows.append(("speculation", "on" if state.speculative else "off"))
+    else:
+        rows.append(("K", DASH))
+        rows.append(("speculation", DASH))
+    rows.append(("draft", _fmt(snapshot.draft_ms, ".2f", " ms/step")))
+    rows.append(("verify", _fmt(snapshot.verify_ms, ".2f", " ms/step")))
+    if snapshot.k is not None:
+        if snapshot.speculative and snapshot.k > 0:
+            rows.append(("last step", f"K={snapshot.k} {snapshot.drafter or ''}".rstrip()))
+        else:
+            rows.append(("last step", "plain (no draft)"))
+    if snapshot.prompt_n is not None:
+        cached = f", {snapshot.cached_n} cached" if snapshot.cached_n else ""
+        rows.append(("prompt", f"{snapshot.prompt_n} tok{cached}"))
+    return rows
+
+
+def format_positions(per_position: tuple[float, ...], width: int = 10) -> list[str]:
+    lines = []
+    for i, share in enumerate(per_position[:MAX_POSITIONS], start=1):
+        filled = round(share * width)
+        bar = "\u2588" * filled + "\u2591" * (width - filled)
+        lines.append(f"d{i:<2} {bar} {share * 100:3.0f}%")
+    if len(per_position) > MAX_POSITIONS:
+        lines.append(f"\u2026 {len(per_position) - MAX_POSITIONS} more positions")
+    return lines
+
+
+def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
+    if not rows:
+        return ["A/B: finish a turn with speculation on and one with it off to compare"]
+    lines = [f"{'A/B':<13}{'turns':>5}{'tok/s':>7}{TIMES:>5}"]
+    for row in rows:
+        ratio = DASH if row.ratio is None else f"{row.ratio:.2f}"
+        label = row.label if len(row.label) <= 13 else row.label[:12] + "\u2026"
+        lines.append(f"{label:<13}{row.turns:>5}{row.tok_s:>7.1f}{ratio:>5}")
+    labels = {r.label for r in rows}
+    if "off" not in labels:
+        lines.append("toggle speculation for a baseline turn")
+    elif len(labels) == 1:
+        lines.append("turn speculation on to compare")
+    else:
+        best = max(rows, key=lambda r: r.tok_s)
+        lines.append(f"faster: {best.label}")
+    return lines
+
+
+class Sidebar(VerticalScroll):
+    """Live statistics of the running reply and of the session."""
+
+    can_focus = False
+
+    def compose(self):
+        yield Static("starting\u2026", id="status")
+        yield ProgressBar(total=1.0, show_eta=False, id="load-progress")
+        yield Digits("0.0", id="tok-s")
+        yield Static("tok/s (rolling)", id="tok-s-label", classes="caption")
+        yield Static(id="figures")
+        yield Static(id="pair")
+        yield Static("tok/s per step", classes="caption")
+        yield Sparkline([], id="spark-tok")
+        yield Static("acceptance per step", classes="caption")
+        yield Sparkline([], id="spark-acc")
+        yield Static("acceptance per draft position", classes="caption")
+        yield Static(id="positions")
+        yield Static(id="ab")
+        yield Static(id="break-even")
+
+    def on_mount(self) -> None:
+        self._snapshot = StatsSnapshot()
+        self._state: ControlState | None = None
+        self.show_stats(self._snapshot)
+
+    # -- loading -----------------------------------------------------------------------------------------
+    def show_loading(self, fraction: float, what: str) -> None:
+        self.query_one("#status", Static).update(Content(f"loading {fraction * 100:.0f} %: {what}"))
+        bar = self.query_one("#load-progress", ProgressBar)
+        bar.display = True
+        bar.update(progress=max(0.0, min(1.0, fraction)))
+
+    def show_ready(self, text: str) -> None:
+        self.query_one("#load-progress", ProgressBar).display = False
+        status = self.query_one("#status", Static)
+        status.set_class(False, "error")
+        status.update(Content(text))
+
+    def show_error(self, text: str) -> None:
+        self.query_one("#load-progress", ProgressBar).display = False
+        status = self.query_one("#status", Static)
+        status.set_class(True, "error")
+        status.update(Content(text))
+
+    def show_pair(self, info: EngineInfo | None, state: ControlState | None) -> None:
+        if info is None:
+            self.query_one("#pair", Static).update(Content(f"target  {DASH}\ndrafter {DASH}"))
+            return
+        drafter = (state.drafter if state and state.drafter else None) or info.draft_name
+        lines = [f"target  {info.target_name}", f"drafter {drafter}"]
+        if not info.can_speculate and info.note:
+            lines.append(info.note)
+        self.query_one("#pair", Static).update(Content("\n".join(lines)))
+
+    # -- statistics --------------------------------------------------------------------------------------
+    def show_controls(self, state: ControlState | None) -> None:
+        self._state = state
+        self._render_figures()
+
+    def show_stats(self, snapshot: StatsSnapshot) -> None:
+        self._snapshot = snapshot
+        self.query_one("#tok-s", Digits).update(format_tok_s(snapshot))
+        label = "tok/s (rolling)" if snapshot.tok_s is not None or snapshot.generating else "tok/s (last reply)"
+        self.query_one("#tok-s-label", Static).update(label)
+        self._render_figures()
+        self.query_one("#spark-tok", Sparkline).data = list(snapshot.tok_s_history)
+        self.query_one("#spark-acc", Sparkline).data = list(snapshot.acceptance_history)
+        positions = format_positions(snapshot.per_position)
+        self.query_one("#positions", Static).update(Content("\n".join(positions) or DASH))
+        self.query_one("#ab", Static).update(Content("\n".join(format_ab(snapshot.ab))))
+        self.query_one("#break-even", Static).update(Content(break_even_text(snapshot.cost)))
+
+    def _render_figures(self) -> None:
+        rows = format_figures(self._snapshot, self._state)
+        text = "\n".join(f"{label:<12}{value}" for label, value in rows)
+        self.query_one("#figures", Static).update(Content(text))

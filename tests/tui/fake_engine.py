@@ -1,0 +1,285 @@
+"""A deterministic :class:`~specchat.engine.protocol.ChatEngine` for the TUI's unit tests.
+
+It speaks the real protocol: events in the documented order, one :class:`Step` per round, the
+:class:`Controls` snapshot read at every step boundary (so a K change or speculation toggle made mid-reply
+shows in the *next* Step), stop requests honoured within one step, and a :class:`Turn` with the usual
+timings. Replies come from a script of tokens; which draft tokens are accepted follows a fixed pattern.
+
+Test hooks:
+- ``hold_at_step``: the engine blocks *before* round N (0-based) until :meth:`release` (or a stop request);
+  ``at_hold`` is set once it is waiting, so a test knows the reply is mid-way.
+- ``fail_at_step``: raise ``RuntimeError`` at round N (an engine crash mid-reply).
+- ``steps_seen``: every Step emitted, in order (to assert what the engine did after a control change).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from specchat.engine.controls import ControlState, Controls
+from specchat.engine.events import CostEstimate, Event, Notice, Piece, PromptDone, Step, Turn
+from specchat.engine.protocol import EngineInfo, Message
+
+DEFAULT_REPLY = (
+    "Speculative decoding lets a cheap drafter guess the next tokens; the target model checks them all "
+    "in one batch and keeps the longest agreeing prefix.\n\n"
+    "```python\ndef add(a, b):\n    return a + b\n```\n\n"
+    "Accepted drafts cost almost nothing here, so an n-gram drafter can win."
+)
+GHOSTS = (" the", " a", "ing", " of", ".", " model", "\n", " to")
+# accepted count per round, cycled: a mix of partial, zero and full acceptance
+ACCEPT_PATTERN = (2, 0, 3, 1, 5, 5, 0, 2)
+
+
+def tokenize(text: str) -> list[str]:
+    """Split like a BPE vocabulary roughly would: words with their leading space, punctuation, newlines."""
+    return re.findall(r"\n| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]| +", text)
+
+
+@dataclass
+class FakeScript:
+    replies: list[str]
+    cost: CostEstimate | None = CostEstimate(
+        alpha=0.62, c=0.04, v=1.05, best_k=5, predicted_speedup=1.9, target_ms_per_token=10.0, draft_ms_per_token=0.4
+    )
+
+
+class FakeEngine:
+    """Scripted engine. ``replies`` are used in turn (the last one repeats)."""
+
+    def __init__(
+        self,
+        replies: list[str] | None = None,
+        *,
+        k: int = 3,
+        speculative: bool = True,
+        auto_k: bool = False,
+        drafters: tuple[str, ...] = ("ngram", "none"),
+        target_name: str = "fake-target-135M",
+        hold_at_step: int | None = None,
+        fail_at_step: int | None = None,
+        cost: CostEstimate | None = FakeScript([]).cost,
+        notice: str | None = None,
+    ) -> None:
+        self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))
+        self._messages: list[Message] = []
+        self.replies = list(replies or [DEFAULT_REPLY])
+        self._reply_index = 0
+        self._drafters = drafters
+        self._target_name = target_name
+        self.hold_at_step = hold_at_step
+        self.fail_at_step = fail_at_step
+        self.cost = cost
+        self.notice = notice
+        self._release = threading.Event()
+        self.at_hold = threading.Event()
+        self.steps_seen: list[Step] = []
+        self.turns: list[Turn] = []
+        self.calls: list[str] = []
+        self.closed = False
+        self.generating = threading.Event()
+        self.loaded: list[Message] | None = None
+
+    # -- protocol ------------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[Message]:
+        return self._messages
+
+    def info(self) -> EngineInfo:
+        state = self.controls.snapshot()
+        return EngineInfo(
+            target_name=self._target_name,
+            draft_name=state.drafter or self._drafters[0],
+            drafters=self._drafters,
+            n_ctx=4096,
+            k_max=16,
+            can_speculate=True,
+        )
+
+    def send(self, user_text: str) -> Iterator[Event]:
+        self.calls.append(f"send:{user_text}")
+        self._messages.append(Message("user", user_text))
+        return self._generate()
+
+    def regenerate(self) -> Iterator[Event]:
+        self.calls.append("regenerate")
+        if not self._messages or self._messages[-1].role != "assistant":
+            raise ValueError("nothing to regenerate")
+        self._messages.pop()
+        return self._generate()
+
+    def edit_last(self, user_text: str) -> Iterator[Event]:
+        self.calls.append(f"edit:{user_text}")
+        while self._messages and self._messages[-1].role == "assistant":
+            self._messages.pop()
+        if self._messages and self._messages[-1].role == "user":
+            self._messages.pop()
+        self._messages.append(Message("user", user_text))
+        return self._generate()
+
+    def reset(self, system_prompt: str | None = None) -> None:
+        self.calls.append("reset")
+        self._messages = [Message("system", system_prompt)] if system_prompt else []
+
+    def load(self, messages: list[Message]) -> None:
+        self.calls.append("load")
+        self.loaded = list(messages)
+        self._messages = list(messages)
+
+    def close(self) -> None:
+        self.calls.append("close")
+        self.closed = True
+
+    # -- test hooks ----------------------------------------------------------------------------
+    def release(self) -> None:
+        self._release.set()
+
+    # -- generation ----------------------------------------------------------------------------
+    def _next_reply(self) -> list[str]:
+        text = self.replies[min(self._reply_index, len(self.replies) - 1)]
+        self._reply_index += 1
+        return tokenize(text)
+
+    def _wait_release(self) -> None:
+        self.at_hold.set()
+        while not self._release.wait(0.01):
+            if self.controls.stop_requested:
+                return
+
+    def _generate(self) -> Iterator[Event]:
+        self.controls.clear_stop()
+        tokens = self._next_reply()
+        self.generating.set()
+        try:
+            yield from self._rounds(tokens)
+        finally:
+            self.generating.clear()
+
+    def _rounds(self, tokens: list[str]) -> Iterator[Event]:
+        if self.notice:
+            yield Notice(self.notice)
+        prompt_n = sum(len(tokenize(m.content)) for m in self._messages)
+        yield PromptDone(prompt_n=prompt_n, prompt_ms=5.0 * prompt_n / 10, cached_n=0)
+        out: list[str] = []
+        ids: list[int] = []
+        kinds: list[str] = []
+        steps: list[Step] = []
+        pos = 0
+        round_no = 0
+        stop_reason = "eos"
+        while pos < len(tokens):
+            if self.hold_at_step is not None and round_no == self.hold_at_step:
+                self._wait_release()
+            if self.controls.stop_requested:
+                stop_reason = "stopped"
+                break
+            if self.fail_at_step is not None and round_no == self.fail_at_step:
+                raise RuntimeError("llama_decode returned -3 (fake failure)")
+            state = self.controls.snapshot()
+            k = state.k
+            speculate = state.speculative and k > 0
+            drafter = state.drafter or self._drafters[0]
+            if speculate and drafter == "none":
+                speculate = False
+            emitted_pieces: list[Piece] = []
+            drafted = accepted = 0
+            if speculate:
+                want = ACCEPT_PATTERN[round_no % len(ACCEPT_PATTERN)]
+                remaining = len(tokens) - pos
+                drafted = min(k, remaining)
+                accepted = min(want, drafted)
+                for i in range(accepted):
+                    emitted_pieces.append(Piece(tokens[pos + i], "accepted", 1000 + pos + i))
+                if accepted < drafted:
+                    for j in range(drafted - accepted):
+                        ghost = GHOSTS[(round_no + j) % len(GHOSTS)]
+                        emitted_pieces.append(Piece(ghost, "rejected", 9000 + j))
+                    nxt = pos + accepted
+                    emitted_pieces.append(Piece(tokens[nxt], "corrected", 1000 + nxt))
+                elif pos + accepted < len(tokens):
+                    nxt = pos + accepted
+                    emitted_pieces.append(Piece(tokens[nxt], "bonus", 1000 + nxt))
+            else:
+                emitted_pieces.append(Piece(tokens[pos], "plain", 1000 + pos))
+            emitted = 0
+            for piece in emitted_pieces:
+                yield piece
+                if piece.kind != "rejected":
+                    out.append(piece.text)
+                    ids.append(piece.token)
+                    kinds.append(piece.kind)
+                    emitted += 1
+            pos += emitted
+            t_draft = 0.4 * drafted if speculate else 0.0
+            t_verify = 10.0 + 0.1 * drafted
+            step = Step(
+                k=k if speculate else 0,
+                drafted=drafted,
+                accepted=accepted,
+                emitted=emitted,
+                t_draft_ms=t_draft,
+                t_verify_ms=t_verify,
+                t_overhead_ms=0.5,
+                t_step_ms=t_draft + t_verify + 0.5,
+                speculative=speculate,
+                auto_k=state.auto_k,
+                drafter=drafter if speculate else "none",
+                n_past=prompt_n + pos,
+                cost=self.cost,
+            )
+            steps.append(step)
+            self.steps_seen.append(step)
+            yield step
+            round_no += 1
+        text = "".join(out)
+        draft_n = sum(s.drafted for s in steps)
+        draft_acc = sum(s.accepted for s in steps)
+        spec_steps = sum(1 for s in steps if s.drafted)
+        step_ms = sum(s.t_step_ms for s in steps)
+        turn = Turn(
+            prompt_n=prompt_n,
+            prompt_ms=5.0,
+            predicted_n=len(ids),
+            predicted_ms=step_ms,
+            predicted_per_second=(len(ids) * 1000.0 / step_ms) if step_ms else 0.0,
+            draft_n=draft_n,
+            draft_n_accepted=draft_acc,
+            acceptance=(draft_acc / draft_n) if draft_n else 0.0,
+            mean_len=(1 + draft_acc / spec_steps) if spec_steps else 1.0,
+            accepted_per_pos=[],
+            draft_ms_per_step=(sum(s.t_draft_ms for s in steps) / spec_steps) if spec_steps else 0.0,
+            verify_ms_per_step=(sum(s.t_verify_ms for s in steps) / len(steps)) if steps else 0.0,
+            overhead_ms=0.5 * len(steps),
+            step_ms=step_ms,
+            n_steps=len(steps),
+            n_spec_steps=spec_steps,
+            stop_reason=stop_reason,
+            text=text,
+            tokens=ids,
+            kinds=kinds,
+            k=self.controls.snapshot().k,
+            drafter=self.controls.snapshot().drafter or "",
+            speculative=self.controls.snapshot().speculative,
+        )
+        self._messages.append(
+            Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")
+        )
+        self.turns.append(turn)
+        yield turn
+
+
+class FakeClock:
+    """An injected clock: every call advances by ``step`` seconds (deterministic rates and flushes)."""
+
+    def __init__(self, step: float = 0.05, start: float = 1000.0) -> None:
+        self.step = step
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            self.now += self.step
+            return self.now
