@@ -1,0 +1,284 @@
+"""The speculative loop against real GGUF models: greedy exactness, exact stochastic sampling (chi-square),
+KV consistency after every step, controls applied at step boundaries, stop, UTF-8 decoding."""
+
+from __future__ import annotations
+
+import codecs
+import threading
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from enginekit import build_decoder, pieces, run_turn, steps
+from specchat.engine.controls import SamplingParams
+from specchat.engine.events import Piece, Step
+from specchat.engine.model import Model
+from specchat.engine.sampling import warp
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "Once upon a time, in a land far away, there lived",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_dec(tiny_pair):
+    target, draft = tiny_pair
+    dec = build_decoder(target, draft, k=3)
+    yield dec
+    dec.close()
+
+
+def _ids(dec, prompt, n=40, *, k, speculative=True, drafter="model"):
+    dec.controls.set_k(k)
+    dec.controls.set_speculative(speculative)
+    dec.controls.set_drafter(drafter)
+    dec.reset()
+    ctx = dec.target.tokenize(prompt, add_bos=True)
+    counters, events = run_turn(dec, ctx, n)
+    return counters, events
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_greedy_speculative_ids_equal_plain_decoding_for_k_1_to_8(tiny_dec, prompt):
+    base, base_events = _ids(tiny_dec, prompt, k=3, speculative=False)
+    assert all(s.drafted == 0 for s in steps(base_events))
+    assert base.tokens, "the baseline generated nothing"
+    saw_rejection = saw_accept = False
+    for k in range(1, 9):
+        spec, events = _ids(tiny_dec, prompt, k=k)
+        assert spec.tokens == base.tokens, f"K={k}: speculative ids differ from plain decoding"
+        st = steps(events)
+        assert max(s.k for s in st) <= k
+        saw_rejection |= any(s.accepted < s.drafted for s in st)
+        saw_accept |= any(s.accepted > 0 for s in st)
+    assert saw_rejection and saw_accept, "the tiny pair must exercise both acceptance and rejection"
+
+
+def test_ngram_drafter_greedy_equals_plain(tiny_dec):
+    prompt = PROMPTS[0] * 3
+    base, _ = _ids(tiny_dec, prompt, n=60, k=0, speculative=False)
+    spec, events = _ids(tiny_dec, prompt, n=60, k=5, drafter="ngram")
+    assert spec.tokens == base.tokens
+    assert any(s.drafted > 0 for s in steps(events))
+
+
+def test_kv_holds_exactly_the_committed_tokens_after_every_step(tiny_dec):
+    tiny_dec.controls.set_k(4)
+    tiny_dec.controls.set_speculative(True)
+    tiny_dec.controls.set_drafter("model")
+    tiny_dec.reset()
+    ctx = tiny_dec.target.tokenize(PROMPTS[1], add_bos=True)
+    draft_model = tiny_dec.drafters["model"].model
+    gen = tiny_dec.generate(ctx, max_new=50, rng=np.random.default_rng(0))
+    committed = list(ctx[:-1])
+    last = ctx[-1]
+    n_steps = 0
+    for ev in gen:
+        if isinstance(ev, Piece) and ev.kind != "rejected":
+            committed.append(last)
+            last = ev.token
+        if isinstance(ev, Step):
+            n_steps += 1
+            tgt = tiny_dec.target
+            assert tgt.tokens == committed, "target KV tokens != committed tokens"
+            assert tgt.kv_pos_max() == len(committed) - 1, "llama.cpp KV has rows past the committed tokens"
+            assert ev.n_past == len(committed)
+            # the draft KV holds a prefix of the committed tokens and nothing it drafted beyond them
+            assert draft_model.kv_pos_max() == len(draft_model.tokens) - 1
+            assert draft_model.tokens == committed[: len(draft_model.tokens)]
+            assert len(draft_model.tokens) >= len(committed) - ev.emitted - 1
+    assert n_steps > 5
+
+
+def test_controls_apply_at_the_next_step_of_the_same_reply(tiny_dec):
+    tiny_dec.controls.set_k(2)
+    tiny_dec.controls.set_speculative(True)
+    tiny_dec.controls.set_drafter("model")
+    tiny_dec.reset()
+    ctx = tiny_dec.target.tokenize(PROMPTS[2], add_bos=True)
+    seen = []
+    gen = tiny_dec.generate(ctx, max_new=60, rng=np.random.default_rng(0))
+    for ev in gen:
+        if isinstance(ev, Step):
+            seen.append((ev.k, ev.drafted, ev.speculative))
+            if len(seen) == 3:
+                tiny_dec.controls.set_k(6)
+            if len(seen) == 6:
+                tiny_dec.controls.set_speculative(False)
+            if len(seen) == 9:
+                break
+    assert [s[0] for s in seen[:3]] == [2, 2, 2]
+    assert all(s[0] == 6 and s[2] for s in seen[3:6])
+    assert all(s[0] == 0 and s[1] == 0 and not s[2] for s in seen[6:9])
+
+
+def test_stop_request_ends_the_turn_within_one_step_and_keeps_kv_consistent(tiny_dec):
+    tiny_dec.controls.set_k(3)
+    tiny_dec.controls.set_speculative(True)
+    tiny_dec.reset()
+    ctx = tiny_dec.target.tokenize(PROMPTS[0], add_bos=True)
+    gen = tiny_dec.generate(ctx, max_new=200, rng=np.random.default_rng(0))
+    n = 0
+    counters = None
+    try:
+        while True:
+            ev = next(gen)
+            if isinstance(ev, Step):
+                n += 1
+                if n == 4:
+                    # from another thread, as the UI does
+                    t = threading.Thread(target=tiny_dec.controls.request_stop)
+                    t.start()
+                    t.join()
+            assert n <= 4, "a step ran after the stop request"
+    except StopIteration as stop:
+        counters = stop.value
+    turn = counters.to_turn()
+    assert turn.stop_reason == "stopped"
+    assert tiny_dec.target.kv_pos_max() == len(tiny_dec.target.tokens) - 1
+    assert tiny_dec.target.tokens == list(ctx) + turn.tokens[:-1]
+    tiny_dec.controls.clear_stop()
+
+
+def test_pieces_kinds_follow_the_acceptance_rule(tiny_dec):
+    counters, events = _ids(tiny_dec, PROMPTS[0], n=60, k=4)
+    cur = []
+    for ev in events:
+        if isinstance(ev, Piece):
+            cur.append(ev)
+        elif isinstance(ev, Step):
+            kinds = [p.kind for p in cur]
+            emitted = [p for p in cur if p.kind != "rejected"]
+            assert kinds.count("accepted") == min(ev.accepted, len(emitted))
+            if ev.drafted == 0:
+                assert set(kinds) <= {"plain"}
+            elif ev.accepted < ev.drafted:
+                assert kinds.count("rejected") == ev.drafted - ev.accepted
+                # ghosts stand right before the target's correction
+                assert kinds[-1] == "corrected" and kinds[-2] == "rejected"
+            else:
+                assert kinds[-1] in ("bonus", "accepted")
+            cur = []
+    turn = counters.to_turn()
+    assert turn.kinds == [p.kind for p in pieces(events) if p.kind != "rejected"]
+    assert turn.draft_n == sum(s.drafted for s in steps(events))
+    assert turn.draft_n_accepted == sum(s.accepted for s in steps(events))
+
+
+def _chi_square(counts: dict[int, int], probs: np.ndarray) -> float:
+    """p-value of observed counts vs expected probabilities, pooling cells with expected < 5."""
+    n = sum(counts.values())
+    support = np.flatnonzero(probs > 0)
+    exp = probs[support] * n
+    obs = np.array([counts.get(int(t), 0) for t in support], dtype=float)
+    assert sum(counts.get(int(t), 0) for t in support) == n, "a token outside the support was emitted"
+    order = np.argsort(-exp)
+    exp, obs = exp[order], obs[order]
+    big = exp >= 5
+    e = list(exp[big]) + ([exp[~big].sum()] if (~big).any() else [])
+    o = list(obs[big]) + ([obs[~big].sum()] if (~big).any() else [])
+    return float(stats.chisquare(o, e).pvalue)
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, make_tiny_gguf, drafter):
+    """Exact rejection sampling: first and second emitted tokens follow the target's warped p (chi-square).
+
+    The draft is the flat target + 20 % noise: at top-k 12 the per-position overlap sum(min(p, q)) is
+    about 0.4, so acceptances, rejections with residual sampling and bonus tokens all occur.
+    """
+    target, _ = tiny_flat_pair
+    draft = make_tiny_gguf(seed=11, output_scale=3.0, similar_to=(10, 0.2), name="tiny-flat-draft-near")
+    sp = SamplingParams(temperature=1.0, top_k=12, top_p=1.0)
+    dec = build_decoder(target, draft, k=4, drafter=drafter, sampling=sp)
+    try:
+        prompt = "the the the cat the the cat the"
+        ctx = dec.target.tokenize(prompt, add_bos=True)
+        # the exact distributions, from plain single-row decodes of the target
+        ref = Model(target, n_ctx=256, n_batch=64, threads=1)
+        p1 = warp(ref.decode(ctx, logits_last=1)[0], sp)
+        p2 = np.zeros_like(p1)
+        for t1 in np.flatnonzero(p1):
+            ref.trim(len(ctx))
+            p2 += p1[t1] * warp(ref.decode([int(t1)], logits_last=1)[0], sp)
+        ref.close()
+        n_runs = 2500
+        first: dict[int, int] = {}
+        second: dict[int, int] = {}
+        rejected = accepted = 0
+        for seed in range(n_runs):
+            counters, events = run_turn(dec, ctx, 2, seed=seed)
+            assert len(counters.tokens) == 2
+            first[counters.tokens[0]] = first.get(counters.tokens[0], 0) + 1
+            second[counters.tokens[1]] = second.get(counters.tokens[1], 0) + 1
+            for s in steps(events):
+                accepted += s.accepted
+                rejected += s.drafted - s.accepted
+        if drafter == "model":
+            assert rejected > n_runs * 0.2, "the draft must disagree often so residual sampling is exercised"
+            assert accepted > n_runs * 0.1
+        assert _chi_square(first, p1) > 0.01
+        assert _chi_square(second, p2) > 0.01
+    finally:
+        dec.close()
+
+
+def test_same_seed_same_text_at_temperature(tiny_flat_pair):
+    target, draft = tiny_flat_pair
+    sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=7)
+    dec = build_decoder(target, draft, k=3, sampling=sp)
+    try:
+        ctx = dec.target.tokenize(PROMPTS[2], add_bos=True)
+        a, _ = run_turn(dec, ctx, 40, seed=123)
+        b, _ = run_turn(dec, ctx, 40, seed=123)
+        c, _ = run_turn(dec, ctx, 40, seed=124)
+        assert a.tokens == b.tokens
+        assert a.tokens != c.tokens
+    finally:
+        dec.close()
+
+
+def test_bundled_model_self_draft_accepts_everything_and_equals_plain(bundled_model):
+    dec = build_decoder(bundled_model, bundled_model, k=3, n_ctx=512)
+    try:
+        ctx = dec.target.tokenize(
+            "<|im_start|>user\nWrite a Python function that reverses a string.<|im_end|>\n<|im_start|>assistant\n"
+        )
+        dec.controls.set_speculative(False)
+        base, _ = run_turn(dec, ctx, 48)
+        dec.controls.set_speculative(True)
+        dec.reset()
+        spec, events = run_turn(dec, ctx, 48)
+        turn = spec.to_turn()
+        assert spec.tokens == base.tokens
+        assert turn.draft_n > 0 and turn.acceptance == 1.0
+        assert turn.mean_len > 3.0
+    finally:
+        dec.close()
+
+
+def test_multibyte_characters_split_across_tokens_decode_whole(tiny_target):
+    m = Model(tiny_target, n_ctx=128, n_batch=64, threads=1)
+    try:
+        # byte-fallback / byte-level BPE splits rare characters into several tokens
+        text = "日本語 😀 Ünïcödé"
+        toks = m.tokenize(text)
+        per_token = [m.piece(t) for t in toks]
+        assert any(_incomplete(b) for b in per_token), "expected at least one token ending mid-character"
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out = "".join(dec.decode(b) for b in per_token) + dec.decode(b"", final=True)
+        assert out == text
+        assert "\ufffd" not in out
+    finally:
+        m.close()
+
+
+def _incomplete(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
