@@ -1,0 +1,151 @@
+"""``specchat generate`` end to end: streamed text, --json fields, the acceptance line, baseline modes,
+and every bad-input path (one line on stderr, exit code 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specchat.cli import main
+
+TURN_FIELDS = {
+    "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n",
+    "draft_n_accepted", "acceptance", "mean_len", "accepted_per_pos", "draft_ms_per_step",
+    "verify_ms_per_step", "overhead_ms", "text", "tokens", "kinds",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("SPECCHAT_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("SPECCHAT_THREADS", "1")
+
+
+def run_json(capsys, *args) -> tuple[dict, str]:
+    rc = main(["generate", "--json", *args])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out), err
+
+
+def test_json_has_every_turn_field_and_the_acceptance_line(capsys, tiny_pair):
+    target, draft = tiny_pair
+    data, err = run_json(capsys, "--prompt", "Hello there", "--target", str(target), "--draft", str(draft),
+                         "--k", "4", "--n-predict", "20", "--raw")  # fmt: skip
+    assert TURN_FIELDS <= data.keys()
+    assert data["predicted_n"] == len(data["tokens"]) == len(data["kinds"]) > 0
+    assert data["draft_n"] > 0
+    assert set(data["kinds"]) <= {"accepted", "corrected", "bonus", "plain"}
+    line = next(l for l in err.splitlines() if l.startswith("draft acceptance = "))
+    assert f"{data['draft_n_accepted']:5d} accepted / {data['draft_n']:5d} generated" in line
+    assert f"mean len = {data['mean_len']:5.2f}" in line
+
+
+@pytest.mark.parametrize("baseline", [["--draft", "none"], ["--k", "0"]])
+def test_baseline_modes_draft_nothing_and_give_the_same_greedy_text(capsys, tiny_pair, baseline):
+    target, draft = tiny_pair
+    common = ["--prompt", "Once upon a time", "--target", str(target), "--n-predict", "24", "--raw"]
+    base, _ = run_json(capsys, *common, *baseline)
+    spec, _ = run_json(capsys, *common, "--draft", str(draft), "--k", "3")
+    assert base["draft_n"] == 0 and set(base["kinds"]) == {"plain"}
+    assert spec["tokens"] == base["tokens"]
+
+
+def test_ngram_default_streams_plain_text_to_a_pipe(tiny_target):
+    """Not a terminal: no colour codes, no ghost text; exactly the reply on stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "specchat.cli", "generate", "--prompt", "a b a b a b a b", "--raw",
+         "--target", str(tiny_target), "--n-predict", "16", "--threads", "1"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "SPECCHAT_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout
+    assert "draft acceptance = " in proc.stderr
+    assert proc.stdout.strip()
+
+
+def test_color_always_marks_kinds(capsys, tiny_pair):
+    target, draft = tiny_pair
+    rc = main(["generate", "--prompt", "The quick brown fox", "--raw", "--target", str(target), "--draft",
+               str(draft), "--k", "4", "--n-predict", "30", "--color", "always"])  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert rc == 0
+    assert "\x1b[32m" in out  # accepted drafts in green
+
+
+def test_system_prompt_and_conversation_file(capsys, tiny_pair, tmp_path):
+    target, draft = tiny_pair
+    first, _ = run_json(capsys, "--prompt", "Hi", "--system", "Be brief.", "--target", str(target),
+                        "--draft", str(draft), "--n-predict", "8")  # fmt: skip
+    from specchat.engine.protocol import Message
+    from specchat.history import export_messages
+
+    conv = export_messages([
+        Message("system", "Be brief."),
+        Message("user", "Hi"),
+        Message("assistant", first["text"], tokens=first["tokens"], kinds=first["kinds"]),
+    ])  # fmt: skip
+    f = tmp_path / "conv.json"
+    f.write_text(json.dumps(conv))
+    second, _ = run_json(capsys, "--prompt", "More", "--conversation", str(f), "--target", str(target),
+                         "--draft", str(draft), "--n-predict", "8")  # fmt: skip
+    assert second["prompt_n"] > first["prompt_n"]  # the whole saved conversation was decoded
+    assert json.loads(f.read_text()) == conv  # the saved file is untouched
+
+
+BAD = [
+    (["--k", "17"], "K must be 0..16"),
+    (["--k", "-1"], "K must be 0..16"),
+    (["--n-predict", "0"], "--n-predict"),
+    (["--target", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+    (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),
+    (["--temperature", "-1"], "temperature"),
+]
+
+
+@pytest.mark.parametrize("extra,needle", BAD)
+def test_bad_input_is_one_line_exit_2(capsys, tiny_target, extra, needle):
+    args = ["generate", "--prompt", "x", "--target", str(tiny_target), *extra]
+    rc = main(args)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1, err
+    assert needle in lines[0] and "Traceback" not in err
+
+
+def test_not_gguf_and_truncated_files_are_refused(capsys, tmp_path, tiny_target):
+    text = tmp_path / "notes.gguf"
+    text.write_text("this is not a model\n")
+    trunc = tmp_path / "trunc.gguf"
+    trunc.write_bytes(Path(tiny_target).read_bytes()[:-1000])
+    for path, needle in ((text, "GGUF"), (trunc, "truncated")):
+        rc = main(["generate", "--prompt", "x", "--target", str(path)])
+        _, err = capsys.readouterr()
+        assert rc == 2 and needle in err and str(path) in err and len(err.strip().splitlines()) == 1
+
+
+def test_incompatible_draft_names_the_rule(capsys, tiny_target, make_tiny_gguf):
+    other = make_tiny_gguf(seed=5, n_vocab_pad=300, name="padded")
+    rc = main(["generate", "--prompt", "x", "--target", str(tiny_target), "--draft", str(other)])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "vocab size" in err and len(err.strip().splitlines()) == 1
+
+
+def test_subprocess_error_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "specchat.cli", "generate", "--prompt", "x", "--k", "40"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("specchat: error:")
