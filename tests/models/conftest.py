@@ -126,8 +126,8 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             self.send_header("ETag", '"fake-etag"')
             self.end_headers()
+            hub.served += len(body)  # counted before sending: the client may finish before this thread resumes
             self.wfile.write(body)
-            hub.served += len(body)
 
     return Handler
 

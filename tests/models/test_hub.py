@@ -163,6 +163,22 @@ def test_pull_unreachable_hub_in_process(closed_port: int, tmp_path: Path) -> No
     assert f"/Qwen/Qwen2.5-0.5B-Instruct-GGUF/resolve/main/qwen2.5-0.5b-instruct-q4_k_m.gguf by hand into {tmp_path / 'models'}" in msg
 
 
+def test_pull_unpinned_complete_file_survives_an_unreachable_hub(closed_port: int, tmp_path: Path, small_gguf) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "big.gguf").write_bytes(small_gguf().read_bytes())
+    messages: list[str] = []
+    path = pull_file(HubFile("org/repo", "big.gguf", None), models, endpoint=f"http://127.0.0.1:{closed_port}",
+                     say=messages.append)
+    assert path == models / "big.gguf"
+    assert "passes the GGUF checks" in messages[0]
+    # ...but a truncated unpinned copy still needs the hub
+    data = (models / "big.gguf").read_bytes()
+    (models / "big.gguf").write_bytes(data[: len(data) // 2])
+    with pytest.raises(HubError, match="cannot reach"):
+        pull_file(HubFile("org/repo", "big.gguf", None), models, endpoint=f"http://127.0.0.1:{closed_port}")
+
+
 # ------------------------------------------------------------------------------ the CLI, for real
 
 

@@ -81,3 +81,24 @@ def test_list_in_an_empty_data_dir(capsys, isolated_config: Path, tmp_path: Path
     assert "smollm2-f16-q41      local  not derived: run specchat models derive --demo" in out
     assert "none yet: run 'specchat models derive --demo'" in out
     assert not (tmp_path / "fresh").exists()  # listing never creates the data dir
+
+
+def test_list_does_not_load_llama_cpp(isolated_config: Path, demo_data_dir: Path) -> None:
+    """Headers only: listing (even the bundled model, whose package imports llama_cpp) never loads llama.cpp."""
+    import subprocess
+    import sys
+
+    from .clirun import REPO
+
+    script = (
+        "import argparse, sys\n"
+        "from specchat.commands import models\n"
+        "p = argparse.ArgumentParser(); sub = p.add_subparsers(dest='command'); models.add_parser(sub)\n"
+        f"code = models.run(p.parse_args(['models', 'list', '--data-dir', {str(demo_data_dir)!r}]))\n"
+        "assert code == 0\n"
+        "print('llama_cpp loaded' if 'llama_cpp' in sys.modules else 'llama_cpp not loaded')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=str(REPO), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("llama_cpp not loaded")
+    assert SMOLLM2_F16_FILE in proc.stdout
