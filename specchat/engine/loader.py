@@ -18,7 +18,7 @@ from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
 from specchat.engine.model import Model
 from specchat.engine.speculative import NO_DRAFTER, SpeculativeDecoder
 from specchat.errors import UserError
-from specchat.models.registry import resolve_model
+from specchat.models.registry import resolve_pair
 
 NGRAM = "ngram"
 Progress = Callable[[float, str], None]
@@ -40,11 +40,9 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     """
     report = progress or (lambda f, what: None)
     data_dir = _data_dir(settings)
-    target_path = resolve_model(settings.target, data_dir)
-    draft_spec = settings.draft
-    draft_path: Path | None = None
-    if draft_spec not in (NGRAM, NO_DRAFTER):
-        draft_path = resolve_model(draft_spec, data_dir)
+    pair = resolve_pair(settings.target, settings.draft, data_dir)
+    target_path = pair.target
+    draft_path: Path | None = pair.draft if pair.drafter == "model" else None
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
     report(0.0, f"loading {target_path.name}")
@@ -53,7 +51,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
-    selected = draft_spec if draft_spec in (NGRAM, NO_DRAFTER) else None
+    selected = pair.drafter if pair.drafter in (NGRAM, NO_DRAFTER) else None
     try:
         if draft_path is not None:
             draft_model = Model(
