@@ -73,7 +73,15 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         target.close()
         raise
     if target.is_recurrent and selected != NO_DRAFTER:
-        selected = NO_DRAFTER  # cannot roll back a recurrent KV: plain decoding only
+        if draft_path is not None:
+            for d in drafters.values():
+                d.close()
+            target.close()
+            raise UserError(
+                f"{target_path.name} is a recurrent/hybrid model: its KV cache cannot be partly removed, so it "
+                "cannot verify drafts; run it with speculation off (--draft none)"
+            )
+        selected = NO_DRAFTER  # the default n-gram drafter: fall back to plain decoding, said in info().note
     controls = Controls(
         ControlState(
             k=settings.k,
