@@ -1,0 +1,47 @@
+"""``specchat bench``: baseline vs speculation, interleaved, with the arithmetic of why.
+
+See :mod:`specchat.bench` for the measurement protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specchat.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="measure baseline vs speculation (interleaved A B A B runs) and explain the speedup",
+        description="Measure predicted tok/s with and without speculation on a prompt suite, interleaving "
+        "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair.",
+    )
+    p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
+    p.add_argument("--draft", help="drafter: path to a draft .gguf, a preset name, or 'ngram' (default)")
+    p.add_argument("--k", default="0,1,2,3,5,8", metavar="LIST",
+                   help="comma-separated draft lengths to measure, each 0..16 (0 = baseline); default 0,1,2,3,5,8")
+    p.add_argument("--suite", default="default", metavar="default|FILE",
+                   help="prompt suite: 'default' or a TOML/JSON file with a list of {name, prompt}")
+    p.add_argument("--runs", type=int, default=3, help="runs per (prompt, K), each paired with a baseline run; default 3")
+    p.add_argument("--n-predict", type=int, dest="n_predict", default=None, help="tokens to generate per run (default 128)")
+    p.add_argument("--temperature", type=float, help="0 = greedy (default)")
+    p.add_argument("--seed", type=int, help="sampling seed (used when --temperature > 0)")
+    p.add_argument("--auto", action="store_true", help="also measure auto-K (the cost model chooses K each step)")
+    p.add_argument("--json", metavar="FILE", help="write every record, the summary and the arithmetic as JSON")
+    p.add_argument("--plot", action="store_true", help="draw speedup vs K in the terminal")
+    p.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
+    p.add_argument("--n-ctx", type=int, dest="n_ctx", help="context size (default 4096)")
+    p.add_argument("--no-arithmetic", action="store_true", dest="no_arithmetic",
+                   help="skip the micro-benchmarks of the cost model (v(K), c)")
+    p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress line on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat import bench
+
+    return bench.main(args, out=sys.stdout, err=sys.stderr)
+
+
+__all__ = ["add_parser", "run", "UserError"]
