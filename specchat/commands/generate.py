@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     session = load_engine(settings, auto_k=auto_k)
     if settings.k == 0:
         session.controls.set_speculative(False)
+    note = session.info().note
+    if note:
+        print(f"specchat: {note}", file=sys.stderr)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     try:
         if conversation is not None:

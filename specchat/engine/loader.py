@@ -53,12 +53,22 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
     selected = pair.drafter if pair.drafter in (NGRAM, NO_DRAFTER) else None
     try:
+        if draft_path is not None and target.is_recurrent:
+            raise UserError(
+                f"{target_path.name} is a recurrent/hybrid model: its KV cache cannot be partly removed, so it "
+                "cannot verify drafts; run it with speculation off (--draft none)"
+            )
         if draft_path is not None:
             draft_model = Model(
                 draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
                 progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
             )
             try:
+                if draft_model.is_recurrent:
+                    raise UserError(
+                        f"{draft_path.name} is a recurrent/hybrid model: its KV cache cannot be rolled back after "
+                        "a rejected draft; pick a transformer draft, 'ngram' or 'none'"
+                    )
                 require_compatible(
                     VocabSummary.from_llama_vocab(target.vocab, str(target_path)),
                     VocabSummary.from_llama_vocab(draft_model.vocab, str(draft_path)),
@@ -73,14 +83,6 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         target.close()
         raise
     if target.is_recurrent and selected != NO_DRAFTER:
-        if draft_path is not None:
-            for d in drafters.values():
-                d.close()
-            target.close()
-            raise UserError(
-                f"{target_path.name} is a recurrent/hybrid model: its KV cache cannot be partly removed, so it "
-                "cannot verify drafts; run it with speculation off (--draft none)"
-            )
         selected = NO_DRAFTER  # the default n-gram drafter: fall back to plain decoding, said in info().note
     controls = Controls(
         ControlState(

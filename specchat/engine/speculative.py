@@ -84,6 +84,9 @@ class SpeculativeDecoder:
         # -- prompt: decode what the KV is missing, all but the last token ---------------------------
         t0 = time.perf_counter()
         keep = min(target.sync_prefix(context), len(context) - 1)
+        if target.is_recurrent and keep < len(target.tokens):
+            target.clear()  # a recurrent state cannot be cut back: start over
+            keep = 0
         target.trim(keep)
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0

@@ -188,12 +188,6 @@ def test_the_ngram_default_falls_back_to_plain_decoding_over_several_turns(tiny_
         fresh.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="engine bug: SpeculativeDecoder.generate trims the target to len(context)-1 when its KV equals the "
-    "context (after a 1-token or empty reply), which a recurrent target refuses -> EngineError on regenerate",
-)
 def test_regenerate_after_a_one_token_reply(tiny_mamba):
     session = load_engine(Settings(target=str(tiny_mamba), draft="ngram", threads=1, n_ctx=N_CTX, n_predict=1))
     try:
@@ -203,6 +197,12 @@ def test_regenerate_after_a_one_token_reply(tiny_mamba):
         assert again.tokens == first.tokens
     finally:
         session.close()
+
+
+def test_a_recurrent_draft_for_a_transformer_target_is_refused(tiny_mamba, tiny_target):
+    with pytest.raises(UserError, match="recurrent/hybrid") as exc:
+        load_engine(Settings(target=str(tiny_target), draft=str(tiny_mamba), threads=1, n_ctx=N_CTX, n_predict=4))
+    assert "\n" not in str(exc.value)
 
 
 # -- the command line -------------------------------------------------------------------------------
