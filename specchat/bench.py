@@ -1,82 +1,1012 @@
-"""``specchat bench``: baseline vs speculation, interleaved A B A B on the same loaded models.
+"""``specchat bench``: the seed's experiment on any pair in one command.
 
-(First version: baseline vs each K of --k; the arithmetic, --auto, --plot and --json follow.)
+**Protocol.** One loaded target + drafter (:func:`specchat.engine.loader.load_engine`). For every prompt
+of the suite and every run index r, each speculative mode (fixed K = 1.., and ``auto`` with ``--auto``)
+is measured as an adjacent pair ``baseline, mode`` - so a run of the bench reads A B A C A B A C ... and
+slow drift of a shared machine (thermal, other processes) hits both halves of a pair alike. The baseline
+is speculation off (plain single-row decodes) on the very same loaded models. Before every run the
+conversation is reset and both KV caches and the drafter's state are cleared, so each run decodes its
+prompt the same way and the measured generation starts from the same state.
+
+**Summary** per (prompt, mode): median / min / max of ``predicted_per_second``, acceptance
+(Σ accepted / Σ drafted over the runs), mean len (1 + Σ accepted / Σ verify steps with a draft, llama.cpp's
+figure) and the speedup = the **median of the per-pair ratios** spec tok/s / baseline tok/s (not a ratio of
+medians: each ratio is measured under the same conditions). The ``baseline`` row (K = 0) pools all
+baseline runs of the prompt.
+
+**Arithmetic** (the seed's "Step 5"; Leviathan et al. 2023, §3.3-3.4, with a measured verify cost):
+
+* target alone: median wall time of a single-row ``llama_decode`` at the suite's first prompt length;
+* draft alone: the same for a draft model (one single-row decode per drafted token), or the time of an
+  n-gram lookup per drafted token;
+* c = draft ms per token / target ms per token;
+* v(K) = time of a (K+1)-row verify decode (logits on every row, as the speculative loop asks) / time of
+  a single-row decode measured right before it; the median over repetitions of these adjacent ratios;
+* α = Σ accepted / (Σ accepted + Σ rounds with a rejection) over the fixed-K runs of a prompt (the
+  maximum-likelihood per-position acceptance, :class:`specchat.engine.telemetry.CostModel`);
+* E(α, K) and S(K) = E / (c·K + v(K)) from :mod:`specchat.engine.telemetry`, next to the measured tokens
+  per round and the measured speedup; the recommended K = argmax of S over 0..16 (0 = off).
+
+E assumes every round drafts K tokens; an n-gram drafter proposes fewer (or none) when the text has no
+earlier match, so its measured tokens per round can fall below E - that gap is printed, not hidden.
+
+Ctrl-C stops the runs: what was measured is summarised, printed and written to ``--json``; exit 130.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
 
 from specchat.errors import UserError
 
-DEFAULT_SUITE = [
-    {"name": "code", "prompt": "Write a Python function that checks whether a number is prime, with a docstring and tests."},
+K_LIMIT = 16
+ALL_PROMPTS = "(all prompts)"
+DEFAULT_KS = "0,1,2,3,5,8"
+DEFAULT_N_PREDICT = 256
+
+RECORD_FIELDS = (
+    "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+    "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
+    "n_steps", "n_spec_steps", "rejections", "k_mean", "stop_reason", "drafter",
+)  # fmt: skip
+
+# =================================================================================================
+# The default suite
+# =================================================================================================
+
+_COPY_CODE = '''\
+def summarize_scores(records):
+    """Return statistics about the score field of a list of records."""
+    x = 0
+    total = 0.0
+    best = None
+    worst = None
+    names = []
+    for record in records:
+        score = record.get("score")
+        if score is None:
+            continue
+        x = x + 1
+        total = total + score
+        if best is None or score > best:
+            best = score
+        if worst is None or score < worst:
+            worst = score
+        names.append(record.get("name", "unknown"))
+    if x == 0:
+        return {"count": 0, "mean": None, "best": None, "worst": None}
+    mean = total / x
+    spread = best - worst
+    report = {
+        "count": x,
+        "mean": round(mean, 3),
+        "best": best,
+        "worst": worst,
+        "spread": spread,
+        "names": sorted(names),
+    }
+    if x > 10:
+        report["note"] = "large sample"
+    elif x > 3:
+        report["note"] = "medium sample"
+    else:
+        report["note"] = "small sample"
+    print("processed", x, "records")
+    return report
+'''
+
+_PASSAGE = """\
+The town of Harwick grew up around a river crossing, and for most of its history the river was both its \
+fortune and its trouble. In the early years the crossing was a ford, usable only in late summer, and the \
+farmers who lived on the eastern bank had to carry their grain north for two days to reach the nearest \
+bridge. When a group of them pooled their savings to build a timber bridge, the town gained its first \
+reliable link to the markets on the western side. The bridge was rebuilt three times in fifty years: \
+twice after spring floods carried away the piers, and once after a fire started by a careless blacksmith \
+whose forge stood too close to the timbers.
+
+The floods were the larger problem. Every few years melting snow in the hills raised the river by several \
+metres within a single night, and the low streets near the water were flooded to the height of a door. \
+Families who lived there kept their food and their bedding on upper shelves and learned to read the colour \
+of the water as a warning: when it turned from green to brown, the flood was a day away. The town council \
+debated for decades whether to build an embankment. The merchants wanted one, because their warehouses \
+stood on the low ground; the millers opposed it, because an embankment would change the flow that turned \
+their wheels; and the farmers downstream feared that a wall in Harwick would simply send the water onto \
+their fields instead.
+
+The debate was settled not by argument but by a particularly bad winter. After a season of heavy snow, \
+the spring flood came faster than anyone alive could remember. It destroyed the bridge for the fourth \
+time, drowned livestock, ruined the stores of grain in every warehouse near the river and left a layer of \
+mud in the church that took weeks to clear. Two people died trying to rescue animals from a stable. In the \
+months that followed, the council hired an engineer from the capital, a quiet woman named Elsa Marren, who \
+had built drainage works in the marshes along the coast.
+
+Marren spent her first summer walking the river from the hills to the sea. She measured its width and \
+depth at dozens of points, recorded the marks that earlier floods had left on trees and walls, and \
+interviewed the oldest residents about the floods they remembered. Her conclusion surprised the council. \
+An embankment alone, she wrote, would protect the town for a few years and then fail, because the river \
+carried so much silt that its bed rose a little every year; a wall would only make the river run higher \
+between its banks until one day it broke through. Instead she proposed three works together: a relief \
+channel that would carry flood water around the town through the old meadows to the south, a set of \
+sluice gates at the head of that channel, and a modest embankment along the streets that flooded most \
+often.
+
+The plan was expensive, and for a year it seemed it would never be built. The millers still objected, \
+since the relief channel would take water away from their wheels during the driest weeks, and the owners \
+of the southern meadows did not want a channel cut through their grazing land. Marren met each group \
+separately. For the millers she designed the sluice gates so that they would stay closed except when the \
+river rose above a marked level, which meant that in ordinary seasons the mills would receive exactly as \
+much water as before. For the landowners she proposed that the channel banks be planted as hay meadows, \
+flooded for a few days in the worst years but otherwise as useful as the fields they replaced, and the \
+council agreed to pay them a yearly rent for the land.
+
+Construction took four summers. Most of the labour came from the town itself, from farm workers who were \
+idle between the planting and the harvest, and the council paid them partly in money and partly in a \
+reduction of their taxes. The sluice gates were made of oak and iron and were opened and closed by a pair \
+of large wheels that two men could turn together. A keeper was appointed to live in a small house beside \
+the gates, to watch the river level and to open the gates when the water reached the mark that Marren had \
+cut into a stone post. The first keeper was a former soldier who kept a careful diary of the river level \
+every morning and evening for thirty years; his notebooks are still kept in the town library and have \
+been used by later engineers to study how the river changed.
+
+The works were tested sooner than anyone expected. In the second spring after they were finished, a flood \
+almost as large as the one that had destroyed the bridge came down from the hills. The keeper opened the \
+gates at midnight, and by morning the relief channel was a wide brown river of its own, running through \
+the southern meadows while the streets of Harwick stayed dry. The new stone bridge, built at the same time \
+as the channel, stood without damage. The merchants held a dinner in Marren's honour, and even the millers, \
+whose wheels had turned all through the flood, admitted that the scheme had worked.
+
+Over the following century the town grew well beyond the area the works had been designed to protect. New \
+houses were built on the southern edge of the meadows, closer to the channel than Marren would have \
+allowed, and in two later floods their cellars filled with water. Each time the council debated whether to \
+widen the channel or to forbid building near it, and each time it chose the cheaper course of raising the \
+embankment a little. Modern engineers who have studied the river say that the original design remains \
+sound, but that it depends on keeping the relief channel and its meadows free of buildings, which is a \
+question of planning rather than engineering.
+
+The works also changed the life of the town in ways nobody had planned. With the low streets safe from \
+the water, the merchants built larger warehouses there, and within a generation the riverside had become \
+the busiest part of Harwick, with a market every week and an inn for the carters who brought goods from \
+the hills. The meadows along the relief channel, flooded now and then with water rich in silt, gave better \
+hay than any field nearby, and the landowners who had fought the channel ended up asking the council to \
+flood them more often. The old ford, no longer needed, silted up and became a shallow pool where children \
+learned to swim in summer and where the keeper's successors measured the river's clarity each spring.
+
+Today the sluice gates are operated by electric motors, and the keeper's house is a small museum. Visitors \
+can see the original wheels, the stone post with its flood mark, and a copy of Marren's report, in which \
+she wrote that a river cannot be defeated, only given room. The phrase is painted above the door of the \
+museum, and schoolchildren in Harwick still learn it, usually without knowing who first wrote it.\
+"""
+
+DEFAULT_SUITE: tuple[dict[str, str], ...] = (
+    {
+        "name": "code",
+        "prompt": "Write a Python function that checks whether a number is prime, with a docstring and tests.",
+    },
     {"name": "prose", "prompt": "Write a short story about a lighthouse keeper."},
-]
+    {
+        "name": "copy-heavy",
+        "prompt": "Rename the variable x to count in this code and return the full code.\n\n"
+        f"```python\n{_COPY_CODE}```",
+    },
+    {
+        "name": "summary",
+        "prompt": f"Summarise the following passage in one paragraph.\n\n{_PASSAGE}",
+    },
+)
+
+
+def load_suite(spec: str | None) -> list[dict[str, str]]:
+    """``default`` (or None) -> :data:`DEFAULT_SUITE`; else a TOML or JSON file holding a list of
+    ``{name, prompt}`` tables (JSON: a list, or an object with a ``prompts`` list; TOML: ``[[prompts]]``)."""
+    if spec in (None, "", "default"):
+        return [dict(p) for p in DEFAULT_SUITE]
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise UserError(f"suite file {path} does not exist: give a TOML/JSON file of {{name, prompt}} entries or --suite default")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read suite file {path}: {exc}") from None
+    import tomllib
+
+    suffix = path.suffix.lower()
+    fmt = "json" if suffix == ".json" else "toml" if suffix == ".toml" else None
+    data: Any = None
+    if fmt in ("json", None):
+        try:
+            data = json.loads(text)
+            fmt = "json"
+        except json.JSONDecodeError as exc:
+            if fmt == "json":
+                raise UserError(f"suite file {path} is not valid JSON (line {exc.lineno}: {exc.msg}); expected a list of {{name, prompt}}") from None
+    if fmt in ("toml", None):
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            what = "TOML" if fmt == "toml" else "JSON or TOML"
+            raise UserError(f"suite file {path} is not valid {what} ({exc}); expected [[prompts]] tables with name and prompt") from None
+    if isinstance(data, dict):
+        data = data.get("prompts")
+    if not isinstance(data, list) or not data:
+        raise UserError(f"suite file {path} has no prompts: expected a non-empty list of {{name, prompt}} ([[prompts]] in TOML)")
+    suite: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for i, item in enumerate(data, 1):
+        if not isinstance(item, dict):
+            raise UserError(f"suite file {path}: entry {i} is not a table with name and prompt")
+        name, prompt = item.get("name"), item.get("prompt")
+        if not isinstance(name, str) or not name.strip():
+            raise UserError(f"suite file {path}: entry {i} needs a non-empty string 'name'")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(f"suite file {path}: entry {i} ({name}) needs a non-empty string 'prompt'")
+        extra = set(item) - {"name", "prompt"}
+        if extra:
+            raise UserError(f"suite file {path}: entry {i} ({name}) has unknown key {sorted(extra)[0]!r}; only name and prompt are read")
+        if name in seen:
+            raise UserError(f"suite file {path}: prompt name {name!r} appears twice; names must be unique")
+        seen.add(name)
+        suite.append({"name": name, "prompt": prompt})
+    return suite
 
 
 def parse_k_list(text: str) -> list[int]:
+    """``"0,1,3"`` -> [0, 1, 3] (sorted, unique); every K in 0..16."""
+    parts = [p.strip() for p in str(text).split(",")]
     try:
-        ks = [int(x) for x in text.split(",") if x.strip()]
+        ks = [int(p) for p in parts if p]
     except ValueError:
         raise UserError(f"--k {text!r} is not a comma-separated list of integers: use e.g. --k 0,1,3,5") from None
     if not ks:
         raise UserError("--k is empty: give draft lengths, e.g. --k 0,1,3,5")
-    bad = [k for k in ks if not 0 <= k <= 16]
+    bad = [k for k in ks if not 0 <= k <= K_LIMIT]
     if bad:
-        raise UserError(f"--k {text}: {bad[0]} is out of range; every K must be 0..16 (0 = baseline)")
+        raise UserError(f"--k {text}: {bad[0]} is out of range; every K must be 0..{K_LIMIT} (0 = baseline)")
     return sorted(set(ks))
 
 
-def _one(session, prompt: str, k: int) -> object:
-    from specchat.engine.events import EngineError, Turn
+# =================================================================================================
+# Records and the runner
+# =================================================================================================
 
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    prompt: str  # suite entry name
+    mode: str  # baseline | spec | auto
+    k: int | None  # fixed K (0 for baseline), None for auto
+    run: int  # run index 0..runs-1
+    pair: int  # the A/B pair this run belongs to (baseline and its partner share it)
+
+
+def make_plan(suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, auto: bool) -> list[PlanItem]:
+    """The order of the runs: per prompt, per run index, each speculative mode right after its own
+    baseline run (A B A C ... A B A C ...). With no speculative mode, baselines only."""
+    modes: list[tuple[str, int | None]] = [("spec", k) for k in ks if k > 0]
+    if auto:
+        modes.append(("auto", None))
+    plan: list[PlanItem] = []
+    pair = 0
+    for item in suite:
+        for r in range(runs):
+            if not modes:
+                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
+                pair += 1
+            for mode, k in modes:
+                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
+                plan.append(PlanItem(item["name"], mode, k, r, pair))
+                pair += 1
+    return plan
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What one run measured beyond the Turn: per-round draft/accept figures (for α) and K used."""
+
+    rejections: int = 0  # rounds that drafted and had a rejection
+    spec_rounds: int = 0
+    k_sum: int = 0
+    rounds: int = 0
+    last_cost: Any = None
+
+
+def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
+    """One measured reply on a fresh conversation and cleared caches; returns (Turn, RunStats)."""
+    from specchat.engine.events import EngineError, Step, Turn
+
+    c = session.controls
+    dec = session.decoder
     session.reset()
-    session.decoder.reset()
-    if k == 0:
-        session.controls.set_speculative(False)
-    else:
-        session.controls.set_speculative(True)
-        session.controls.set_k(k)
+    dec.reset()
+    if mode == "baseline":
+        c.set_auto_k(False)
+        c.set_speculative(False)
+    elif mode == "spec":
+        c.set_auto_k(False)
+        c.set_k(int(k or 0))
+        c.set_speculative(True)
+    else:  # auto: a cold start, so every auto run is independent of the fixed-K runs around it
+        dec.cost_model.reset()
+        dec.auto_k.reset()
+        c.set_speculative(True)
+        c.set_auto_k(True)
+    stats = RunStats()
     turn = None
     for ev in session.send(prompt):
-        if isinstance(ev, Turn):
+        if isinstance(ev, Step):
+            stats.rounds += 1
+            stats.k_sum += ev.k
+            if ev.drafted > 0:
+                stats.spec_rounds += 1
+                if ev.accepted < ev.drafted:
+                    stats.rejections += 1
+            stats.last_cost = ev.cost
+        elif isinstance(ev, Turn):
             turn = ev
         elif isinstance(ev, EngineError):
-            raise UserError(f"generation failed: {ev.message}")
-    return turn
+            raise UserError(f"generation failed during the bench: {ev.message}")
+    if turn is None:  # pragma: no cover - a generation always ends with a Turn
+        raise UserError("generation produced no result")
+    return turn, stats
 
 
-def main(args, out=sys.stdout, err=sys.stderr) -> int:
+def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dict[str, Any]:
+    return {
+        "prompt": item.prompt,
+        "mode": item.mode,
+        "k": item.k,
+        "run": item.run,
+        "pair": item.pair,
+        "prompt_n": turn.prompt_n,
+        "prompt_ms": turn.prompt_ms,
+        "predicted_n": turn.predicted_n,
+        "predicted_ms": turn.predicted_ms,
+        "predicted_per_second": turn.predicted_per_second,
+        "draft_n": turn.draft_n,
+        "draft_n_accepted": turn.draft_n_accepted,
+        "acceptance": turn.acceptance,
+        "mean_len": turn.mean_len,
+        "speedup": None,  # filled in for the speculative half of a pair
+        "n_steps": turn.n_steps,
+        "n_spec_steps": turn.n_spec_steps,
+        "rejections": stats.rejections,
+        "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
+        "stop_reason": turn.stop_reason,
+        "drafter": drafter if item.mode != "baseline" else "none",
+    }
+
+
+Progress = Callable[[int, int, str], None]
+
+
+class BenchRunner:
+    """Runs a plan on a loaded session; ``on_record(record)`` is called after every record (a hook for
+    tests and for live output); a KeyboardInterrupt anywhere stops the runs and keeps what was measured."""
+
+    def __init__(
+        self,
+        session: Any,
+        suite: Sequence[dict[str, str]],
+        ks: Sequence[int],
+        runs: int,
+        *,
+        auto: bool = False,
+        progress: Progress | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        run_fn: Callable[..., tuple[Any, RunStats]] | None = None,
+    ) -> None:
+        self.session = session
+        self.suite = list(suite)
+        self.prompts = {p["name"]: p["prompt"] for p in self.suite}
+        self.plan = make_plan(self.suite, ks, runs, auto)
+        self.progress = progress
+        self.on_record = on_record
+        self.run_fn = run_fn or (lambda *a: run_once(*a))  # looked up at call time
+        self.records: list[dict[str, Any]] = []
+        self.interrupted = False
+        dec = getattr(session, "decoder", None)
+        self.drafter = getattr(dec, "drafter_name", None) or "none"
+
+    def run(self) -> list[dict[str, Any]]:
+        total = len(self.plan)
+        baseline_of: dict[int, dict[str, Any]] = {}
+        try:
+            for i, item in enumerate(self.plan):
+                if self.progress:
+                    what = "baseline" if item.mode == "baseline" else ("auto-K" if item.mode == "auto" else f"K={item.k}")
+                    self.progress(i, total, f"{item.prompt} {what} run {item.run + 1}")
+                turn, stats = self.run_fn(self.session, self.prompts[item.prompt], item.mode, item.k)
+                rec = make_record(item, turn, stats, self.drafter)
+                if item.mode == "baseline":
+                    baseline_of[item.pair] = rec
+                else:
+                    base = baseline_of.get(item.pair)
+                    if base is not None and base["predicted_per_second"] > 0:
+                        rec["speedup"] = rec["predicted_per_second"] / base["predicted_per_second"]
+                self.records.append(rec)
+                if self.on_record:
+                    self.on_record(rec)
+            if self.progress:
+                self.progress(total, total, "done")
+        except KeyboardInterrupt:
+            self.interrupted = True
+        return self.records
+
+
+# =================================================================================================
+# Summary
+# =================================================================================================
+
+
+@dataclass(slots=True)
+class SummaryRow:
+    prompt: str
+    mode: str
+    k: int | None
+    runs: int
+    tps_median: float
+    tps_min: float
+    tps_max: float
+    acceptance: float | None
+    mean_len: float
+    alpha: float | None  # per-position acceptance (MLE), None without drafts
+    tokens_per_round: float
+    k_mean: float
+    speedup: float | None  # median of pair ratios (1.0 for the baseline row)
+    speedup_min: float | None
+    speedup_max: float | None
+    pairs: int
+    accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
+    rejections: int = 0  # Σ rounds with a rejection
+
+
+def alpha_mle(accepted: int, rejections: int) -> float | None:
+    """α̂ = Σ accepted / (Σ accepted + Σ rounds with a rejection) (right-censored geometric MLE)."""
+    tot = accepted + rejections
+    return accepted / tot if tot else None
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
+    """One row per (prompt, mode, K), in the order the records first appear (baseline first per prompt)."""
+    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["prompt"], r["mode"], r["k"]), []).append(r)
+    order = sorted(
+        groups,
+        key=lambda g: (
+            next(i for i, r in enumerate(records) if r["prompt"] == g[0]),
+            {"baseline": 0, "spec": 1, "auto": 2}[g[1]],
+            g[2] if g[2] is not None else 99,
+        ),
+    )
+    rows = []
+    for key in order:
+        rs = groups[key]
+        tps = [r["predicted_per_second"] for r in rs]
+        drafted = sum(r["draft_n"] for r in rs)
+        acc = sum(r["draft_n_accepted"] for r in rs)
+        spec_steps = sum(r["n_spec_steps"] for r in rs)
+        steps = sum(r["n_steps"] for r in rs)
+        ratios = [r["speedup"] for r in rs if r["speedup"] is not None]
+        is_base = key[1] == "baseline"
+        rows.append(
+            SummaryRow(
+                prompt=key[0], mode=key[1], k=key[2], runs=len(rs),
+                tps_median=statistics.median(tps), tps_min=min(tps), tps_max=max(tps),
+                acceptance=acc / drafted if drafted else None,
+                mean_len=1.0 + acc / spec_steps if spec_steps else 1.0,
+                alpha=alpha_mle(acc, sum(r["rejections"] for r in rs)) if drafted else None,
+                tokens_per_round=sum(r["predicted_n"] for r in rs) / steps if steps else 0.0,
+                k_mean=statistics.fmean(r["k_mean"] for r in rs),
+                speedup=1.0 if is_base else (statistics.median(ratios) if ratios else None),
+                speedup_min=1.0 if is_base else (min(ratios) if ratios else None),
+                speedup_max=1.0 if is_base else (max(ratios) if ratios else None),
+                pairs=len(ratios),
+                accepted=acc,
+                rejections=sum(r["rejections"] for r in rs),
+            )
+        )  # fmt: skip
+    return rows
+
+
+# =================================================================================================
+# The arithmetic: micro-benchmarks of c and v(K), predictions vs measurements
+# =================================================================================================
+
+
+@dataclass(slots=True)
+class Calibration:
+    """Micro-benchmark results (ms are medians)."""
+
+    context_n: int = 0
+    target_ms: float = 0.0
+    draft_ms: float = 0.0  # per drafted token
+    draft_kind: str = "none"  # model | ngram | none
+    c: float = 0.0
+    v: dict[int, float] = field(default_factory=dict)  # K -> v(K); v(0) = 1
+    reps: int = 0
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1000.0
+
+
+def calibrate(
+    session: Any,
+    prompt: str,
+    *,
+    k_max: int = K_LIMIT,
+    reps: int = 7,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Calibration:
+    """Measure target ms per single-row decode, v(K) for K = 1..k_max and the draft cost per token.
+
+    The target's KV holds the chat-formatted ``prompt`` (minus its last token); each measurement appends
+    rows at that position and trims them away, so every decode sees the same context length. v(K) is the
+    median over ``reps`` of t(K+1 rows) / t(1 row) measured back to back (pairs again, against drift).
+    """
+    from specchat.engine.drafters import ModelDrafter, NgramDrafter
+    from specchat.engine.protocol import Message
+
+    dec = session.decoder
+    target = dec.target
+    dec.reset()
+    session.reset()
+    ctx = session.template.tokens([Message("user", prompt)])
+    ctx = ctx[: max(2, min(len(ctx), target.n_ctx - K_LIMIT - 2))]
+    target.decode(ctx[:-1], logits_last=0)
+    base = len(target.tokens)
+    filler = [int(t) for t in (ctx * (K_LIMIT // max(1, len(ctx)) + 2))[: K_LIMIT + 1]]
+    last = int(ctx[-1])
+
+    def rows(n: int) -> float:
+        t = _timed(lambda: target.decode([last, *filler[: n - 1]], logits_last=n))
+        target.trim(base)
+        return t
+
+    for _ in range(3):  # warm-up: first decodes allocate buffers
+        rows(1)
+        rows(k_max + 1)
+    singles: list[float] = []
+    ratios: dict[int, list[float]] = {k: [] for k in range(1, k_max + 1)}
+    total = reps * k_max
+    for r in range(reps):
+        for k in range(1, k_max + 1):
+            if progress:
+                progress(r * k_max + k - 1, total, f"verify cost v({k})")
+            t1 = rows(1)
+            tk = rows(k + 1)
+            singles.append(t1)
+            if t1 > 0:
+                ratios[k].append(tk / t1)
+    cal = Calibration(context_n=len(ctx), reps=reps)
+    cal.target_ms = statistics.median(singles)
+    cal.v = {0: 1.0, **{k: statistics.median(v) for k, v in ratios.items() if v}}
+
+    drafter = dec.drafter
+    if isinstance(drafter, ModelDrafter):
+        m = drafter.model
+        m.clear()
+        m.decode(ctx[:-1], logits_last=0)
+        mbase = len(m.tokens)
+        ts = []
+        for i in range(3 + 4 * reps):
+            t = _timed(lambda: m.decode([last], logits_last=1))
+            m.trim(mbase)
+            if i >= 3:
+                ts.append(t)
+        cal.draft_kind = "model"
+        cal.draft_ms = statistics.median(ts)
+    elif drafter is not None:
+        # a model-free drafter: time its draft() calls over growing prefixes of a self-similar context
+        from specchat.engine.controls import SamplingParams
+
+        import numpy as np
+
+        sp = SamplingParams()
+        rng = np.random.default_rng(0)
+        seq = list(ctx) + list(ctx[-200:])
+        drafter.reset()
+        per_tok = []
+        for n in range(len(seq) - 64, len(seq)):
+            t0 = time.perf_counter()
+            d = drafter.draft(seq[:n], 8, sp, rng)
+            t = (time.perf_counter() - t0) * 1000.0
+            per_tok.append(t / max(1, len(d.tokens)))
+        drafter.reset()
+        cal.draft_kind = "ngram" if isinstance(drafter, NgramDrafter) else "other"
+        cal.draft_ms = statistics.median(per_tok)
+    cal.c = cal.draft_ms / cal.target_ms if cal.target_ms > 0 else 0.0
+    dec.reset()
+    session.reset()
+    return cal
+
+
+def v_table(cal: Calibration) -> list[float]:
+    """v indexed by K for 0..16; K beyond the measured range continue the last measured slope."""
+    ks = sorted(cal.v)
+    top = ks[-1]
+    slope = (cal.v[top] - 1.0) / top if top else 0.0
+    return [cal.v[k] if k in cal.v else cal.v[top] + slope * (k - top) for k in range(K_LIMIT + 1)]
+
+
+def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> dict[str, Any]:
+    """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
+    from specchat.engine.events import CostEstimate
+    from specchat.engine import telemetry
+
+    vt = v_table(cal)
+    out: dict[str, Any] = {
+        "target_ms_per_token": cal.target_ms,
+        "target_tok_s": 1000.0 / cal.target_ms if cal.target_ms > 0 else None,
+        "draft": drafter,
+        "draft_kind": cal.draft_kind,
+        "draft_ms_per_token": cal.draft_ms,
+        "draft_tok_s": 1000.0 / cal.draft_ms if cal.draft_ms > 0 else None,
+        "c": cal.c,
+        "v": {str(k): v for k, v in sorted(cal.v.items())},
+        "context_n": cal.context_n,
+        "reps": cal.reps,
+        "prompts": [],
+    }
+    by_prompt: dict[str, list[SummaryRow]] = {}
+    for r in rows:
+        by_prompt.setdefault(r.prompt, []).append(r)
+    pooled_acc = pooled_rej = 0
+    for name, prs in [*by_prompt.items(), (ALL_PROMPTS, None)]:
+        if prs is None:  # α over every fixed-K run of every prompt: the pair's overall recommendation
+            fixed: list[SummaryRow] = []
+            alpha = alpha_mle(pooled_acc, pooled_rej)
+        else:  # α pooled over the fixed-K runs of this prompt (auto runs choose K from it, not vice versa)
+            fixed = [r for r in prs if r.mode == "spec"]
+            a_sum = sum(r.accepted for r in fixed)
+            rej_sum = sum(r.rejections for r in fixed)
+            pooled_acc += a_sum
+            pooled_rej += rej_sum
+            alpha = alpha_mle(a_sum, rej_sum)
+        entry: dict[str, Any] = {"prompt": name, "alpha": alpha, "rows": []}
+        if alpha is not None:
+            curve = telemetry.speedup_curve(alpha, cal.c, vt, K_LIMIT)
+            bk = telemetry.best_k(curve)
+            entry["best_k"] = bk
+            entry["predicted_best_speedup"] = curve[bk]
+            entry["curve"] = curve
+            entry["break_even"] = telemetry.break_even_line(
+                CostEstimate(alpha=alpha, c=cal.c, v=vt[bk], best_k=bk, predicted_speedup=curve[bk],
+                             target_ms_per_token=cal.target_ms, draft_ms_per_token=cal.draft_ms)
+            )  # fmt: skip
+            for r in fixed:
+                k = int(r.k or 0)
+                entry["rows"].append({
+                    "k": k,
+                    "E": telemetry.expected_tokens(alpha, k),
+                    "tokens_per_round": r.tokens_per_round,
+                    "v": vt[k],
+                    "predicted_speedup": telemetry.predicted_speedup(alpha, k, cal.c, vt[k]),
+                    "measured_speedup": r.speedup,
+                })  # fmt: skip
+            measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
+            if measured:
+                mk = max(measured, key=lambda k: measured[k])
+                entry["best_measured_k"] = mk if measured[mk] > 1.0 else 0
+        out["prompts"].append(entry)
+    return out
+
+
+# =================================================================================================
+# Output: table, arithmetic, plot, JSON, progress line
+# =================================================================================================
+
+
+def _fmt(x: float | None, spec: str, none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _mode_label(r: SummaryRow) -> str:
+    return "auto" if r.mode == "auto" else str(r.k)
+
+
+def format_table(rows: Sequence[SummaryRow]) -> str:
+    head = (
+        f"{'prompt':<12} {'K':>4} {'runs':>4} {'tok/s med':>9} {'min':>7} {'max':>7} {'accept':>7} "
+        f"{'mean len':>8} {'speedup':>8} {'(pair min..max)':>16}"
+    )
+    lines = [head, "-" * len(head)]
+    prev = None
+    for r in rows:
+        name = r.prompt if r.prompt != prev else ""
+        prev = r.prompt
+        rng = "" if r.mode == "baseline" or r.speedup is None else f"{r.speedup_min:.2f}..{r.speedup_max:.2f}"
+        k = "base" if r.mode == "baseline" else _mode_label(r)
+        if r.mode == "auto":
+            k = f"auto"
+        lines.append(
+            f"{name[:12]:<12} {k:>4} {r.runs:>4} {r.tps_median:>9.1f} {r.tps_min:>7.1f} {r.tps_max:>7.1f} "
+            f"{_fmt(r.acceptance, '.3f'):>7} {r.mean_len:>8.2f} {_fmt(r.speedup, '.2f') + '×':>8} {rng:>16}"
+        )
+        if r.mode == "auto":
+            lines[-1] += f"  (mean K {r.k_mean:.1f})"
+    return "\n".join(lines)
+
+
+def format_arithmetic(ar: dict[str, Any]) -> str:
+    lines = ["", "The arithmetic (seed Step 5; Leviathan et al. 2023 with measured v):"]
+    t_ms = ar["target_ms_per_token"]
+    lines.append(
+        f"  target alone: {t_ms:.2f} ms per single-row decode = {ar['target_tok_s'] or 0:.1f} tok/s "
+        f"(context {ar['context_n']} tokens, median)"
+    )
+    if ar["draft_kind"] == "model":
+        lines.append(f"  draft alone:  {ar['draft_ms_per_token']:.2f} ms per token = {ar['draft_tok_s'] or 0:.1f} tok/s ({ar['draft']})")
+    elif ar["draft_kind"] != "none":
+        lines.append(f"  draft alone:  {ar['draft_ms_per_token'] * 1000:.1f} µs per drafted token ({ar['draft']} lookup: ~free)")
+    lines.append(f"  cost ratio c = draft / target per token = {ar['c']:.4f}")
+    v = ar["v"]
+    ks = [k for k in sorted(int(k) for k in v) if k > 0]
+    lines.append("  verify cost v(K) = t(K+1 rows) / t(1 row), median of adjacent pairs:")
+    for chunk in range(0, len(ks), 8):
+        part = ks[chunk : chunk + 8]
+        lines.append("    " + "  ".join(f"K={k:<2d} {v[str(k)]:.2f}" for k in part))
+    for p in ar["prompts"]:
+        if p["alpha"] is None:
+            continue
+        lines.append("")
+        lines.append(f"  {p['prompt']}: α = {p['alpha']:.3f} (accepted / (accepted + rejections) over the fixed-K runs)")
+        if p["rows"]:
+            lines.append(f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'measured':>9}")
+            for row in p["rows"]:
+                lines.append(
+                    f"    {row['k']:>3} {row['E']:>7.2f} {row['tokens_per_round']:>9.2f} {row['v']:>6.2f} "
+                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['measured_speedup'], '.2f'):>8}×"
+                )
+        best = p["best_k"]
+        rec = "off (K = 0)" if best == 0 else f"K = {best}"
+        tail = ""
+        if "best_measured_k" in p:
+            bm = p["best_measured_k"]
+            tail = f"; best measured: {'off' if bm == 0 else f'K = {bm}'}"
+        lines.append(f"    recommended {rec} (predicted {p['predicted_best_speedup']:.2f}×){tail}")
+        lines.append(f"    {p['break_even']}")
+    return "\n".join(lines)
+
+
+def format_plot(rows: Sequence[SummaryRow], width: int = 40) -> str:
+    """Speedup vs K as horizontal bars; ``|`` marks 1.0× (break-even)."""
+    spec = [r for r in rows if r.mode != "baseline" and r.speedup is not None]
+    if not spec:
+        return ""
+    top = max(2.0, max(r.speedup_max or r.speedup for r in spec)) * 1.05
+    one = int(round(width / top))
+    lines = ["", f"speedup vs K (each # = {top / width:.3f}×, '|' = 1.0× break-even)"]
+    prev = None
+    for r in rows:
+        if r.mode == "baseline":
+            continue
+        if r.prompt != prev:
+            lines.append(f"  {r.prompt}")
+            prev = r.prompt
+        if r.speedup is None:
+            continue
+        n = int(round(r.speedup / top * width))
+        bar = list("#" * n + " " * (width - n))
+        if one < width:
+            bar[one] = "|" if bar[one] == " " else "+"
+        label = "auto" if r.mode == "auto" else f"K={r.k}"
+        lines.append(f"    {label:>5} {''.join(bar)} {r.speedup:.2f}×")
+    return "\n".join(lines)
+
+
+class ProgressLine:
+    """``[#####.....] 12/48 copy-heavy K=3 run 2 eta 40s`` on one ``\\r``-rewritten stderr line.
+
+    Plain text, no dependency. Redrawn at most every ``interval`` seconds (and at every phase's start
+    and end); the ETA restarts whenever ``done`` is 0 (a new phase). Disabled when ``enabled`` is False
+    (``--no-progress``, or stderr is not a terminal: a log file gets no ``\\r`` noise).
+    """
+
+    def __init__(self, stream: TextIO, enabled: bool = True, width: int = 24, interval: float = 0.1) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.width = width
+        self.interval = interval
+        self._len = 0
+        self._t0 = time.perf_counter()
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        if done == 0:
+            self._t0 = now
+        elif done < total and now - self._last < self.interval:
+            return
+        self._last = now
+        frac = min(1.0, done / total) if total else 1.0
+        n = int(frac * self.width)
+        el = now - self._t0
+        eta = f" eta {el / done * (total - done):.0f}s" if 0 < done < total else ""
+        text = f"[{'#' * n}{'.' * (self.width - n)}] {done}/{total} {what}{eta}"
+        pad = max(0, self._len - len(text))
+        self.stream.write("\r" + text + " " * pad)
+        self.stream.flush()
+        self._len = len(text)
+
+    def close(self) -> None:
+        if self.enabled and self._len:
+            self.stream.write("\r" + " " * self._len + "\r")
+            self.stream.flush()
+            self._len = 0
+
+
+def build_report(
+    *,
+    meta: dict[str, Any],
+    records: Sequence[dict[str, Any]],
+    rows: Sequence[SummaryRow],
+    arith: dict[str, Any] | None,
+    interrupted: bool,
+) -> dict[str, Any]:
+    return {
+        "specchat_bench": 1,
+        "interrupted": interrupted,
+        **meta,
+        "records": list(records),
+        "summary": [asdict(r) for r in rows],
+        "arithmetic": arith,
+    }
+
+
+def write_json(path: str, report: dict[str, Any]) -> None:
+    p = Path(path).expanduser()
+    tmp = p.with_name(p.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(p)
+    except OSError as exc:
+        raise UserError(f"cannot write --json {p}: {exc.strerror or exc}; choose a writable path") from None
+
+
+# =================================================================================================
+# The command
+# =================================================================================================
+
+
+def settings_overrides(args: Any) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    for flag in ("target", "draft", "threads", "n_ctx"):
+        v = getattr(args, flag, None)
+        if v is not None:
+            o[flag] = v
+    o["n_predict"] = args.n_predict if args.n_predict is not None else DEFAULT_N_PREDICT
+    sampling = {}
+    if getattr(args, "temperature", None) is not None:
+        sampling["temperature"] = args.temperature
+    if getattr(args, "seed", None) is not None:
+        sampling["seed"] = args.seed
+    if sampling:
+        o["sampling"] = sampling
+    return o
+
+
+def validate_args(args: Any) -> tuple[list[int], list[dict[str, str]]]:
+    """Everything checkable before loading a model; raises UserError (one line, exit 2)."""
+    ks = parse_k_list(args.k if args.k is not None else DEFAULT_KS)
+    if args.runs is None or args.runs <= 0:
+        raise UserError(f"--runs {args.runs} must be a positive number of runs per (prompt, K)")
+    if args.n_predict is not None and args.n_predict <= 0:
+        raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
+    if getattr(args, "threads", None) is not None and args.threads <= 0:
+        raise UserError(f"--threads {args.threads} must be at least 1")
+    if getattr(args, "temperature", None) is not None and not (0.0 <= args.temperature <= 5.0):
+        raise UserError(f"--temperature {args.temperature} must be in 0..5 (0 = greedy)")
+    suite = load_suite(args.suite)
+    if args.json:
+        parent = Path(args.json).expanduser().parent
+        if not parent.is_dir():
+            raise UserError(f"--json {args.json}: directory {parent} does not exist; create it or choose another path")
+    if not any(k > 0 for k in ks) and not args.auto and not args.no_arithmetic:
+        pass  # baseline-only is allowed: it measures the target alone
+    return ks, suite
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def main(
+    args: Any,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
+    ks, suite = validate_args(args)
     from specchat.config import load_settings
+
+    settings = load_settings(getattr(args, "config", None), settings_overrides(args))
     from specchat.engine.loader import load_engine
 
-    ks = parse_k_list(args.k)
-    if args.runs <= 0:
-        raise UserError(f"--runs {args.runs} must be a positive number of runs")
-    o: dict = {}
-    for flag in ("target", "draft", "threads", "n_ctx"):
-        if getattr(args, flag, None) is not None:
-            o[flag] = getattr(args, flag)
-    o["n_predict"] = args.n_predict or 128
-    if args.temperature is not None:
-        o["sampling"] = {"temperature": args.temperature}
-    settings = load_settings(getattr(args, "config", None), o)
-    session = load_engine(settings, auto_k=False)
+    show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
+    progress = ProgressLine(err, enabled=show)
+    interrupted = False
     try:
-        for item in DEFAULT_SUITE:
-            for k in [k for k in ks if k > 0]:
-                ratios, tps = [], []
-                for _ in range(args.runs):
-                    a = _one(session, item["prompt"], 0)
-                    b = _one(session, item["prompt"], k)
-                    tps.append(b.predicted_per_second)
-                    if a.predicted_per_second > 0:
-                        ratios.append(b.predicted_per_second / a.predicted_per_second)
-                print(f"{item['name']:8s} K={k:2d} median {statistics.median(tps):8.2f} tok/s  "
-                      f"speedup {statistics.median(ratios) if ratios else float('nan'):.2f}x", file=out)
+        session = load_engine(settings, lambda f, what: progress(int(f * 100), 100, what), auto_k=False)
+    except KeyboardInterrupt:
+        progress.close()
+        print("specchat: interrupted while loading; nothing measured", file=err)
+        return 130
+    progress.close()
+    try:
+        dec = session.decoder
+        drafter = dec.drafter_name
+        speculative_modes = any(k > 0 for k in ks) or args.auto
+        if speculative_modes and (dec.drafter is None or not dec.can_speculate):
+            why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is configured"
+            raise UserError(f"cannot bench speculation: {why}; use --draft ngram or a draft .gguf, or --k 0 for the baseline alone")
+        meta = {
+            "target": dec.target.name,
+            "drafter": drafter,
+            "ks": ks,
+            "auto": bool(args.auto),
+            "runs": args.runs,
+            "n_predict": settings.n_predict,
+            "temperature": settings.sampling.temperature,
+            "seed": settings.sampling.seed,
+            "threads": settings.threads,
+            "n_ctx": settings.n_ctx,
+            "suite": [p["name"] for p in suite],
+        }
+        print(
+            f"specchat bench: target {dec.target.name}, drafter {drafter}, K {','.join(map(str, ks))}"
+            f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
+            f"(A B A B ...); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
+            f"threads {settings.threads}",
+            file=out,
+        )
+        out.flush()
+        cal: Calibration | None = None
+        if not args.no_arithmetic and dec.drafter is not None:
+            try:
+                cal = calibrate(session, suite[0]["prompt"], k_max=K_LIMIT, progress=progress)
+            except KeyboardInterrupt:
+                interrupted = True
+        records: list[dict[str, Any]] = []
+        if not interrupted:
+            runner = BenchRunner(session, suite, ks, args.runs, auto=bool(args.auto), progress=progress, on_record=on_record)
+            records = runner.run()
+            interrupted = runner.interrupted
+        progress.close()
+        rows = summarize(records)
+        arith = arithmetic(cal, rows, drafter) if cal is not None else None
+        if interrupted:
+            print(f"interrupted: {len(records)} run(s) measured so far", file=out)
+        if rows:
+            print("", file=out)
+            print(format_table(rows), file=out)
+            print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
+        if arith is not None:
+            print(format_arithmetic(arith), file=out)
+        if args.plot and rows:
+            print(format_plot(rows), file=out)
+        if args.json:
+            write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
+            print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)
+        out.flush()
     finally:
+        progress.close()
         session.close()
-    return 0
+    return 130 if interrupted else 0

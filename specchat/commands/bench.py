@@ -20,12 +20,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help="drafter: path to a draft .gguf, a preset name, or 'ngram' (default)")
-    p.add_argument("--k", default="0,1,2,3,5,8", metavar="LIST",
+    p.add_argument("--k", default=None, metavar="LIST",
                    help="comma-separated draft lengths to measure, each 0..16 (0 = baseline); default 0,1,2,3,5,8")
     p.add_argument("--suite", default="default", metavar="default|FILE",
                    help="prompt suite: 'default' or a TOML/JSON file with a list of {name, prompt}")
     p.add_argument("--runs", type=int, default=3, help="runs per (prompt, K), each paired with a baseline run; default 3")
-    p.add_argument("--n-predict", type=int, dest="n_predict", default=None, help="tokens to generate per run (default 128)")
+    p.add_argument("--n-predict", type=int, dest="n_predict", default=None, help="tokens to generate per run (default 256)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default)")
     p.add_argument("--seed", type=int, help="sampling seed (used when --temperature > 0)")
     p.add_argument("--auto", action="store_true", help="also measure auto-K (the cost model chooses K each step)")
@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-ctx", type=int, dest="n_ctx", help="context size (default 4096)")
     p.add_argument("--no-arithmetic", action="store_true", dest="no_arithmetic",
                    help="skip the micro-benchmarks of the cost model (v(K), c)")
-    p.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress line on stderr")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", action="store_true", help="draw the progress line on stderr even when it is not a terminal")
+    prog.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress line on stderr")
 
 
 def run(args: argparse.Namespace) -> int:

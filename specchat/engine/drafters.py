@@ -17,7 +17,7 @@ suffix.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -108,33 +108,86 @@ class ModelDrafter:
 
 
 class NgramDrafter:
-    """Prompt-lookup drafting over the prompt and everything generated so far.
+    """Prompt-lookup drafting over the prompt and everything generated so far, with a learned draft length.
 
-    For n from ``max_n`` down to ``min_n``, look up the last n tokens of the context in an index of
-    every earlier n-gram (kept incrementally: O(max_n) dict updates per new token) and propose the
-    tokens that followed its most recent earlier occurrence. No match, no draft: the step becomes a
-    plain decode and costs nothing extra.
+    **Match** (Saxena 2023, prompt lookup decoding; llama.cpp ``ngram-simple``/``lookup``; HF
+    ``PromptLookupCandidateGenerator``): for n from ``max_n`` down to ``min_n``, look the last n tokens up
+    in an index of every earlier n-gram (kept incrementally: O(max_n) dict updates per new token). Among
+    the ``max_candidates`` most recent occurrences of the longest n that matches, take the one whose match
+    with the current suffix extends furthest back (its *match length* l, counted up to ``max_match``;
+    ties go to the most recent); the draft is what followed it. A long match is a copy in progress.
+
+    **Length** (how far to trust the copy). The drafter learns, per match-length bucket, p(l) = P(the
+    continuation token is accepted | the suffix matched l tokens), from what the target kept: after a
+    verify, :meth:`rollback` sees the committed tokens, i.e. how many of the draft were accepted. Draft
+    position i (0-based) is reached only if positions < i were accepted, and then the match is l + i
+    long, so P(first d accepted) = prod_{i<d} p(l + i). Counts start from a prior that grows with l
+    (mean l/(l+1), weight ``prior_weight``) and relax back to it with a half-life of ``half_life``
+    rounds, so the estimates follow recent acceptance and a bucket that stopped drafting is tried again.
+
+    * With ``verify_cost`` set (a callable K -> v(K), the verify cost of K+1 rows relative to one row,
+      e.g. :meth:`specchat.engine.telemetry.CostModel.v`): d = argmax_d (1 + sum_{i<=d} P_i) / v(d), the
+      expected tokens of the round per unit of its verify cost (d = 0 means a plain round);
+    * otherwise: the longest d with P(first d accepted) >= ``min_confidence``. A drafted token costs
+      about v(K) - v(K-1) target steps; on this CPU's build that is ~0.5 (v is steep), which is the
+      default's order. A one-token match starts below it, so it does not draft until evidence says so.
+
+    No match, or no position confident enough: no draft, and the round is a plain decode that costs
+    nothing extra. The drafter only proposes; the target's verify decides what is kept (exactness is
+    the speculative loop's).
     """
 
     free = True
+    #: lower bounds of the match-length buckets
+    BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
-    def __init__(self, min_n: int = 1, max_n: int = 4, name: str = "ngram") -> None:
+    def __init__(
+        self,
+        min_n: int = 1,
+        max_n: int = 4,
+        name: str = "ngram",
+        *,
+        min_confidence: float = 0.6,
+        max_candidates: int = 16,
+        max_match: int = 64,
+        prior_weight: float = 2.0,
+        half_life: float = 64.0,
+        verify_cost: Callable[[int], float] | None = None,
+    ) -> None:
         if not (1 <= min_n <= max_n):
             raise ValueError(f"ngram sizes must satisfy 1 <= min_n <= max_n, got {min_n}..{max_n}")
+        if not (0.0 < min_confidence <= 1.0):
+            raise ValueError(f"min_confidence must be in (0, 1], got {min_confidence}")
         self.min_n = min_n
         self.max_n = max_n
         self.name = name
+        self.min_confidence = min_confidence
+        self.max_candidates = max(1, max_candidates)
+        self.max_match = max(max_n, max_match)
+        self.prior_weight = prior_weight
+        self._relax = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
+        self.verify_cost = verify_cost
+        self._prior = [lo / (lo + 1.0) for lo in self.BUCKETS]
         self.reset()
 
     def reset(self) -> None:
+        """Forget the text and what was learned about it."""
+        self._reset_index()
+        self._acc = [p * self.prior_weight for p in self._prior]  # pseudo-counts of accepted positions
+        self._n = [self.prior_weight] * len(self._prior)  # pseudo-counts of verified positions
+        self._pending: tuple[int, int, list[int]] | None = None  # (context length, match length, draft)
+        #: match length of the latest lookup (0 = no match), for display and tests
+        self.last_match_len = 0
+
+    def _reset_index(self) -> None:
         self._tokens: list[int] = []
-        # n -> {ngram tuple: end position (index of the token that followed it)}
-        self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.min_n, self.max_n + 1)}
+        # n -> {ngram tuple: end positions (index of the token that followed it), oldest first}
+        self._index: dict[int, dict[tuple[int, ...], list[int]]] = {n: {} for n in range(self.min_n, self.max_n + 1)}
 
     def _extend_index(self, context: Sequence[int]) -> None:
         have = len(self._tokens)
         if have > len(context) or list(context[:have]) != self._tokens:
-            self.reset()
+            self._reset_index()  # another conversation: new text, same learned acceptance
             have = 0
         self._tokens.extend(context[have:])
         toks = self._tokens
@@ -142,28 +195,109 @@ class NgramDrafter:
         for e in range(max(have, 1), len(toks)):
             for n, idx in self._index.items():
                 if e >= n:
-                    idx[tuple(toks[e - n : e])] = e
+                    key = tuple(toks[e - n : e])
+                    pos = idx.get(key)
+                    if pos is None:
+                        idx[key] = [e]
+                    else:
+                        pos.append(e)
 
-    def lookup(self, context: Sequence[int], k: int) -> list[int]:
-        """The continuation (up to k tokens) of the longest suffix match, or []."""
+    def _match(self, context: Sequence[int]) -> tuple[int, int]:
+        """(end position of the best earlier occurrence, its match length), or (-1, 0)."""
         self._extend_index(context)
         toks = self._tokens
         L = len(toks)
         for n in range(self.max_n, self.min_n - 1, -1):
             if L < n + 1:
                 continue
-            e = self._index[n].get(tuple(toks[L - n :]))
-            if e is not None and e < L:
-                return toks[e : min(e + k, L)]
-        return []
+            positions = self._index[n].get(tuple(toks[L - n :]))
+            if not positions:
+                continue
+            best, best_len = -1, -1
+            for e in reversed(positions[-self.max_candidates :]):
+                if e >= L:
+                    continue
+                m = n
+                while m < self.max_match and e - m - 1 >= 0 and toks[e - m - 1] == toks[L - m - 1]:
+                    m += 1
+                if m > best_len:
+                    best, best_len = e, m
+            if best >= 0:
+                return best, best_len
+        return -1, 0
+
+    def _bucket(self, match_len: int) -> int:
+        b = 0
+        for i, lo in enumerate(self.BUCKETS):
+            if match_len >= lo:
+                b = i
+        return b
+
+    def confidence(self, match_len: int) -> float:
+        """Current estimate of p(l): P(the next continuation token is accepted | match length l)."""
+        b = self._bucket(match_len)
+        return self._acc[b] / self._n[b]
+
+    def lookup(self, context: Sequence[int], k: int) -> list[int]:
+        """The continuation (up to k tokens) of the best suffix match, or [] (no length gating)."""
+        e, self.last_match_len = self._match(context)
+        if e < 0 or k <= 0:
+            return []
+        return self._tokens[e : min(e + k, len(self._tokens))]
+
+    def draft_length(self, match_len: int, available: int) -> int:
+        """How many of ``available`` continuation tokens to propose for a match of ``match_len``."""
+        p = 1.0
+        if self.verify_cost is None:
+            d = 0
+            for i in range(available):
+                p *= self.confidence(match_len + i)
+                if p < self.min_confidence:
+                    break
+                d = i + 1
+            return d
+        expected = 1.0
+        best, best_d = 1.0, 0  # a plain round: one token per unit cost
+        for i in range(available):
+            p *= self.confidence(match_len + i)
+            expected += p
+            cost = float(self.verify_cost(i + 1))
+            if cost > 0 and expected / cost > best:
+                best, best_d = expected / cost, i + 1
+        return best_d
 
     def draft(self, context: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         t0 = time.perf_counter()
-        tokens = self.lookup(context, k) if k > 0 else []
-        return Draft(tokens=list(tokens), q=None, t_ms=(time.perf_counter() - t0) * 1000.0)
+        self._pending = None
+        tokens: list[int] = []
+        if k > 0:
+            cont = self.lookup(context, k)
+            if cont:
+                tokens = list(cont[: self.draft_length(self.last_match_len, len(cont))])
+                if tokens:
+                    self._pending = (len(context), self.last_match_len, tokens)
+        return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0)
 
     def rollback(self, committed: Sequence[int]) -> None:
-        """Nothing to undo: the index only ever holds committed tokens."""
+        """Learn from the verify: ``committed`` extends the drafted context by the accepted draft prefix."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        n_ctx, match_len, tokens = pending
+        got = committed[n_ctx : n_ctx + len(tokens)]
+        a = 0
+        while a < len(got) and got[a] == tokens[a]:
+            a += 1
+        r = self._relax
+        w = self.prior_weight
+        for b, p0 in enumerate(self._prior):  # relax every bucket towards its prior (recent evidence counts)
+            self._acc[b] = self._acc[b] * r + p0 * w * (1.0 - r)
+            self._n[b] = self._n[b] * r + w * (1.0 - r)
+        for i in range(min(a + 1, len(tokens))):  # positions verified: accepted ones, then the first rejection
+            b = self._bucket(match_len + i)
+            self._n[b] += 1.0
+            if i < a:
+                self._acc[b] += 1.0
 
     def close(self) -> None:
         pass

@@ -1,0 +1,461 @@
+"""``specchat bench``: records, interleaving, pair-ratio speedups, the arithmetic, Ctrl-C, bad input; and the
+n-gram drafter's learned draft length.
+
+Real runs use the tiny GGUF fixtures with one thread and a few tokens per run; nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specchat import bench
+from specchat.cli import build_parser, main
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafters import NgramDrafter
+
+TIMING_NAMES = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"}
+SUITE = [
+    {"name": "alpha", "prompt": "The quick brown fox jumps over the lazy dog. The quick brown fox"},
+    {"name": "beta", "prompt": "one two three one two three one two"},
+]
+
+
+@pytest.fixture(autouse=True)
+def isolated_config(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("SPECCHAT_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("SPECCHAT_THREADS", "1")
+
+
+@pytest.fixture()
+def suite_file(tmp_path) -> Path:
+    p = tmp_path / "suite.json"
+    p.write_text(json.dumps(SUITE))
+    return p
+
+
+def bench_args(target, draft, suite, *extra) -> list[str]:
+    return ["bench", "--target", str(target), "--draft", str(draft), "--suite", str(suite), "--threads", "1",
+            "--n-predict", "6", "--no-progress", *extra]  # fmt: skip
+
+
+def run_bench(argv: list[str], on_record=None) -> tuple[int, str, str]:
+    """Run ``specchat bench`` in-process through the real parser; returns (rc, stdout, stderr)."""
+    args = build_parser().parse_args(argv)
+    out, err = io.StringIO(), io.StringIO()
+    rc = bench.main(args, out=out, err=err, on_record=on_record)
+    return rc, out.getvalue(), err.getvalue()
+
+
+# -- a full run on the tiny pair ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory, tiny_pair):
+    """One real bench: 2 prompts x 2 runs x (K=2, K=3, auto), with the arithmetic, plot and JSON."""
+    target, draft = tiny_pair
+    d = tmp_path_factory.mktemp("bench")
+    suite = d / "suite.json"
+    suite.write_text(json.dumps(SUITE))
+    out_json = d / "out.json"
+    with pytest.MonkeyPatch.context() as mp:
+        for k in list(os.environ):
+            if k.startswith("SPECCHAT_"):
+                mp.delenv(k)
+        mp.setenv("SPECCHAT_THREADS", "1")
+        mp.setenv("XDG_CONFIG_HOME", str(d / "cfg"))
+        mp.setenv("XDG_DATA_HOME", str(d / "data"))
+        rc, out, err = run_bench(bench_args(target, draft, suite, "--k", "0,2,3", "--runs", "2", "--auto", "--plot",
+                                            "--json", str(out_json)))  # fmt: skip
+    assert rc == 0, err
+    return json.loads(out_json.read_text()), out, err
+
+
+def test_json_has_every_field_for_every_record(tiny_report):
+    data, _out, _err = tiny_report
+    recs = data["records"]
+    # 2 prompts x 2 runs x 3 speculative modes, each paired with its own baseline run
+    assert len(recs) == 2 * 2 * 3 * 2
+    for r in recs:
+        assert set(bench.RECORD_FIELDS) <= r.keys(), sorted(set(bench.RECORD_FIELDS) - r.keys())
+        assert TIMING_NAMES <= r.keys()
+        assert r["predicted_n"] > 0 and r["predicted_ms"] > 0 and r["predicted_per_second"] > 0
+        assert r["mode"] in ("baseline", "spec", "auto")
+        if r["mode"] == "baseline":
+            assert r["k"] == 0 and r["draft_n"] == 0 and r["speedup"] is None
+        else:
+            assert r["speedup"] is not None and r["speedup"] > 0
+    assert {r["k"] for r in recs if r["mode"] == "spec"} == {2, 3}
+    assert any(r["draft_n"] > 0 for r in recs if r["mode"] == "spec")
+    assert data["interrupted"] is False
+    assert data["ks"] == [0, 2, 3] and data["runs"] == 2 and data["auto"] is True
+    summary_fields = {"prompt", "mode", "k", "runs", "tps_median", "tps_min", "tps_max", "acceptance", "mean_len",
+                      "speedup", "speedup_min", "speedup_max"}  # fmt: skip
+    assert data["summary"] and all(summary_fields <= row.keys() for row in data["summary"])
+
+
+def test_runs_are_interleaved_baseline_then_mode(tiny_report):
+    data, _, _ = tiny_report
+    recs = data["records"]
+    assert [r["mode"] for r in recs[0::2]] == ["baseline"] * (len(recs) // 2)
+    assert all(r["mode"] != "baseline" for r in recs[1::2])
+    for a, b in zip(recs[0::2], recs[1::2]):
+        assert a["pair"] == b["pair"] and a["prompt"] == b["prompt"] and a["run"] == b["run"]
+        assert b["speedup"] == pytest.approx(b["predicted_per_second"] / a["predicted_per_second"])
+    # within a prompt, run 0 of every mode comes before run 1 of any mode (drift hits all modes alike)
+    alpha = [r for r in recs if r["prompt"] == "alpha"]
+    assert [r["run"] for r in alpha] == [0] * 6 + [1] * 6
+    assert [r["k"] for r in alpha if r["mode"] != "baseline"] == [2, 3, None, 2, 3, None]
+
+
+def test_summary_speedup_is_the_median_of_pair_ratios(tiny_report):
+    data, _, _ = tiny_report
+    for row in data["summary"]:
+        group = [r for r in data["records"] if (r["prompt"], r["mode"], r["k"]) == (row["prompt"], row["mode"], row["k"])]
+        assert row["runs"] == len(group)
+        tps = [r["predicted_per_second"] for r in group]
+        assert row["tps_median"] == pytest.approx(statistics.median(tps))
+        assert (row["tps_min"], row["tps_max"]) == (min(tps), max(tps))
+        if row["mode"] == "baseline":
+            assert row["speedup"] == 1.0
+        else:
+            ratios = [r["speedup"] for r in group]
+            assert row["speedup"] == pytest.approx(statistics.median(ratios))
+            drafted = sum(r["draft_n"] for r in group)
+            if drafted:
+                assert row["acceptance"] == pytest.approx(sum(r["draft_n_accepted"] for r in group) / drafted)
+
+
+def test_summary_uses_pair_ratios_not_a_ratio_of_medians():
+    """Three pairs whose ratio-of-medians (100/100 = 1.0) differs from the median of ratios (2.0)."""
+
+    def rec(mode, pair, tps):
+        return {"prompt": "p", "mode": mode, "k": 0 if mode == "baseline" else 3, "run": pair, "pair": pair,
+                "prompt_n": 1, "prompt_ms": 1.0, "predicted_n": 10, "predicted_ms": 1.0, "predicted_per_second": tps,
+                "draft_n": 0 if mode == "baseline" else 4, "draft_n_accepted": 0 if mode == "baseline" else 2,
+                "acceptance": 0.0, "mean_len": 1.0, "speedup": None, "n_steps": 5, "n_spec_steps": 0, "rejections": 1,
+                "k_mean": 0.0, "stop_reason": "length", "drafter": "d"}  # fmt: skip
+
+    records = []
+    for pair, (base, spec) in enumerate([(50.0, 100.0), (100.0, 200.0), (200.0, 20.0)]):
+        a, b = rec("baseline", pair, base), rec("spec", pair, spec)
+        b["speedup"] = spec / base
+        records += [a, b]
+    rows = {r.mode: r for r in bench.summarize(records)}
+    assert rows["spec"].speedup == pytest.approx(2.0)
+    assert rows["spec"].tps_median / rows["baseline"].tps_median == pytest.approx(1.0)
+    assert (rows["spec"].speedup_min, rows["spec"].speedup_max) == (pytest.approx(0.1), pytest.approx(2.0))
+    assert rows["spec"].alpha == pytest.approx(6 / (6 + 3))  # Σ accepted / (Σ accepted + Σ rejections)
+
+
+def test_report_prints_table_arithmetic_and_plot(tiny_report):
+    data, out, _err = tiny_report
+    ar = data["arithmetic"]
+    assert set(ar["v"]) == {str(k) for k in range(17)} and ar["v"]["0"] == 1.0
+    assert all(v > 0 for v in ar["v"].values())
+    assert ar["target_ms_per_token"] > 0 and ar["draft_kind"] == "model" and ar["c"] > 0
+    assert ar["c"] == pytest.approx(ar["draft_ms_per_token"] / ar["target_ms_per_token"])
+    per_prompt = {p["prompt"]: p for p in ar["prompts"]}
+    assert set(per_prompt) == {"alpha", "beta", bench.ALL_PROMPTS}
+    for p in per_prompt.values():
+        if p["alpha"] is None:
+            continue
+        assert 0 <= p["best_k"] <= 16
+        assert p["predicted_best_speedup"] == pytest.approx(max(p["curve"]))
+        for row in p["rows"]:
+            assert row["k"] in (2, 3)
+            assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)
+            assert row["predicted_speedup"] == pytest.approx(row["E"] / (ar["c"] * row["k"] + row["v"]))
+    assert "tok/s med" in out and "speedup" in out
+    assert "verify cost v(K)" in out and "cost ratio c" in out and "recommended" in out
+    assert "draft costs" in out  # telemetry.break_even_line
+    assert "speedup vs K" in out and "K=2" in out and "auto" in out
+
+
+# -- Ctrl-C -------------------------------------------------------------------------------------------
+
+
+def test_interrupted_bench_prints_and_writes_what_it_measured(tmp_path, tiny_pair, suite_file):
+    target, draft = tiny_pair
+    out_json = tmp_path / "partial.json"
+    seen = []
+
+    def hook(rec):
+        seen.append(rec)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    rc, out, err = run_bench(
+        bench_args(target, draft, suite_file, "--k", "0,2", "--runs", "3", "--json", str(out_json), "--no-arithmetic"),
+        on_record=hook,
+    )
+    assert rc == 130
+    data = json.loads(out_json.read_text())
+    assert data["interrupted"] is True
+    assert len(data["records"]) == 3 and [r["mode"] for r in data["records"]] == ["baseline", "spec", "baseline"]
+    assert {(r["prompt"], r["mode"]) for r in data["records"]} == {("alpha", "baseline"), ("alpha", "spec")}
+    assert "interrupted: 3 run(s) measured so far" in out
+    assert "alpha" in out and "tok/s med" in out
+    assert "wrote 3 record(s)" in err
+
+
+def test_cli_ctrl_c_exits_130(tmp_path, tiny_pair, suite_file, monkeypatch):
+    """Through ``specchat.cli.main``: a KeyboardInterrupt during a run still reports and exits 130."""
+    target, draft = tiny_pair
+    real = bench.run_once
+    calls = {"n": 0}
+
+    def flaky(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*a, **kw)
+
+    monkeypatch.setattr(bench, "run_once", flaky)
+    out_json = tmp_path / "c.json"
+    rc = main(bench_args(target, draft, suite_file, "--k", "2", "--runs", "2", "--json", str(out_json), "--no-arithmetic"))
+    assert rc == 130
+    data = json.loads(out_json.read_text())
+    assert data["interrupted"] and len(data["records"]) == 1 and data["records"][0]["mode"] == "baseline"
+
+
+def test_runner_keeps_records_when_interrupted_without_models():
+    """The runner alone, with a scripted run function: the plan order and the partial result."""
+
+    class FakeTurn:
+        def __init__(self, tps):
+            self.prompt_n, self.prompt_ms, self.predicted_n, self.predicted_ms = 3, 1.0, 10, 1000.0 / tps * 10
+            self.predicted_per_second = tps
+            self.draft_n = self.draft_n_accepted = 0
+            self.acceptance, self.mean_len, self.n_steps, self.n_spec_steps, self.stop_reason = 0.0, 1.0, 10, 0, "length"
+
+    speeds = iter([10.0, 20.0, 10.0, 30.0, 10.0])
+
+    def run_fn(session, prompt, mode, k):
+        tps = next(speeds, None)
+        if tps is None:
+            raise KeyboardInterrupt
+        return FakeTurn(tps), bench.RunStats(rounds=10, k_sum=0)
+
+    r = bench.BenchRunner(None, SUITE[:1], [0, 3], 4, run_fn=run_fn)
+    recs = r.run()
+    assert r.interrupted and len(recs) == 5
+    assert [x["mode"] for x in recs] == ["baseline", "spec", "baseline", "spec", "baseline"]
+    assert [x["speedup"] for x in recs if x["mode"] == "spec"] == [2.0, 3.0]
+    rows = bench.summarize(recs)
+    assert rows[1].speedup == pytest.approx(2.5) and rows[1].pairs == 2
+
+
+def test_plan_is_a_b_a_b():
+    plan = bench.make_plan(SUITE, [0, 1, 4], runs=2, auto=True)
+    first = [(p.mode, p.k, p.run) for p in plan if p.prompt == "alpha"]
+    assert first == [
+        ("baseline", 0, 0), ("spec", 1, 0), ("baseline", 0, 0), ("spec", 4, 0), ("baseline", 0, 0), ("auto", None, 0),
+        ("baseline", 0, 1), ("spec", 1, 1), ("baseline", 0, 1), ("spec", 4, 1), ("baseline", 0, 1), ("auto", None, 1),
+    ]  # fmt: skip
+    assert len({p.pair for p in plan}) == len(plan) // 2
+    assert [p.mode for p in bench.make_plan(SUITE, [0], runs=3, auto=False)] == ["baseline"] * 6
+
+
+# -- bad input: one line, exit 2 ---------------------------------------------------------------------
+
+
+def _bad(capsys, *argv) -> str:
+    rc = main(["bench", "--no-progress", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specchat: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--k", "0,17"], "17 is out of range"),
+        (["--k", "-1"], "out of range"),
+        (["--k", "1,two"], "comma-separated"),
+        (["--k", ","], "empty"),
+        (["--runs", "0"], "--runs 0"),
+        (["--runs", "-3"], "--runs -3"),
+        (["--n-predict", "0"], "--n-predict 0"),
+        (["--suite", "/nonexistent/suite.toml"], "does not exist"),
+        (["--json", "/nonexistent/dir/out.json"], "does not exist"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
+    assert needle in _bad(capsys, *argv)
+
+
+@pytest.mark.parametrize(
+    "name, text, needle",
+    [
+        ("bad.json", "[{\"name\": \"a\", \"prompt\": ", "not valid JSON"),
+        ("bad.toml", "[[prompts]]\nname = \"a\"\nprompt = ", "not valid TOML"),
+        ("empty.json", "[]", "no prompts"),
+        ("noprompt.json", json.dumps([{"name": "a"}]), "'prompt'"),
+        ("noname.toml", "[[prompts]]\nprompt = \"hi\"\n", "'name'"),
+        ("dup.json", json.dumps([{"name": "a", "prompt": "x"}, {"name": "a", "prompt": "y"}]), "twice"),
+        ("extra.json", json.dumps([{"name": "a", "prompt": "x", "temp": 1}]), "unknown key"),
+        ("scalar.json", json.dumps(["just text"]), "entry 1"),
+    ],
+)
+def test_malformed_suite_exits_2_with_one_line(capsys, tmp_path, name, text, needle):
+    p = tmp_path / name
+    p.write_text(text)
+    assert needle in _bad(capsys, "--suite", str(p))
+
+
+def test_suite_files_toml_and_json(tmp_path):
+    t = tmp_path / "s.toml"
+    t.write_text('[[prompts]]\nname = "a"\nprompt = "hello"\n\n[[prompts]]\nname = "b"\nprompt = """multi\nline"""\n')
+    assert bench.load_suite(str(t)) == [{"name": "a", "prompt": "hello"}, {"name": "b", "prompt": "multi\nline"}]
+    j = tmp_path / "s.json"
+    j.write_text(json.dumps({"prompts": SUITE}))
+    assert bench.load_suite(str(j)) == SUITE
+    assert bench.parse_k_list("8, 0,3,3") == [0, 3, 8]
+
+
+def test_default_suite_has_the_four_workloads():
+    suite = {p["name"]: p["prompt"] for p in bench.load_suite("default")}
+    assert set(suite) == {"code", "prose", "copy-heavy", "summary"}
+    assert "prime" in suite["code"]
+    code = bench._COPY_CODE
+    assert code in suite["copy-heavy"] and len(code.splitlines()) >= 35 and " x " in code
+    assert len(suite["summary"].split()) > 1000  # a long-context passage (~1.5k tokens)
+
+
+def test_draft_none_cannot_bench_speculation(capsys, tiny_target, suite_file):
+    line = _bad(capsys, "--target", str(tiny_target), "--draft", "none", "--suite", str(suite_file), "--threads", "1",
+                "--n-predict", "2", "--k", "2")  # fmt: skip
+    assert "--draft ngram" in line
+
+
+# -- progress line ------------------------------------------------------------------------------------
+
+
+def test_progress_line_rewrites_one_line_and_clears():
+    s = io.StringIO()
+    p = bench.ProgressLine(s, enabled=True, interval=0.0)
+    p(0, 4, "alpha baseline run 1")
+    p(2, 4, "alpha K=3 run 1")
+    p(4, 4, "done")
+    p.close()
+    text = s.getvalue()
+    assert "\n" not in text and text.count("\r") >= 4
+    assert "[" + "." * 24 + "] 0/4 alpha baseline run 1" in text
+    assert "[" + "#" * 12 + "." * 12 + "] 2/4 alpha K=3 run 1" in text
+    quiet = io.StringIO()
+    q = bench.ProgressLine(quiet, enabled=False)
+    q(1, 2, "x")
+    q.close()
+    assert quiet.getvalue() == ""
+
+
+def test_plot_marks_break_even():
+    rows = [
+        bench.SummaryRow("p", "baseline", 0, 3, 50, 49, 51, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0),
+        bench.SummaryRow("p", "spec", 2, 3, 75, 70, 80, 0.8, 2.0, 0.8, 2.0, 2.0, 1.5, 1.4, 1.6, 3),
+        bench.SummaryRow("p", "spec", 8, 3, 25, 20, 30, 0.2, 1.2, 0.2, 1.2, 8.0, 0.5, 0.4, 0.6, 3),
+    ]
+    plot = bench.format_plot(rows, width=40).splitlines()
+    k2 = next(l for l in plot if "K=2" in l)
+    k8 = next(l for l in plot if "K=8" in l)
+    assert k2.rstrip().endswith("1.50×") and k8.rstrip().endswith("0.50×")
+    assert k2.count("#") > k8.count("#") > 0
+    assert "+" in k2 and "|" in k8  # 1.0x mark: inside the K=2 bar, past the end of the K=8 bar
+
+
+# -- n-gram drafting: the drafter only proposes; its length follows recent acceptance ---------------
+
+SP = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+def test_ngram_drafts_nothing_without_a_match():
+    d = NgramDrafter(1, 4)
+    assert d.draft(list(range(100, 140)), 8, SP, RNG).tokens == []
+    assert d.last_match_len == 0
+
+
+def test_ngram_copies_a_long_match_and_picks_the_longest_earlier_occurrence():
+    d = NgramDrafter(1, 4)
+    src = list(range(1, 41))
+    # the 4-gram [37..40] occurs twice; only the first occurrence is preceded by the same 6 tokens
+    ctx = src + [7, 7, 37, 38, 39, 40, 99, 98] + src[:39] + [40]
+    e, length = d._match(ctx)
+    assert e == 40 and length == 40  # the original copy, matched all the way back
+    draft = d.draft(ctx, 8, SP, RNG).tokens
+    assert draft == [7, 7, 37, 38, 39, 40, 99, 98]  # what followed it, 8 tokens: a long copy is trusted
+
+
+def test_ngram_draft_length_follows_recent_acceptance():
+    d = NgramDrafter(1, 4)
+    src = list(range(1, 60))
+    ctx = src + src[:30]  # a 30-token match: the prior trusts it for the whole K
+    assert len(d.draft(ctx, 8, SP, RNG).tokens) == 8
+    for _ in range(12):  # the target keeps refusing the first token of 24..31-long matches
+        drafted = d.draft(ctx, 8, SP, RNG).tokens
+        if not drafted:
+            break
+        d.rollback(ctx)  # nothing of the draft was committed: rejected at position 0
+    assert d.draft(ctx, 8, SP, RNG).tokens == []  # no longer confident: no draft
+    assert d.confidence(30) < d.min_confidence
+    # evidence relaxes towards the prior, so the bucket is tried again later
+    for _ in range(400):
+        d.draft(src + src[:3], 1, SP, RNG)
+        d.rollback(src + src[:3] + [4])
+    assert d.confidence(30) > d.min_confidence
+
+
+def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted():
+    d = NgramDrafter(1, 4)
+    ctx = [5, 6, 7, 8, 9, 1, 2, 3, 5]
+    assert d.confidence(1) < d.min_confidence
+    assert d.draft(ctx, 4, SP, RNG).tokens == []  # a one-token match: not enough evidence to draft
+    c_before = d.confidence(12)
+    ctx2 = list(range(1, 30)) + list(range(1, 13))
+    got = d.draft(ctx2, 4, SP, RNG).tokens
+    assert got == [13, 14, 15, 16]
+    d.rollback(ctx2 + got)  # all four accepted
+    assert d.confidence(12) > c_before
+
+
+def test_ngram_cost_aware_length():
+    """With a verify cost: long drafts when verify rows are free, none when each row costs a full step."""
+    src = list(range(1, 60))
+    ctx = src + src[:2]  # a two-token match: p ~ 0.67 per position by the prior
+    flat = NgramDrafter(1, 4, verify_cost=lambda k: 1.0)
+    assert len(flat.draft(ctx, 8, SP, RNG).tokens) == 8
+    steep = NgramDrafter(1, 4, verify_cost=lambda k: 1.0 + k)  # a row costs as much as a decode
+    assert steep.draft(ctx, 8, SP, RNG).tokens == []
+
+
+def test_ngram_speculation_stays_exact_on_a_copy(tiny_target):
+    """K = 16 with the learned length: the greedy reply equals plain decoding (the target decides)."""
+    from enginekit import build_decoder, run_turn, steps
+
+    dec = build_decoder(tiny_target, None, k=16, drafter="ngram")
+    try:
+        text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu " * 4
+        ctx = dec.target.tokenize(text, add_bos=True)
+        dec.controls.set_speculative(False)
+        base, _ = run_turn(dec, ctx, 48)
+        dec.reset()
+        dec.controls.set_speculative(True)
+        spec, events = run_turn(dec, ctx, 48)
+        assert spec.tokens == base.tokens
+        assert all(s.drafted <= 16 for s in steps(events))
+    finally:
+        dec.close()
