@@ -726,7 +726,8 @@ class AutoK:
       promising probe - its own acceptance, accepted / (accepted + 1 rejection) or 1 if all were
       accepted, reaches the break-even α - resets the doubling, so evidence gathers quickly once the
       text became predictable. Probing never stops: even a draft that cannot pay today is re-measured
-      every ``probe_max`` rounds, since costs measured under contention can be wrong. A probe whose drafter proposed nothing (no n-gram match) is retried on the next round;
+      every ``probe_max`` rounds, since costs measured under contention can be wrong. A probe whose
+      drafter proposed nothing (no n-gram match) is retried on the next round;
     * **calibration** - v and c are ratios to the single-row target time; when no single-row timing came
       in ``calibrate_every`` observations (a model drafter always drafts, so plain rounds never happen),
       one plain round re-measures it.
