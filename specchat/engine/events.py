@@ -114,7 +114,7 @@ class Turn:
     draft_n_accepted: int
     acceptance: float
     mean_len: float
-    accepted_per_pos: list[float]  # fraction of verify steps whose draft position i was accepted
+    accepted_per_pos: list[float]  # accepted at draft position i / steps that drafted position i
     draft_ms_per_step: float
     verify_ms_per_step: float
     overhead_ms: float  # total time of the turn's rounds spent outside llama_decode

@@ -200,9 +200,11 @@ class SpeculativeDecoder:
                 t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
             )
             if m > 0:
-                self.cost_model.observe_step(drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1)
+                self.cost_model.observe_step(
+                    drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1, t_overhead_ms=overhead
+                )
             else:
-                self.cost_model.observe_plain(t_verify)
+                self.cost_model.observe_plain(t_verify + overhead)
             cost = self.cost_model.estimate(drafter.name if drafter else "none", k_eff, K_MAX)
             yield Step(
                 k=k_eff, drafted=m, accepted=a, emitted=len(emitted), t_draft_ms=draft.t_ms,
