@@ -149,3 +149,31 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("specchat: error:")
+
+
+def test_peak_memory_stays_within_weights_plus_kv_plus_250_mb(bundled_model):
+    """No n_ctx x n_vocab logits buffer: peak RSS <= weights + F16 KV cache + 250 MB."""
+    import resource
+
+    from specchat.engine.gguf import read_gguf_info
+
+    code = (
+        "import resource, sys\n"
+        "from specchat.cli import main\n"
+        "rc = main(['generate', '--prompt', 'Write a haiku about the sea.', '--n-predict', '64', '--json',"
+        " '--n-ctx', '4096', '--threads', '1'])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    peak_kb = int(proc.stderr.strip().splitlines()[-1])
+    info = read_gguf_info(bundled_model)
+    meta = info.metadata
+    n_layer = int(meta["llama.block_count"])
+    n_embd = int(meta["llama.embedding_length"])
+    kv_dim = n_embd * int(meta["llama.attention.head_count_kv"]) // int(meta["llama.attention.head_count"])
+    kv_bytes = 4096 * n_layer * 2 * kv_dim * 2
+    budget = info.file_size + kv_bytes + 250 * 2**20
+    assert peak_kb * 1024 <= budget, f"peak RSS {peak_kb / 1024:.0f} MB > budget {budget / 2**20:.0f} MB"
+    # an n_ctx x n_vocab float32 logits buffer alone would be 4096 * 49152 * 4 bytes = 768 MB
