@@ -16,11 +16,11 @@ from specchat.engine.events import Piece, Step
 from specchat.engine.model import Model
 from specchat.engine.sampling import warp
 
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog. The quick brown",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n",
-    "Once upon a time, in a land far away, there lived",
-]
+from tinymodels import GREEDY_PROMPTS
+
+# prompts whose greedy continuations on tiny_target have no near-ties (checked in test_gguf.py), so
+# batched-verify vs single-row numeric noise (~1e-3) cannot flip an argmax
+PROMPTS = list(GREEDY_PROMPTS[:4])
 
 
 @pytest.fixture(scope="module")
