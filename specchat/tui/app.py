@@ -109,8 +109,8 @@ class SpecChatApp(App[None]):
         self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
         self._pending_messages: list[Message] | None = None
         self._after_turn: list[Callable[[], None]] = []
-        self._closing = False
-        self._closed_engine = False
+        self._shutting_down = False
+        self._engine_closed = False
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -236,7 +236,7 @@ class SpecChatApp(App[None]):
             self.sidebar.show_loading(message.fraction, message.what)
 
     def on_engine_ready(self, message: EngineReady) -> None:
-        if self._closing:
+        if self._shutting_down:
             return  # _shutdown_engine closes it
         self.engine = message.engine
         info = self.engine.info()
@@ -683,22 +683,32 @@ class SpecChatApp(App[None]):
     # -- shutdown -----------------------------------------------------------------------------------------
     async def _shutdown_engine(self) -> None:
         """Stop the reply, wait for the worker threads, close the engine. Idempotent."""
-        self._closing = True
+        self._shutting_down = True
         engine = self.engine or self._loaded_engine
         if engine is not None:
             engine.controls.request_stop()
         await asyncio.to_thread(self._turn_done.wait)
         await asyncio.to_thread(self._load_done.wait)
         engine = self.engine or self._loaded_engine
-        if engine is not None and not self._closed_engine:
-            self._closed_engine = True
+        if engine is not None and not self._engine_closed:
+            self._engine_closed = True
             await asyncio.to_thread(engine.close)
 
-    async def action_quit(self) -> None:
+    def action_quit(self) -> None:
+        """Stop the reply, then exit once the worker threads are done (the UI stays live meanwhile)."""
+        if self._shutting_down:
+            return
         if self._generating:
             self.notify("Stopping the reply\u2026", timeout=2)
-        await self._shutdown_engine()
-        self.exit()
+        if not self._load_done.is_set():
+            self.notify("Waiting for the model to finish loading, then quitting\u2026", timeout=5)
+        self.run_worker(self._quit_after_shutdown(), group="quit", name="quit", exit_on_error=False)
+
+    async def _quit_after_shutdown(self) -> None:
+        try:
+            await self._shutdown_engine()
+        finally:
+            self.exit()
 
     async def on_unmount(self) -> None:
         await self._shutdown_engine()

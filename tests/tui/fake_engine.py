@@ -6,8 +6,9 @@ shows in the *next* Step), stop requests honoured within one step, and a :class:
 timings. Replies come from a script of tokens; which draft tokens are accepted follows a fixed pattern.
 
 Test hooks:
-- ``hold_at_step``: the engine blocks *before* round N (0-based) until :meth:`release` (or a stop request);
-  ``at_hold`` is set once it is waiting, so a test knows the reply is mid-way.
+- ``hold_at_steps``: the engine blocks *before* each of these rounds (0-based) until :meth:`release` (or a
+  stop request); :meth:`wait_hold` (n) returns once the n-th hold is reached, so a test knows the reply is
+  mid-way and exactly where.
 - ``fail_at_step``: raise ``RuntimeError`` at round N (an engine crash mid-reply).
 - ``steps_seen``: every Step emitted, in order (to assert what the engine did after a control change).
 """
@@ -59,7 +60,7 @@ class FakeEngine:
         auto_k: bool = False,
         drafters: tuple[str, ...] = ("ngram", "none"),
         target_name: str = "fake-target-135M",
-        hold_at_step: int | None = None,
+        hold_at_steps: tuple[int, ...] = (),
         fail_at_step: int | None = None,
         cost: CostEstimate | None = FakeScript([]).cost,
         notice: str | None = None,
@@ -70,12 +71,13 @@ class FakeEngine:
         self._reply_index = 0
         self._drafters = drafters
         self._target_name = target_name
-        self.hold_at_step = hold_at_step
+        self.hold_at_steps = set(hold_at_steps)
         self.fail_at_step = fail_at_step
         self.cost = cost
         self.notice = notice
-        self._release = threading.Event()
-        self.at_hold = threading.Event()
+        self._release = threading.Semaphore(0)
+        self._hold_cond = threading.Condition()
+        self.holds_reached = 0
         self.steps_seen: list[Step] = []
         self.turns: list[Turn] = []
         self.calls: list[str] = []
@@ -135,7 +137,13 @@ class FakeEngine:
 
     # -- test hooks ----------------------------------------------------------------------------
     def release(self) -> None:
-        self._release.set()
+        """Let the engine continue past the hold it is waiting at (or the next one it reaches)."""
+        self._release.release()
+
+    def wait_hold(self, n: int = 1, timeout: float = 30.0) -> bool:
+        """Block until the engine has reached its n-th hold in total (call from a test thread)."""
+        with self._hold_cond:
+            return self._hold_cond.wait_for(lambda: self.holds_reached >= n, timeout)
 
     # -- generation ----------------------------------------------------------------------------
     def _next_reply(self) -> list[str]:
@@ -144,8 +152,10 @@ class FakeEngine:
         return tokenize(text)
 
     def _wait_release(self) -> None:
-        self.at_hold.set()
-        while not self._release.wait(0.01):
+        with self._hold_cond:
+            self.holds_reached += 1
+            self._hold_cond.notify_all()
+        while not self._release.acquire(timeout=0.01):
             if self.controls.stop_requested:
                 return
 
@@ -171,7 +181,7 @@ class FakeEngine:
         round_no = 0
         stop_reason = "eos"
         while pos < len(tokens):
-            if self.hold_at_step is not None and round_no == self.hold_at_step:
+            if round_no in self.hold_at_steps:
                 self._wait_release()
             if self.controls.stop_requested:
                 stop_reason = "stopped"

@@ -137,6 +137,7 @@ class TokenView(Widget):
 
     @property
     def ghost_text(self) -> str:
+        """The refused draft tokens, as displayed (a refused newline shows as \u21b5)."""
         return "".join(t for line in self._lines for t, k in line if k == GHOST)
 
     @property

@@ -1,0 +1,32 @@
+"""Fixtures for the TUI tests (helpers live in tuikit.py, the fake engine in fake_engine.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from fake_engine import FakeClock, FakeEngine  # noqa: E402
+from tuikit import fake_settings  # noqa: E402
+
+from specchat.tui.app import SpecChatApp  # noqa: E402
+
+
+@pytest.fixture
+def make_app(tmp_path: Path):
+    """``make_app(engine=None, **app_kwargs) -> (app, engine)`` with an injected clock and a tmp export dir."""
+
+    def make(engine: FakeEngine | None = None, settings: Any = None, **kw: Any) -> tuple[SpecChatApp, FakeEngine]:
+        engine = engine or FakeEngine()
+        kw.setdefault("clock", FakeClock())
+        kw.setdefault("export_dir", tmp_path)
+        app = SpecChatApp(lambda progress: engine, settings or fake_settings(), **kw)
+        return app, engine
+
+    return make

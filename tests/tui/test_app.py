@@ -1,0 +1,448 @@
+"""Pilot tests of the app's behaviour with the deterministic fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+from fake_engine import DEFAULT_REPLY, FakeEngine
+from tuikit import SIZE, fake_settings, send, settle, wait_hold, wait_ready
+
+from specchat.errors import ModelFileError
+from specchat.tui.app import SpecChatApp
+from specchat.tui.screens.help import HelpScreen
+from specchat.tui.screens.history import HistoryScreen
+from specchat.tui.widgets.chat import AssistantMessage, ChatNotice, UserMessage
+from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.widgets.token_view import TokenView
+
+
+def _figures(app) -> str:
+    return str(app.sidebar.query_one("#figures").render())
+
+
+def _notifications(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(make_app):
+    gate = threading.Event()
+    engine = FakeEngine()
+
+    def slow_factory(progress):
+        progress(0.25, "loading fake-target.gguf")
+        assert gate.wait(30)
+        return engine
+
+    app = SpecChatApp(slow_factory, fake_settings())
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        assert app.engine is None
+        assert "loading 25 %" in str(app.sidebar.query_one("#status").render())
+        await send(pilot, "too early")
+        assert app.query_one(PromptInput).text == "too early"  # kept, not lost
+        assert any("still loading" in n for n in _notifications(app))
+        gate.set()
+        await wait_ready(pilot)
+        assert app.engine is engine
+        assert "ready" in str(app.sidebar.query_one("#status").render())
+
+
+async def test_send_streams_a_coloured_reply(make_app):
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "explain speculative decoding")
+        await settle(pilot)
+        assert engine.calls == ["send:explain speculative decoding"]
+        assert [w.text for w in app.query(UserMessage)] == ["explain speculative decoding"]
+        reply = app.assistant_messages()[-1]
+        turn = engine.turns[-1]
+        assert reply.finished and reply.reply_text == turn.text == engine.messages[-1].content
+        kinds = {k for _, k in reply.tokens.kinds_text() if k}
+        assert {"accepted", "corrected", "bonus", "rejected"} <= kinds
+        assert "tok/s" in reply.border_subtitle
+        # colours: each kind's span is drawn in the theme's token colour
+        theme = app.current_theme
+        view = reply.tokens
+        colours = {}
+        for y in range(view.row_count):
+            row = view._rows[y]
+            strip = view.render_line(y)
+            for span in row.spans:
+                kind = span.style.removeprefix(".token--")
+                text = row.plain[span.start : span.end]
+                for seg in strip:
+                    if seg.text == text and seg.style and seg.style.color:
+                        colours.setdefault(kind, seg.style.color.triplet.hex)
+        assert colours["accepted"] == theme.variables["token-accepted"]
+        assert colours["corrected"] == theme.variables["token-corrected"]
+        assert colours["rejected"] != colours["accepted"]
+        assert _figures(app).count("acceptance") == 1 and "\u2013" not in _figures(app).split("\n")[0]
+
+
+async def test_ghosts_toggle_and_are_never_part_of_the_reply(make_app, monkeypatch):
+    app, engine = make_app()
+    copied: list[str] = []
+    monkeypatch.setattr(app, "copy_to_clipboard", copied.append)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hi")
+        await settle(pilot)
+        view = app.query_one(TokenView)
+        ghosts = view.ghost_text
+        assert ghosts and ghosts.strip()
+        assert view.visible_text() != view.reply_text
+        await pilot.press("f7")
+        assert not view.show_ghosts and view.visible_text() == view.reply_text
+        assert "(hidden)" in str(app.query_one("#legend").render())
+        await pilot.press("f7")
+        assert view.show_ghosts
+        await pilot.press("f9")
+        assert copied == [engine.messages[-1].content]
+
+
+async def test_k_change_and_speculation_toggle_mid_reply_show_in_the_next_steps(make_app):
+    engine = FakeEngine(["word " * 60], k=3, hold_at_steps=(3, 6))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine, 1)
+        assert [s.k for s in engine.steps_seen] == [3, 3, 3]
+        assert "last step   K=3" in _figures(app)
+        await pilot.press("f4")  # K 3 -> 4, mid-reply
+        assert engine.controls.snapshot().k == 4
+        assert "K           4" in _figures(app)
+        engine.release()
+        await wait_hold(pilot, engine, 2)
+        assert [s.k for s in engine.steps_seen[3:6]] == [4, 4, 4]  # the very next step used K = 4
+        assert "last step   K=4" in _figures(app)
+        await pilot.press("f5")  # speculation off, mid-reply
+        assert "speculation off" in _figures(app)
+        engine.release()
+        await settle(pilot)
+        after = engine.steps_seen[6:]
+        assert after and all(not s.speculative and s.drafted == 0 and s.k == 0 for s in after)
+        assert "last step   plain" in _figures(app)
+        reply = app.assistant_messages()[-1]
+        assert reply.reply_text == engine.turns[-1].text
+        tail_kinds = [k for _, k in reply.tokens.kinds_text()][-len(after) :]
+        assert set(tail_kinds) == {"plain"}
+        await pilot.press("f3", "f3")
+        assert engine.controls.snapshot().k == 2
+        await pilot.press("f6")
+        assert engine.controls.snapshot().auto_k is True and "auto" in _figures(app)
+
+
+async def test_escape_stops_and_keeps_the_partial_reply(make_app):
+    engine = FakeEngine(hold_at_steps=(4,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine)
+        assert app.generating
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not app.generating
+        reply = app.assistant_messages()[-1]
+        assert reply.stopped and "stopped" in reply.border_subtitle and reply.has_class("stopped")
+        assert reply.reply_text and reply.reply_text == engine.messages[-1].content
+        assert len(reply.reply_text) < len(DEFAULT_REPLY)
+        assert engine.messages[-1].stopped
+        await pilot.press("escape")  # nothing running: a harmless no-op
+        assert not app.generating
+
+
+async def test_regenerate_replaces_the_last_reply(make_app):
+    engine = FakeEngine(["first answer", "second answer"])
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "q")
+        await settle(pilot)
+        assert app.assistant_messages()[-1].reply_text == "first answer"
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert engine.calls == ["send:q", "regenerate"]
+        replies = app.assistant_messages()
+        assert [r.reply_text for r in replies] == ["second answer"]
+        assert [m.role for m in engine.messages] == ["user", "assistant"]
+
+
+async def test_new_chat_clears_the_conversation(make_app):
+    app, engine = make_app(settings=fake_settings(system_prompt="be brief"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "q")
+        await settle(pilot)
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        assert engine.calls[-1] == "reset"
+        assert engine.messages[0].content == "be brief"
+        assert not app.assistant_messages() and not list(app.query(UserMessage))
+        assert app.conversation_id is None
+
+
+async def test_engine_error_mid_reply_ends_the_turn_with_a_message(make_app):
+    engine = FakeEngine(fail_at_step=2)
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "q")
+        await settle(pilot)
+        assert not app.generating
+        errors = [n for n in app.query(ChatNotice) if n.has_class("error")]
+        assert errors and "llama_decode" in errors[-1].text
+        assert app.assistant_messages()[-1].has_class("failed")
+        engine.fail_at_step = None
+        await send(pilot, "again")  # still usable
+        await settle(pilot)
+        assert app.assistant_messages()[-1].finished and not app.assistant_messages()[-1].error
+
+
+async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
+    from specchat.history import HistoryStore
+
+    store = HistoryStore(tmp_path / "h.sqlite3")
+    from specchat.engine.protocol import Message
+
+    conv = store.create_conversation("old chat")
+    store.append_message(conv, Message("user", "hello"))
+    store.append_message(conv, Message("assistant", "hi there"))
+
+    def failing_factory(progress):
+        raise ModelFileError("model file /x/target.gguf is truncated (98 of 100 MB); download it again")
+
+    app = SpecChatApp(failing_factory, fake_settings(), store, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.engine is None and "truncated" in app.engine_error
+        notice = [n for n in app.query(ChatNotice) if n.has_class("error")][-1]
+        assert "download it again" in notice.text and "ctrl+o" in notice.text
+        assert "model error" in str(app.sidebar.query_one("#status").render())
+        await send(pilot, "hello?")
+        assert any("No model is loaded" in n for n in _notifications(app))
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, HistoryScreen)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert [w.text for w in app.query(UserMessage)] == ["hello"]
+        assert [r.reply_text for r in app.assistant_messages()] == ["hi there"]
+    store.close()
+
+
+async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_path):
+    from specchat.history import HistoryStore
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    engine = FakeEngine(["one", "two", "three"])
+    app, _ = make_app(engine, history_store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first question")
+        await settle(pilot)
+        await send(pilot, "second question")
+        await settle(pilot)
+        conv_id = app.conversation_id
+        assert conv_id is not None
+        _, saved = store.load(conv_id)
+        assert [(m.role, m.content) for m in saved] == [
+            ("user", "first question"), ("assistant", "one"), ("user", "second question"), ("assistant", "two")
+        ]
+        assert saved[1].stats is not None and saved[1].stats.predicted_n == engine.turns[0].predicted_n
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, HistoryScreen)
+        await pilot.press("e")  # export from the browser
+        await pilot.pause()
+        exported = sorted(tmp_path.glob("specchat-*.md"))
+        assert exported and "first question" in exported[0].read_text()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, HistoryScreen)
+        assert app.conversation_id == conv_id
+        assert engine.calls[-1] == "load" and [m.content for m in engine.loaded] == [m.content for m in saved]
+        assert [w.text for w in app.query(UserMessage)] == ["first question", "second question"]
+        await send(pilot, "third question")  # continue the reopened conversation
+        await settle(pilot)
+        _, saved = store.load(conv_id)
+        assert [m.content for m in saved][-2:] == ["third question", "three"]
+        assert len(store.list_conversations()) == 1
+        # delete from the browser (press d twice)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("d")
+        await pilot.press("d")
+        await pilot.pause()
+        assert store.list_conversations() == []
+        assert app.conversation_id is None
+        await pilot.press("escape")
+    store.close()
+
+
+async def test_export_current_chat_never_overwrites(make_app, tmp_path):
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hello")
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await pilot.press("ctrl+s")
+        files = sorted(tmp_path.glob("specchat-chat*.md"))
+        assert len(files) == 2
+        text = files[0].read_text()
+        assert "hello" in text and engine.messages[-1].content in text
+        assert app.query_one(TokenView).ghost_text not in text
+
+
+async def test_broken_user_theme_is_reported_and_skipped(make_app, tmp_path):
+    themes = tmp_path / "cfg" / "themes"
+    themes.mkdir(parents=True)
+    (themes / "broken.toml").write_text("name = 'half\n")
+    (themes / "mine.toml").write_text('name = "mine"\nprimary = "#ff8800"\n[variables]\ntoken-accepted = "#123456"\n')
+    app, _ = make_app(user_theme_dir=tmp_path / "cfg", settings=fake_settings(theme="mine"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.theme == "mine"
+        assert len(app.theme_errors) == 1 and "broken.toml" in app.theme_errors[0]
+        assert any("broken.toml" in n for n in _notifications(app))
+        assert app.get_css_variables()["token-accepted"] == "#123456"
+        # a theme without token colours still works: defaults fill in
+        app.set_theme("textual-light")
+        await pilot.pause()
+        assert app.get_css_variables()["token-rejected"]
+
+
+async def test_unknown_theme_falls_back_with_a_notice(make_app):
+    app, _ = make_app(settings=fake_settings(theme="no-such-theme"))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.theme == "specchat-dark"
+        assert any("no-such-theme" in n for n in _notifications(app))
+
+
+async def test_keymap_from_settings_remaps_bindings(make_app):
+    settings = fake_settings(keymap={"k_up": "ctrl+k", "ctrl+g": "toggle_ghosts", "ctrl+t": "teleport"})
+    app, engine = make_app(settings=settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert len(app.keymap_problems) == 1 and "teleport" in app.keymap_problems[0]
+        await pilot.press("ctrl+k")
+        assert engine.controls.snapshot().k == 4
+        await pilot.press("f4")  # the old key no longer raises K
+        assert engine.controls.snapshot().k == 4
+        await pilot.press("ctrl+g")
+        assert app.show_ghosts is False
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert "ctrl+k" in str(app.screen.query_one("#help-text").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_prompt_enter_sends_and_ctrl_j_inserts_a_newline(make_app):
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).focus()
+        await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
+        assert app.query_one(PromptInput).text == "a\nb\nc"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert engine.calls == ["send:a\nb\nc"]
+        assert app.query_one(PromptInput).text == ""
+        await pilot.press("enter")  # empty prompt: nothing is sent
+        await settle(pilot)
+        assert engine.calls == ["send:a\nb\nc"]
+
+
+async def test_model_output_and_user_text_are_sanitised(make_app):
+    engine = FakeEngine(["\x1b[2J\x1b]0;pwned\x07 evil\x9b31m"])
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "show \x1b[5m me")
+        await settle(pilot)
+        view = app.query_one(TokenView)
+        drawn = "".join(seg.text for y in range(view.row_count) for seg in view.render_line(y))
+        assert "\x1b" not in drawn and "\x07" not in drawn and "\x9b" not in drawn
+        assert "\u241b" in drawn and "\u241b[2J\u241b]0;pwned\u2407 evil\ufffd31m" == view.reply_text
+        user = app.query_one(UserMessage)
+        assert "\x1b" not in str(user.render())
+
+
+async def test_markdown_view_toggles_without_losing_the_token_view(make_app):
+    app, _ = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "code please")
+        await settle(pilot)
+        reply = app.assistant_messages()[-1]
+        rows_before = [r.plain for r in reply.tokens._rows]
+        await pilot.press("f8")
+        await pilot.pause()
+        assert reply.markdown_shown and not reply.tokens.display
+        from textual.widgets import Markdown
+
+        md = reply.query_one(Markdown)
+        assert md.source == reply.reply_text
+        assert md.query("MarkdownFence")  # the code block is a highlighted fence
+        await pilot.press("f8")
+        await pilot.pause()
+        assert not reply.markdown_shown and reply.tokens.display
+        assert [r.plain for r in reply.tokens._rows] == rows_before
+
+
+async def test_quit_mid_reply_stops_the_engine_and_waits_for_the_worker(make_app):
+    engine = FakeEngine(hold_at_steps=(2,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine)
+        assert engine.generating.is_set()
+        await pilot.press("ctrl+q")
+    assert engine.controls.stop_requested or engine.messages[-1].stopped
+    assert not engine.generating.is_set()  # the engine's generator ran to its end
+    assert app._turn_done.is_set() and engine.closed
+
+
+async def test_exit_without_quit_action_also_stops_the_worker(make_app):
+    engine = FakeEngine(hold_at_steps=(2,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine)
+    assert not engine.generating.is_set() and engine.closed
+
+
+async def test_palette_commands_switch_drafter_k_temperature_and_theme(make_app):
+    from specchat.tui.commands import SpecChatCommands
+
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        provider = SpecChatCommands(app.screen)
+        commands = {text: cb for text, cb, _ in provider._commands()}
+        assert {"Drafter: ngram", "Drafter: none", "K = 7", "Temperature = 0.7", "Theme: specchat-light"} <= set(commands)
+        commands["K = 7"]()
+        commands["Temperature = 0.7"]()
+        commands["Drafter: none"]()
+        commands["Theme: specchat-light"]()
+        await pilot.pause()
+        state = engine.controls.snapshot()
+        assert state.k == 7 and state.sampling.temperature == 0.7 and state.drafter == "none"
+        assert app.theme == "specchat-light"
+        hits = [hit async for hit in provider.search("temperature 1.5")]
+        assert hits and "Temperature = 1.5" in str(hits[0].text)
