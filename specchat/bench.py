@@ -55,7 +55,7 @@ DEFAULT_N_PREDICT = 256
 RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
-    "n_steps", "n_spec_steps", "rejections", "k_mean", "stop_reason", "drafter",
+    "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
 )  # fmt: skip
 
 # =================================================================================================
@@ -376,10 +376,14 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "speedup": None,  # filled in for the speculative half of a pair
         "n_steps": turn.n_steps,
         "n_spec_steps": turn.n_spec_steps,
+        "overhead_ms": turn.overhead_ms,
+        "draft_ms": turn.draft_ms_per_step * turn.n_steps,  # wall time of the draft calls  # time of the rounds spent outside llama_decode (Python, sampling)
         "rejections": stats.rejections,
         "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
         "stop_reason": turn.stop_reason,
         "drafter": drafter if item.mode != "baseline" else "none",
+        # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
+        "estimate": asdict(stats.last_cost) if item.mode == "auto" and stats.last_cost is not None else None,
     }
 
 
@@ -463,6 +467,8 @@ class SummaryRow:
     speedup_min: float | None
     speedup_max: float | None
     pairs: int
+    overhead_per_round: float = 0.0  # ms outside llama_decode per round
+    draft_ms_per_token: float = 0.0  # wall ms of the draft calls per drafted token, in the runs
     accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
     rejections: int = 0  # Σ rounds with a rejection
 
@@ -504,6 +510,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
                 mean_len=1.0 + acc / spec_steps if spec_steps else 1.0,
                 alpha=alpha_mle(acc, sum(r["rejections"] for r in rs)) if drafted else None,
                 tokens_per_round=sum(r["predicted_n"] for r in rs) / steps if steps else 0.0,
+                overhead_per_round=sum(r.get("overhead_ms", 0.0) for r in rs) / steps if steps else 0.0,
+                draft_ms_per_token=sum(r.get("draft_ms", 0.0) for r in rs) / drafted if drafted else 0.0,
                 k_mean=statistics.fmean(r["k_mean"] for r in rs),
                 speedup=1.0 if is_base else (statistics.median(ratios) if ratios else None),
                 speedup_min=1.0 if is_base else (min(ratios) if ratios else None),
@@ -662,7 +670,8 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
     for r in rows:
         by_prompt.setdefault(r.prompt, []).append(r)
     pooled_acc = pooled_rej = 0
-    for name, prs in [*by_prompt.items(), (ALL_PROMPTS, None)]:
+    pooled = [(ALL_PROMPTS, None)] if len(by_prompt) > 1 else []
+    for name, prs in [*by_prompt.items(), *pooled]:
         if prs is None:  # α over every fixed-K run of every prompt: the pair's overall recommendation
             fixed: list[SummaryRow] = []
             alpha = alpha_mle(pooled_acc, pooled_rej)
@@ -674,6 +683,8 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
             pooled_rej += rej_sum
             alpha = alpha_mle(a_sum, rej_sum)
         entry: dict[str, Any] = {"prompt": name, "alpha": alpha, "rows": []}
+        d_tok = [r.draft_ms_per_token for r in fixed if r.draft_ms_per_token > 0]
+        entry["c_in_runs"] = statistics.median(d_tok) / cal.target_ms if d_tok and cal.target_ms > 0 else None
         if alpha is not None:
             curve = telemetry.speedup_curve(alpha, cal.c, vt, K_LIMIT)
             bk = telemetry.best_k(curve)
@@ -684,14 +695,23 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
                 CostEstimate(alpha=alpha, c=cal.c, v=vt[bk], best_k=bk, predicted_speedup=curve[bk],
                              target_ms_per_token=cal.target_ms, draft_ms_per_token=cal.draft_ms)
             )  # fmt: skip
+            base = next((r for r in prs or [] if r.mode == "baseline"), None)
+            o0 = base.overhead_per_round if base else 0.0
+            t1 = cal.target_ms
             for r in fixed:
                 k = int(r.k or 0)
+                e = telemetry.expected_tokens(alpha, k)
+                # the same S with the rounds' measured time outside llama_decode added to both sides:
+                # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
+                with_o = e * (t1 + o0) / (t1 * (cal.c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
                 entry["rows"].append({
                     "k": k,
-                    "E": telemetry.expected_tokens(alpha, k),
+                    "E": e,
                     "tokens_per_round": r.tokens_per_round,
                     "v": vt[k],
                     "predicted_speedup": telemetry.predicted_speedup(alpha, k, cal.c, vt[k]),
+                    "predicted_with_overhead": with_o,
+                    "overhead_ms_per_round": r.overhead_per_round,
                     "measured_speedup": r.speedup,
                 })  # fmt: skip
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
@@ -762,12 +782,24 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"  {p['prompt']}: α = {p['alpha']:.3f} (accepted / (accepted + rejections) over the fixed-K runs)")
         if p["rows"]:
-            lines.append(f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'measured':>9}")
+            lines.append(
+                f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'+overhead':>9} {'measured':>9}"
+            )
             for row in p["rows"]:
                 lines.append(
                     f"    {row['k']:>3} {row['E']:>7.2f} {row['tokens_per_round']:>9.2f} {row['v']:>6.2f} "
-                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['measured_speedup'], '.2f'):>8}×"
+                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['predicted_with_overhead'], '.2f'):>8}× "
+                    f"{_fmt(row['measured_speedup'], '.2f'):>8}×"
                 )
+            lines.append(
+                "    predicted = E(α,K) / (c·K + v(K)); +overhead adds the measured ms per round outside llama_decode; "
+                "tok/round is measured (an n-gram drafter proposes fewer than K when the text has no long match)"
+            )
+        if p.get("c_in_runs") is not None:
+            lines.append(
+                f"    in the runs a drafted token cost c = {p['c_in_runs']:.4f} (draft calls' wall time, incl. Python and "
+                "catch-up rows)"
+            )
         best = p["best_k"]
         rec = "off (K = 0)" if best == 0 else f"K = {best}"
         tail = ""
@@ -979,7 +1011,7 @@ def main(
         )
         out.flush()
         cal: Calibration | None = None
-        if not args.no_arithmetic and dec.drafter is not None:
+        if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             try:
                 cal = calibrate(session, suite[0]["prompt"], k_max=K_LIMIT, progress=progress)
             except KeyboardInterrupt:

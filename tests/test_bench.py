@@ -95,6 +95,10 @@ def test_json_has_every_field_for_every_record(tiny_report):
             assert r["k"] == 0 and r["draft_n"] == 0 and r["speedup"] is None
         else:
             assert r["speedup"] is not None and r["speedup"] > 0
+        if r["mode"] == "auto":
+            assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= 16 and r["estimate"]["c"] >= 0
+        else:
+            assert r["estimate"] is None
     assert {r["k"] for r in recs if r["mode"] == "spec"} == {2, 3}
     assert any(r["draft_n"] > 0 for r in recs if r["mode"] == "spec")
     assert data["interrupted"] is False
@@ -176,6 +180,7 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
             assert row["k"] in (2, 3)
             assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)
             assert row["predicted_speedup"] == pytest.approx(row["E"] / (ar["c"] * row["k"] + row["v"]))
+            assert row["predicted_with_overhead"] > 0 and row["overhead_ms_per_round"] >= 0
     assert "tok/s med" in out and "speedup" in out
     assert "verify cost v(K)" in out and "cost ratio c" in out and "recommended" in out
     assert "draft costs" in out  # telemetry.break_even_line
@@ -238,6 +243,7 @@ def test_runner_keeps_records_when_interrupted_without_models():
             self.predicted_per_second = tps
             self.draft_n = self.draft_n_accepted = 0
             self.acceptance, self.mean_len, self.n_steps, self.n_spec_steps, self.stop_reason = 0.0, 1.0, 10, 0, "length"
+            self.overhead_ms = self.draft_ms_per_step = 0.0
 
     speeds = iter([10.0, 20.0, 10.0, 30.0, 10.0])
 
@@ -334,6 +340,13 @@ def test_default_suite_has_the_four_workloads():
     code = bench._COPY_CODE
     assert code in suite["copy-heavy"] and len(code.splitlines()) >= 35 and " x " in code
     assert len(suite["summary"].split()) > 1000  # a long-context passage (~1.5k tokens)
+
+
+def test_baseline_only_measures_the_target_alone(tiny_target, suite_file):
+    rc, out, _err = run_bench(bench_args(tiny_target, "none", suite_file, "--k", "0", "--runs", "2"))
+    assert rc == 0
+    assert "base" in out and "target alone" in out and "verify cost v(K)" in out
+    assert "draft alone" not in out and "recommended" not in out
 
 
 def test_draft_none_cannot_bench_speculation(capsys, tiny_target, suite_file):
