@@ -52,6 +52,7 @@ class AssistantMessage(Vertical):
     def __init__(self, *, title: str = "assistant", show_ghosts: bool = True, markdown: bool = False) -> None:
         super().__init__(classes="message assistant-message streaming")
         self.border_title = title
+        self.border_subtitle = "generating\u2026"
         self.tokens = TokenView(show_ghosts=show_ghosts, classes="reply-tokens")
         self._markdown: Markdown | None = None
         self._want_markdown = markdown

@@ -123,6 +123,8 @@ class Sidebar(VerticalScroll):
         yield Digits("0.0", id="tok-s")
         yield Static("tok/s (rolling)", id="tok-s-label", classes="caption")
         yield Static(id="figures")
+        yield Static(id="break-even")
+        yield Static(id="ab")
         yield Static(id="pair")
         yield Static("tok/s per step", classes="caption")
         yield Sparkline([], id="spark-tok")
@@ -130,8 +132,6 @@ class Sidebar(VerticalScroll):
         yield Sparkline([], id="spark-acc")
         yield Static("acceptance per draft position", classes="caption")
         yield Static(id="positions")
-        yield Static(id="ab")
-        yield Static(id="break-even")
 
     def on_mount(self) -> None:
         self._snapshot = StatsSnapshot()
