@@ -55,7 +55,7 @@ DEFAULT_N_PREDICT = 256
 RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
-    "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
+    "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
 )  # fmt: skip
 
 # =================================================================================================
@@ -315,6 +315,8 @@ class RunStats:
     k_sum: int = 0
     rounds: int = 0
     last_cost: Any = None
+    #: rounds by the number of tokens drafted (index 0 = plain rounds), up to K_LIMIT
+    drafted_hist: list[int] = field(default_factory=lambda: [0] * (K_LIMIT + 1))
 
 
 def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
@@ -343,6 +345,7 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         if isinstance(ev, Step):
             stats.rounds += 1
             stats.k_sum += ev.k
+            stats.drafted_hist[min(ev.drafted, K_LIMIT)] += 1
             if ev.drafted > 0:
                 stats.spec_rounds += 1
                 if ev.accepted < ev.drafted:
@@ -380,6 +383,7 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "draft_ms": turn.draft_ms_per_step * turn.n_steps,  # wall time of the draft calls  # time of the rounds spent outside llama_decode (Python, sampling)
         "rejections": stats.rejections,
         "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
+        "rounds_by_drafted": list(stats.drafted_hist),  # [plain rounds, rounds drafting 1, ..., 16]
         "stop_reason": turn.stop_reason,
         "drafter": drafter if item.mode != "baseline" else "none",
         # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
@@ -469,6 +473,8 @@ class SummaryRow:
     pairs: int
     overhead_per_round: float = 0.0  # ms outside llama_decode per round
     draft_ms_per_token: float = 0.0  # wall ms of the draft calls per drafted token, in the runs
+    rounds_by_drafted: list[int] = field(default_factory=list)  # Σ over the runs
+    predicted_n: int = 0  # Σ tokens
     accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
     rejections: int = 0  # Σ rounds with a rejection
 
@@ -512,6 +518,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
                 tokens_per_round=sum(r["predicted_n"] for r in rs) / steps if steps else 0.0,
                 overhead_per_round=sum(r.get("overhead_ms", 0.0) for r in rs) / steps if steps else 0.0,
                 draft_ms_per_token=sum(r.get("draft_ms", 0.0) for r in rs) / drafted if drafted else 0.0,
+                rounds_by_drafted=[sum(col) for col in zip(*(r.get("rounds_by_drafted") or [0] * (K_LIMIT + 1) for r in rs))],
+                predicted_n=sum(r["predicted_n"] for r in rs),
                 k_mean=statistics.fmean(r["k_mean"] for r in rs),
                 speedup=1.0 if is_base else (statistics.median(ratios) if ratios else None),
                 speedup_min=1.0 if is_base else (min(ratios) if ratios else None),
@@ -704,9 +712,15 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
                 # the same S with the rounds' measured time outside llama_decode added to both sides:
                 # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
                 with_o = e * (t1 + o0) / (t1 * (cal.c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
+                # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
+                # runs' own draft cost per token and overhead per round, against one token per plain round
+                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else cal.c
+                cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
+                from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
                 entry["rows"].append({
                     "k": k,
                     "E": e,
+                    "predicted_from_rounds": from_rounds,
                     "tokens_per_round": r.tokens_per_round,
                     "v": vt[k],
                     "predicted_speedup": telemetry.predicted_speedup(alpha, k, cal.c, vt[k]),
@@ -783,17 +797,18 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
         lines.append(f"  {p['prompt']}: α = {p['alpha']:.3f} (accepted / (accepted + rejections) over the fixed-K runs)")
         if p["rows"]:
             lines.append(
-                f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'+overhead':>9} {'measured':>9}"
+                f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'from rounds':>11} {'measured':>9}"
             )
             for row in p["rows"]:
                 lines.append(
                     f"    {row['k']:>3} {row['E']:>7.2f} {row['tokens_per_round']:>9.2f} {row['v']:>6.2f} "
-                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['predicted_with_overhead'], '.2f'):>8}× "
+                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['predicted_from_rounds'], '.2f'):>10}× "
                     f"{_fmt(row['measured_speedup'], '.2f'):>8}×"
                 )
+            lines.append("    predicted = E(α,K) / (c·K + v(K)), every round drafting K (Leviathan et al.)")
             lines.append(
-                "    predicted = E(α,K) / (c·K + v(K)); +overhead adds the measured ms per round outside llama_decode; "
-                "tok/round is measured (an n-gram drafter proposes fewer than K when the text has no long match)"
+                "    from rounds = the runs' tokens / Σ over their rounds of (v(d) + c·d) for the d actually drafted, "
+                "with the runs' own draft cost and ms per round outside llama_decode"
             )
         if p.get("c_in_runs") is not None:
             lines.append(

@@ -95,6 +95,8 @@ def test_json_has_every_field_for_every_record(tiny_report):
             assert r["k"] == 0 and r["draft_n"] == 0 and r["speedup"] is None
         else:
             assert r["speedup"] is not None and r["speedup"] > 0
+        assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == 17
+        assert sum(d * n for d, n in enumerate(r["rounds_by_drafted"])) == r["draft_n"]
         if r["mode"] == "auto":
             assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= 16 and r["estimate"]["c"] >= 0
         else:
@@ -181,6 +183,7 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
             assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)
             assert row["predicted_speedup"] == pytest.approx(row["E"] / (ar["c"] * row["k"] + row["v"]))
             assert row["predicted_with_overhead"] > 0 and row["overhead_ms_per_round"] >= 0
+            assert row["predicted_from_rounds"] > 0
     assert "tok/s med" in out and "speedup" in out
     assert "verify cost v(K)" in out and "cost ratio c" in out and "recommended" in out
     assert "draft costs" in out  # telemetry.break_even_line
@@ -410,26 +413,26 @@ def test_ngram_copies_a_long_match_and_picks_the_longest_earlier_occurrence():
     e, length = d._match(ctx)
     assert e == 40 and length == 40  # the original copy, matched all the way back
     draft = d.draft(ctx, 8, SP, RNG).tokens
-    assert draft == [7, 7, 37, 38, 39, 40, 99, 98]  # what followed it, 8 tokens: a long copy is trusted
+    assert len(draft) >= 6 and draft == [7, 7, 37, 38, 39, 40, 99, 98][: len(draft)]  # a long copy is trusted
 
 
 def test_ngram_draft_length_follows_recent_acceptance():
     d = NgramDrafter(1, 4)
-    src = list(range(1, 60))
-    ctx = src + src[:30]  # a 30-token match: the prior trusts it for the whole K
+    src = list(range(1, 100))
+    ctx = src + src[:50]  # a 50-token match: the prior trusts it for the whole K
     assert len(d.draft(ctx, 8, SP, RNG).tokens) == 8
-    for _ in range(12):  # the target keeps refusing the first token of 24..31-long matches
+    for _ in range(12):  # the target keeps refusing the first token of 48..63-long matches
         drafted = d.draft(ctx, 8, SP, RNG).tokens
         if not drafted:
             break
         d.rollback(ctx)  # nothing of the draft was committed: rejected at position 0
     assert d.draft(ctx, 8, SP, RNG).tokens == []  # no longer confident: no draft
-    assert d.confidence(30) < d.min_confidence
+    assert d.confidence(50) < d.min_confidence
     # evidence relaxes towards the prior, so the bucket is tried again later
-    for _ in range(400):
-        d.draft(src + src[:3], 1, SP, RNG)
-        d.rollback(src + src[:3] + [4])
-    assert d.confidence(30) > d.min_confidence
+    for _ in range(400):  # other (10-token) matches keep being drafted and accepted meanwhile
+        assert d.draft(src + src[:10], 1, SP, RNG).tokens == [11]
+        d.rollback(src + src[:10] + [11])
+    assert d.confidence(50) > d.min_confidence
 
 
 def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted():
@@ -438,10 +441,10 @@ def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted
     assert d.confidence(1) < d.min_confidence
     assert d.draft(ctx, 4, SP, RNG).tokens == []  # a one-token match: not enough evidence to draft
     c_before = d.confidence(12)
-    ctx2 = list(range(1, 30)) + list(range(1, 13))
+    ctx2 = list(range(1, 40)) + list(range(1, 13))
     got = d.draft(ctx2, 4, SP, RNG).tokens
-    assert got == [13, 14, 15, 16]
-    d.rollback(ctx2 + got)  # all four accepted
+    assert got == [13, 14, 15, 16][: len(got)] and len(got) >= 2
+    d.rollback(ctx2 + got)  # all accepted
     assert d.confidence(12) > c_before
 
 
