@@ -109,3 +109,20 @@ def tiny_flat_pair(make_tiny_gguf: Callable[..., Path]) -> tuple[Path, Path]:
         seed=11, output_scale=FLAT_OUTPUT_SCALE, similar_to=(10, FLAT_DRAFT_NOISE), name="tiny-flat-draft"
     )
     return target, draft
+
+
+@pytest.fixture()
+def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No SPECCHAT_* variable, config and data dirs under tmp_path, one llama.cpp thread (tiny models).
+
+    Returns the temporary root, so a developer's own config or history never leaks into a test.
+    """
+    import os
+
+    for k in list(os.environ):
+        if k.startswith("SPECCHAT_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("SPECCHAT_THREADS", "1")
+    return tmp_path

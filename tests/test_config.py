@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tomllib
 import types
 from pathlib import Path
@@ -57,19 +56,11 @@ def write(path: Path, text: str) -> Path:
 
 
 def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """``specchat.cli.main(argv)`` restricted to the config/history commands (the others may not exist yet)."""
-    import specchat.cli as cli
+    """``specchat.cli.main(argv)``: exit code, stdout, stderr."""
+    from specchat.cli import main
 
-    monkeypatch.setattr(cli, "SUBCOMMANDS", ("history", "config"))
-    try:
-        import specchat.commands.tui  # noqa: F401
-    except Exception:  # the TUI command is not under test here
-        stand_in = types.ModuleType("specchat.commands.tui")
-        stand_in.add_arguments = lambda parser: None
-        stand_in.run = lambda args: 0
-        monkeypatch.setitem(sys.modules, "specchat.commands.tui", stand_in)
     capsys.readouterr()
-    code = cli.main(argv)
+    code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
 

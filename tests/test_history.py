@@ -523,19 +523,11 @@ def test_markdown_of_a_turn_without_speculation(store):
 
 
 def run_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    """``specchat.cli.main(argv)`` restricted to the config/history commands (the others may not exist yet)."""
-    import specchat.cli as cli
+    """``specchat.cli.main(argv)``: exit code, stdout, stderr."""
+    from specchat.cli import main
 
-    monkeypatch.setattr(cli, "SUBCOMMANDS", ("history", "config"))
-    try:
-        import specchat.commands.tui  # noqa: F401
-    except Exception:  # the TUI command is not under test here
-        stand_in = types.ModuleType("specchat.commands.tui")
-        stand_in.add_arguments = lambda parser: None
-        stand_in.run = lambda args: 0
-        monkeypatch.setitem(sys.modules, "specchat.commands.tui", stand_in)
     capsys.readouterr()
-    code = cli.main(argv)
+    code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -11,7 +11,6 @@ removing everything (``p0 = 0``) succeeds.
 
 from __future__ import annotations
 
-import os
 
 import llama_cpp
 import numpy as np
@@ -206,15 +205,6 @@ def test_a_recurrent_draft_for_a_transformer_target_is_refused(tiny_mamba, tiny_
 
 
 # -- the command line -------------------------------------------------------------------------------
-@pytest.fixture()
-def isolated_config(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("SPECCHAT_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-
-
 @pytest.mark.parametrize("draft", [["--draft", "none"], []], ids=["draft-none", "default-ngram"])
 def test_generate_runs_a_recurrent_target_with_speculation_off(capsys, isolated_config, tiny_mamba, draft):
     rc = main(["generate", "--target", str(tiny_mamba), *draft, "--prompt", "hi", "--n-predict", "4", "--raw",
