@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.widgets import Markdown, Static
+from textual.widgets import Static
 
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
@@ -54,7 +54,7 @@ class AssistantMessage(Vertical):
         self.border_title = title
         self.border_subtitle = "generating\u2026"
         self.tokens = TokenView(show_ghosts=show_ghosts, classes="reply-tokens")
-        self._markdown: Markdown | None = None
+        self._markdown = None  # textual.widgets.Markdown, created on first use
         self._want_markdown = markdown
         self.finished = False
         self.stopped = False
@@ -116,6 +116,8 @@ class AssistantMessage(Vertical):
             return
         if on:
             if self._markdown is None:
+                from textual.widgets import Markdown  # markdown-it + pygments: imported on first use (start-up)
+
                 self._markdown = Markdown(self.reply_text, classes="reply-markdown")
                 self.mount(self._markdown)
             self._markdown.display = True

@@ -136,36 +136,49 @@ class Sidebar(VerticalScroll):
     def on_mount(self) -> None:
         self._snapshot = StatsSnapshot()
         self._state: ControlState | None = None
+        self._texts: dict[str, str] = {}
+        self._statics: dict[str, Static] = {w.id: w for w in self.query(Static) if w.id}
         self.show_stats(self._snapshot)
+
+    def _put(self, widget_id: str, text: str, *, rewraps: bool = False) -> None:
+        """Update one text only if it changed; lay out again only if its height can change.
+
+        A stats message arrives up to ~30 times a second: a layout pass for every line of the sidebar each
+        time would cost the engine CPU on a small machine.
+        """
+        old = self._texts.get(widget_id)
+        if old == text:
+            return
+        self._texts[widget_id] = text
+        layout = old is None or rewraps or old.count("\n") != text.count("\n")
+        self._statics[widget_id].update(Content(text), layout=layout)
 
     # -- loading -----------------------------------------------------------------------------------------
     def show_loading(self, fraction: float, what: str) -> None:
-        self.query_one("#status", Static).update(Content(f"loading {fraction * 100:.0f} %: {what}"))
+        self._put("status", f"loading {fraction * 100:.0f} %: {what}", rewraps=True)
         bar = self.query_one("#load-progress", ProgressBar)
         bar.display = True
         bar.update(progress=max(0.0, min(1.0, fraction)))
 
     def show_ready(self, text: str) -> None:
         self.query_one("#load-progress", ProgressBar).display = False
-        status = self.query_one("#status", Static)
-        status.set_class(False, "error")
-        status.update(Content(text))
+        self._statics["status"].set_class(False, "error")
+        self._put("status", text, rewraps=True)
 
     def show_error(self, text: str) -> None:
         self.query_one("#load-progress", ProgressBar).display = False
-        status = self.query_one("#status", Static)
-        status.set_class(True, "error")
-        status.update(Content(text))
+        self._statics["status"].set_class(True, "error")
+        self._put("status", text, rewraps=True)
 
     def show_pair(self, info: EngineInfo | None, state: ControlState | None) -> None:
         if info is None:
-            self.query_one("#pair", Static).update(Content(f"target  {DASH}\ndrafter {DASH}"))
+            self._put("pair", f"target  {DASH}\ndrafter {DASH}", rewraps=True)
             return
         drafter = (state.drafter if state and state.drafter else None) or info.draft_name
         lines = [f"target  {info.target_name}", f"drafter {drafter}"]
         if not info.can_speculate and info.note:
             lines.append(info.note)
-        self.query_one("#pair", Static).update(Content("\n".join(lines)))
+        self._put("pair", "\n".join(lines), rewraps=True)
 
     # -- statistics --------------------------------------------------------------------------------------
     def show_controls(self, state: ControlState | None) -> None:
@@ -174,18 +187,21 @@ class Sidebar(VerticalScroll):
 
     def show_stats(self, snapshot: StatsSnapshot) -> None:
         self._snapshot = snapshot
-        self.query_one("#tok-s", Digits).update(format_tok_s(snapshot))
+        digits = self.query_one("#tok-s", Digits)
+        value = format_tok_s(snapshot)
+        if digits.value != value:
+            digits.update(value)
         label = "tok/s (rolling)" if snapshot.tok_s is not None or snapshot.generating else "tok/s (last reply)"
-        self.query_one("#tok-s-label", Static).update(label)
+        self._put("tok-s-label", label)
         self._render_figures()
-        self.query_one("#spark-tok", Sparkline).data = list(snapshot.tok_s_history)
-        self.query_one("#spark-acc", Sparkline).data = list(snapshot.acceptance_history)
-        positions = format_positions(snapshot.per_position)
-        self.query_one("#positions", Static).update(Content("\n".join(positions) or DASH))
-        self.query_one("#ab", Static).update(Content("\n".join(format_ab(snapshot.ab))))
-        self.query_one("#break-even", Static).update(Content(break_even_text(snapshot.cost)))
+        for spark_id, data in (("#spark-tok", snapshot.tok_s_history), ("#spark-acc", snapshot.acceptance_history)):
+            spark = self.query_one(spark_id, Sparkline)
+            if tuple(spark.data or ()) != data:
+                spark.data = list(data)
+        self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
+        self._put("ab", "\n".join(format_ab(snapshot.ab)))
+        self._put("break-even", break_even_text(snapshot.cost), rewraps=True)
 
     def _render_figures(self) -> None:
         rows = format_figures(self._snapshot, self._state)
-        text = "\n".join(f"{label:<12}{value}" for label, value in rows)
-        self.query_one("#figures", Static).update(Content(text))
+        self._put("figures", "\n".join(f"{label:<12}{value}" for label, value in rows))
