@@ -750,8 +750,9 @@ def _mode_label(r: SummaryRow) -> str:
 
 
 def format_table(rows: Sequence[SummaryRow]) -> str:
+    w = max([12, *(len(r.prompt) for r in rows)])
     head = (
-        f"{'prompt':<12} {'K':>4} {'runs':>4} {'tok/s med':>9} {'min':>7} {'max':>7} {'accept':>7} "
+        f"{'prompt':<{w}} {'K':>4} {'runs':>4} {'tok/s med':>9} {'min':>7} {'max':>7} {'accept':>7} "
         f"{'mean len':>8} {'speedup':>8} {'(pair min..max)':>16}"
     )
     lines = [head, "-" * len(head)]
@@ -761,10 +762,8 @@ def format_table(rows: Sequence[SummaryRow]) -> str:
         prev = r.prompt
         rng = "" if r.mode == "baseline" or r.speedup is None else f"{r.speedup_min:.2f}..{r.speedup_max:.2f}"
         k = "base" if r.mode == "baseline" else _mode_label(r)
-        if r.mode == "auto":
-            k = f"auto"
         lines.append(
-            f"{name[:12]:<12} {k:>4} {r.runs:>4} {r.tps_median:>9.1f} {r.tps_min:>7.1f} {r.tps_max:>7.1f} "
+            f"{name:<{w}} {k:>4} {r.runs:>4} {r.tps_median:>9.1f} {r.tps_min:>7.1f} {r.tps_max:>7.1f} "
             f"{_fmt(r.acceptance, '.3f'):>7} {r.mean_len:>8.2f} {_fmt(r.speedup, '.2f') + '×':>8} {rng:>16}"
         )
         if r.mode == "auto":
