@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from textual import on
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Static
@@ -166,6 +166,15 @@ class SpecChatApp(App[None]):
         if keymap:
             self.set_keymap(keymap)
         self.effective_keys.update(keymap)
+
+    def get_system_commands(self, screen):
+        """The palette also lists every key action (so nothing depends on a function key working)."""
+        yield from super().get_system_commands(screen)
+        for spec in APP_KEYS:
+            if spec.action == "stop" and not self._generating:
+                continue
+            yield SystemCommand(spec.description, f"{spec.help} [{self.effective_keys.get(spec.id, spec.keys)}]",
+                                partial(self.run_action, spec.action))
 
     # -- handy queries ----------------------------------------------------------------------------------
     @property
@@ -623,44 +632,41 @@ class SpecChatApp(App[None]):
 
     # -- model switching (command palette) -------------------------------------------------------------
     def model_choices(self) -> list[tuple[str, str, str, str]]:
-        """(label, target, draft, help) for the palette: the bundled pair and the presets."""
+        """(label, target, draft, help) for the palette: the bundled pair and every preset pair.
+
+        ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
+        :mod:`specchat.models.registry`).
+        """
         choices = [("bundled SmolLM2 + ngram", "bundled", "ngram", "the default pair, no download")]
         try:
-            from specchat.models.presets import PRESETS, local_path
+            from specchat.models.presets import PRESET_PREFIX, PRESETS
         except ImportError:
             return choices
-        data_dir = None
-        fn = getattr(self.settings, "effective_data_dir", None)
-        if callable(fn):
-            data_dir = fn()
-        if data_dir is None:
-            return choices
-        models = Path(data_dir) / "models"
         for name, preset in PRESETS.items():
-            draft = str(local_path(preset.draft, models))
-            choices.append((f"preset {name}", f"preset:{name}", draft, preset.demonstrates))
+            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", "ngram", preset.demonstrates))
         return choices
 
     def switch_model(self, target: str, draft: str, label: str) -> None:
+        """Load another pair (in the loading thread); the conversation carries over to it."""
         if self.make_factory is None or self.settings is None:
             self.notify("Switching models is not available in this session.", severity="warning")
             return
         if self._generating or not self._load_done.is_set():
             self.notify("Wait for the reply or the loading to finish first.", severity="warning")
             return
-        if target.startswith("preset:"):
-            try:
-                from specchat.models.presets import get_preset, how_to_get, local_path
+        data_dir = None
+        fn = getattr(self.settings, "effective_data_dir", None)
+        if callable(fn):
+            data_dir = fn()
+        try:  # files missing? say what to run instead of unloading a working model
+            from specchat.models.registry import resolve_pair
 
-                preset = get_preset(target)
-                models = Path(self.settings.effective_data_dir()) / "models"
-                missing = [f for _, f in preset.files() if not local_path(f, models).exists()] if preset else []
-            except Exception:
-                missing = []
-                preset = None
-            if preset is not None and missing:
-                self.notify(f"{label} is not on this machine; run: {how_to_get(preset)}", severity="warning", timeout=10)
-                return
+            resolve_pair(target, draft, data_dir)
+        except UserError as exc:
+            self.notify(f"{label}: {exc}", severity="warning", timeout=12)
+            return
+        except ImportError:
+            pass
         update = {"target": target, "draft": draft}
         if hasattr(self.settings, "model_copy"):
             new_settings = self.settings.model_copy(update=update)

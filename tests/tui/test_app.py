@@ -446,3 +446,47 @@ async def test_palette_commands_switch_drafter_k_temperature_and_theme(make_app)
         assert app.theme == "specchat-light"
         hits = [hit async for hit in provider.search("temperature 1.5")]
         assert hits and "Temperature = 1.5" in str(hits[0].text)
+
+
+async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_path):
+    from specchat.config import Settings
+
+    first, second = FakeEngine(["from the first model"]), FakeEngine(["from the second model"])
+    built: list[str] = []
+
+    def make_factory(settings):
+        def factory(progress):
+            built.append(settings.target)
+            return second
+
+        return factory
+
+    settings = Settings(data_dir=tmp_path)
+    app = SpecChatApp(lambda progress: first, settings, make_factory=make_factory, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hello")
+        await settle(pilot)
+        app.switch_model("preset:qwen2.5-1.5b", "ngram", "preset qwen2.5-1.5b")  # files not on this machine
+        await pilot.pause()
+        assert built == [] and app.engine is first
+        assert any("specchat models pull qwen2.5-1.5b" in n for n in _notifications(app))
+        app.switch_model("bundled", "ngram", "bundled SmolLM2 + ngram")
+        await wait_ready(pilot)
+        assert built == ["bundled"] and app.engine is second and first.closed
+        assert [m.content for m in second.loaded] == ["hello", "from the first model"]
+        assert app.settings.target == "bundled"
+        labels = [label for label, *_ in app.model_choices()]
+        assert "preset smollm2-f16-q41" in labels
+
+
+async def test_palette_lists_every_key_action(make_app):
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        titles = {c.title: c for c in app.get_system_commands(app.screen)}
+        for title in ("K+", "K\u2212", "Spec", "Ghosts", "Markdown", "Regenerate", "New chat", "History", "Export"):
+            assert title in titles
+        assert "Stop" not in titles  # only while a reply runs
+        await titles["K+"].callback()
+        assert engine.controls.snapshot().k == 4
