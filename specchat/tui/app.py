@@ -311,13 +311,14 @@ class SpecChatApp(App[None]):
         if user_text is not None:
             chat.mount(UserMessage(user_text))
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
+        stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
+        assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
         chat.mount(assistant)
         chat.anchor()
         self._current = assistant
         self._turn_id += 1
         self._generating = True
         self._turn_done.clear()
-        self.refresh_bindings()
         self.run_worker(
             partial(self._turn_worker, self._turn_id, start),
             thread=True,
@@ -350,7 +351,6 @@ class SpecChatApp(App[None]):
         assistant = self._current
         self._current = None
         self._generating = False
-        self.refresh_bindings()
         if assistant is not None:
             assistant.finish(message.turn, message.error)
         if message.error:
@@ -441,8 +441,8 @@ class SpecChatApp(App[None]):
 
     # -- actions: conversation -----------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "stop":
-            return self._generating
+        # "stop" stays enabled when idle (a no-op): toggling it would re-compose the footer twice per turn,
+        # each a layout pass of the whole screen while the engine runs
         if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
         return True

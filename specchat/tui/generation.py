@@ -1,11 +1,13 @@
 """The bridge between the engine's event iterator (worker thread) and the UI (event loop).
 
 :func:`pump_turn` runs inside a Textual thread worker. It consumes the engine's events as fast as the
-engine produces them and posts at most one :class:`PiecesBatch` and one :class:`StatsUpdated` every
-:data:`FLUSH_INTERVAL_S` (~30 Hz), via ``post`` (``App.post_message``: thread-safe, non-blocking). It never
+engine produces them and posts at most one :class:`PiecesBatch` every :data:`FLUSH_INTERVAL_S` (~30 Hz)
+and one :class:`StatsUpdated` every :data:`STATS_INTERVAL_S`, via ``post`` (``App.post_message``: thread-safe, non-blocking). It never
 calls ``call_from_thread``: that blocks the worker until the UI has run the callback (~0.37 ms each, measured
 with Textual 8.2.8), which per token would slow the engine it is measuring.
 
+Stats go out at most every :data:`STATS_INTERVAL_S` (~10 Hz): redrawing the sidebar is the costliest
+part of a frame, and on a 2-core machine every millisecond the UI thread spends is taken from llama.cpp.
 A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
 batch waits at most one round plus the interval. An exception from the engine ends the turn with an error
 message (the chat shows it); it never propagates into Textual.
@@ -30,6 +32,9 @@ from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
 from specchat.tui.stats import LiveStats
 
 FLUSH_INTERVAL_S = 1 / 30
+#: the sidebar's numbers change every step but nobody reads them 30 times a second; each redraw of the
+#: sidebar (text, sparklines, big digits) costs CPU the engine would use on a small machine
+STATS_INTERVAL_S = 1 / 10
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -45,6 +50,7 @@ def pump_turn(
     stats: LiveStats,
     clock: Callable[[], float],
     interval: float = FLUSH_INTERVAL_S,
+    stats_interval: float = STATS_INTERVAL_S,
 ) -> Turn | None:
     """Consume one turn's events, posting batched pieces and stats; always posts :class:`TurnFinished`.
 
@@ -58,17 +64,17 @@ def pump_turn(
     stats_dirty = False
     turn: Turn | None = None
     error: str | None = None
-    last_flush = clock()
+    last_flush = last_stats = clock()
     stats.start_turn(last_flush)
     post(StatsUpdated(stats.snapshot()))
 
-    def flush() -> None:
+    def flush(with_stats: bool) -> None:
         nonlocal pieces, notices, stats_dirty
         if pieces or notices:
             post(PiecesBatch(turn_id, pieces, notices))
             pieces = []
             notices = []
-        if stats_dirty:
+        if stats_dirty and with_stats:
             post(StatsUpdated(stats.snapshot()))
             stats_dirty = False
 
@@ -96,12 +102,15 @@ def pump_turn(
             elif isinstance(event, Notice):
                 notices.append(event.message)
             if now - last_flush >= interval:
-                flush()
+                with_stats = now - last_stats >= stats_interval
+                flush(with_stats)
                 last_flush = now
+                if with_stats:
+                    last_stats = now
     except Exception as exc:  # the engine failed: end the turn with a message, never crash the app
         error = describe_exception(exc)
     stats.finish_turn(turn)
     stats_dirty = True
-    flush()
+    flush(True)
     post(TurnFinished(turn_id, turn, error))
     return turn

@@ -70,6 +70,7 @@ class AssistantMessage(Vertical):
 
     def finish(self, turn: Turn | None, error: str | None = None) -> None:
         self.finished = True
+        self.tokens.set_streaming(False)
         self.turn = turn
         self.error = error
         self.remove_class("streaming")

@@ -150,8 +150,15 @@ class Sidebar(VerticalScroll):
         if old == text:
             return
         self._texts[widget_id] = text
-        layout = old is None or rewraps or old.count("\n") != text.count("\n")
-        self._statics[widget_id].update(Content(text), layout=layout)
+        static = self._statics[widget_id]
+        if old is None or old.count("\n") != text.count("\n"):
+            layout = True
+        elif rewraps:  # a long line: only its wrapped height matters
+            width = static.content_region.width
+            layout = width <= 0 or len(Content(old).wrap(width)) != len(Content(text).wrap(width))
+        else:
+            layout = False
+        static.update(Content(text), layout=layout)
 
     # -- loading -----------------------------------------------------------------------------------------
     def show_loading(self, fraction: float, what: str) -> None:

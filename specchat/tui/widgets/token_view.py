@@ -30,6 +30,9 @@ from textual.widget import Widget
 from specchat.tui.sanitize import sanitize
 
 TAB = "    "
+#: while streaming, the height grows in steps of this many rows: each growth is a layout pass of the whole
+#: screen, the costliest thing a new token can cause (measured with Textual 8.2.8: most of the UI's CPU)
+GROW_ROWS = 4
 KINDS = ("accepted", "rejected", "corrected", "bonus", "plain")
 #: "saved": a reply reloaded from history (its per-token text and kinds are not stored), drawn uncoloured
 DISPLAY_KINDS = (*KINDS, "saved")
@@ -125,6 +128,8 @@ class TokenView(Widget):
         self._tail_text = ""  # text of the open row (visible spans only)
         self._tail_spans: list[Span] = []
         self._strips: dict[int, Strip] = {}
+        self._streaming = True
+        self._allocated = 0  # height last reported to the layout
         #: characters re-wrapped by the last append (instrumentation for the O(batch) test)
         self.last_wrap_chars = 0
         self.total_wrap_chars = 0
@@ -202,11 +207,18 @@ class TokenView(Widget):
             self._strips.pop(y, None)
         if not self.is_mounted:
             return
-        if len(self._rows) != before_rows:
+        if len(self._rows) > self._allocated or (not self._streaming and len(self._rows) != before_rows):
             self.refresh(layout=True)
         else:
             w = max(self.size.width, 1)
             self.refresh(Region(0, first_dirty, w, max(1, len(self._rows) - first_dirty)))
+
+    def set_streaming(self, streaming: bool) -> None:
+        """While streaming the height is rounded up to :data:`GROW_ROWS`; afterwards it is exact."""
+        if streaming != self._streaming:
+            self._streaming = streaming
+            if self.is_mounted:
+                self.refresh(layout=True)
 
     def set_show_ghosts(self, show: bool) -> None:
         if show == self._show_ghosts:
@@ -280,7 +292,11 @@ class TokenView(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         if width != self._wrap_width:
             self._rebuild(width)
-        return len(self._rows)
+        rows = len(self._rows)
+        if self._streaming:
+            rows = max(GROW_ROWS, -(-rows // GROW_ROWS) * GROW_ROWS)
+        self._allocated = rows
+        return rows
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
