@@ -188,7 +188,7 @@ class LiveStats:
         )
         return StatsSnapshot(
             generating=self._generating,
-            tok_s=self.rolling_tok_s(),
+            tok_s=self.rolling_tok_s() if self._generating else None,  # afterwards: the turn's own rate
             tokens=self._tokens,
             steps=self._steps,
             acceptance=(self._accepted / self._drafted) if self._drafted else None,

@@ -490,3 +490,30 @@ async def test_palette_lists_every_key_action(make_app):
         assert "Stop" not in titles  # only while a reply runs
         await titles["K+"].callback()
         assert engine.controls.snapshot().k == 4
+
+
+async def test_theme_switch_recolours_finished_tokens_and_sidebar_shows_the_last_reply_rate(make_app):
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hi")
+        await settle(pilot)
+        view = app.query_one(TokenView)
+
+        def accepted_colour() -> str:
+            for y in range(view.row_count):
+                row = view._rows[y]
+                for span in row.spans:
+                    if span.style == ".token--accepted":
+                        text = row.plain[span.start : span.end]
+                        for seg in view.render_line(y):
+                            if seg.text == text:
+                                return seg.style.color.triplet.hex
+            raise AssertionError("no accepted token drawn")
+
+        assert accepted_colour() == app.get_theme("specchat-dark").variables["token-accepted"]
+        app.set_theme("specchat-high-contrast")
+        await pilot.pause()
+        assert accepted_colour() == app.get_theme("specchat-high-contrast").variables["token-accepted"]
+        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s (last reply)"
+        assert app.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
