@@ -8,6 +8,8 @@ with Textual 8.2.8), which per token would slow the engine it is measuring.
 
 Stats go out at most every :data:`STATS_INTERVAL_S` (~10 Hz): redrawing the sidebar is the costliest
 part of a frame, and on a 2-core machine every millisecond the UI thread spends is taken from llama.cpp.
+The exception is a Step whose K, speculation, auto-K or drafter differs from the last one posted: it is
+posted at once, so a change made mid-reply shows in the sidebar at the very step it takes effect.
 A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
 batch waits at most one round plus the interval. An exception from the engine ends the turn with an error
 message (the chat shows it); it never propagates into Textual.
@@ -78,15 +80,21 @@ def pump_turn(
             post(StatsUpdated(stats.snapshot()))
             stats_dirty = False
 
+    posted_mode: tuple | None = None  # (k, speculative, auto_k, drafter) of the last Step the sidebar got
     try:
         iterator = events() if callable(events) else events
         for event in iterator:
             now = clock()
+            force = False
             if isinstance(event, Piece):
                 pieces.append((event.text, event.kind))
             elif isinstance(event, Step):
                 stats.observe_step(event, now)
                 stats_dirty = True
+                mode = (event.k, event.speculative, event.auto_k, event.drafter)
+                if mode != posted_mode:  # a K / speculation / drafter change shows at once, not throttled
+                    posted_mode = mode
+                    force = True
             elif isinstance(event, PromptDone):
                 stats.observe_prompt(event, now)
                 stats_dirty = True
@@ -101,8 +109,8 @@ def pump_turn(
                 )
             elif isinstance(event, Notice):
                 notices.append(event.message)
-            if now - last_flush >= interval:
-                with_stats = now - last_stats >= stats_interval
+            if force or now - last_flush >= interval:
+                with_stats = force or now - last_stats >= stats_interval
                 flush(with_stats)
                 last_flush = now
                 if with_stats:

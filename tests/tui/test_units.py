@@ -294,3 +294,12 @@ def test_fake_engine_tokenizer_round_trips():
     text = "Hello, world!\n```py\nx = 1\n```"
     assert "".join(tokenize(text)) == text
     assert isinstance(next(iter(FakeEngine().send("x"))), (Piece, PromptDone))
+
+
+def test_pump_posts_a_mode_change_at_once_and_throttles_the_rest():
+    steps = [_step(k=3) for _ in range(5)] + [_step(k=5)] + [_step(k=5) for _ in range(3)]
+    posted: list = []
+    clock = FakeClock(step=0.001)  # everything within 10 ms: only forced stats go out
+    pump_turn(1, iter(steps), posted.append, LiveStats(), clock)
+    ks = [m.snapshot.k for m in posted if isinstance(m, StatsUpdated)]
+    assert ks == [None, 3, 5, 5]  # start, first step, the K change (at its own step), the end of the turn
