@@ -91,7 +91,8 @@ def pump_turn(
             elif isinstance(event, Step):
                 stats.observe_step(event, now)
                 stats_dirty = True
-                mode = (event.k, event.speculative, event.auto_k, event.drafter)
+                # with auto-K on, K moves by itself (and often): only the user's switches force a post
+                mode = (None if event.auto_k else event.k, event.speculative, event.auto_k, event.drafter)
                 if mode != posted_mode:  # a K / speculation / drafter change shows at once, not throttled
                     posted_mode = mode
                     force = True
