@@ -771,6 +771,19 @@ def format_table(rows: Sequence[SummaryRow]) -> str:
     return "\n".join(lines)
 
 
+def noise_warnings(rows: Sequence[SummaryRow], spread: float = 1.5) -> list[str]:
+    """A line per prompt whose baseline runs varied by more than ``spread``× (max/min tok/s): a busy
+    machine (other processes, OpenMP threads spinning on shared cores) makes single ratios unreliable."""
+    out = []
+    for r in rows:
+        if r.mode == "baseline" and r.tps_min > 0 and r.tps_max / r.tps_min > spread:
+            out.append(
+                f"warning: {r.prompt}: baseline runs ranged {r.tps_min:.1f}..{r.tps_max:.1f} tok/s "
+                f"({r.tps_max / r.tps_min:.1f}×): the machine is busy; trust medians of many pairs, or use fewer --threads"
+            )
+    return out
+
+
 def format_arithmetic(ar: dict[str, Any]) -> str:
     lines = ["", "The arithmetic (seed Step 5; Leviathan et al. 2023 with measured v):"]
     t_ms = ar["target_ms_per_token"]
@@ -1044,6 +1057,8 @@ def main(
             print("", file=out)
             print(format_table(rows), file=out)
             print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
+            for w in noise_warnings(rows):
+                print(w, file=out)
         if arith is not None:
             print(format_arithmetic(arith), file=out)
         if args.plot and rows:

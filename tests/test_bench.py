@@ -475,3 +475,10 @@ def test_ngram_speculation_stays_exact_on_a_copy(tiny_target):
         assert all(s.drafted <= 16 for s in steps(events))
     finally:
         dec.close()
+
+
+def test_noisy_baseline_is_flagged():
+    calm = bench.SummaryRow("a", "baseline", 0, 3, 50, 45, 55, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
+    busy = bench.SummaryRow("b", "baseline", 0, 3, 50, 8, 106, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
+    warnings = bench.noise_warnings([calm, busy])
+    assert len(warnings) == 1 and warnings[0].startswith("warning: b: baseline runs ranged 8.0..106.0")
