@@ -34,6 +34,8 @@ from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
 
 #: the drafter name that means "no drafting": every round is a plain decode (the baseline)
 NO_DRAFTER = "none"
+#: verify batch sizes timed once before auto-K chooses (K = 0, 2, 4, 8, 16)
+CALIBRATION_ROWS = (1, 3, 5, 9, 17)
 
 
 class SpeculativeDecoder:
@@ -94,6 +96,10 @@ class SpeculativeDecoder:
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
 
         last = int(context[-1])
+        st0 = controls.snapshot()
+        if st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None:
+            if self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]:
+                self.calibrate_verify_cost(last)
         utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         reply: list[int] = []
         kinds: list[str] = []
@@ -223,6 +229,25 @@ class SpeculativeDecoder:
             stop_reason=stop_reason, text="".join(text_parts), tokens=reply, kinds=kinds, last=last,
         )
         return counters
+
+    def calibrate_verify_cost(self, last: int, rows: Sequence[int] | None = None, reps: int = 2) -> None:
+        """Measure v(K), the verify cost of K+1 rows relative to one row, before auto-K relies on it.
+
+        Leviathan et al.'s speedup E(α,K) / (cK + v(K)) assumes v = 1; on a CPU it is not (the bundled
+        SmolLM2 on this llama-cpp-python build: v(4) ~ 2.7, v(16) ~ 9). Without this, auto-K's warm-up
+        sees only 2-row batches and extrapolates. Decodes ``last`` repeated ``rows`` times at the next
+        positions and removes them again, so the KV is unchanged; runs once per cost model.
+        """
+        target = self.target
+        n = len(target.tokens)
+        for _ in range(reps):
+            for r in rows or CALIBRATION_ROWS:
+                if n + r > target.n_ctx:
+                    break
+                t0 = time.perf_counter()
+                target.decode([last] * r, logits_last=r)
+                self.cost_model.observe_verify(r, (time.perf_counter() - t0) * 1000.0)
+                target.trim(n)
 
     def close(self) -> None:
         for d in self.drafters.values():

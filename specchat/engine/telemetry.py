@@ -538,6 +538,17 @@ class CostModel:
             st.last = (drafted, accepted)
         self._observe_rows(rows_verified, t_verify_ms + t_overhead_ms)
 
+    def observe_verify(self, rows: int, t_ms: float) -> None:
+        """A verify-cost measurement outside generation: one target decode of ``rows`` rows took ``t_ms``
+        (the engine's one-off calibration of v(K); see SpeculativeDecoder.calibrate_verify_cost)."""
+        self._clock += 1
+        self._curve_key = None
+        self._observe_rows(rows, t_ms)
+
+    def largest_measured_rows(self) -> int:
+        """The largest verify batch (rows) with a timing; 0 when none. v beyond it is extrapolated."""
+        return max((n for n in range(1, self.max_rows + 1) if self._rows[n].value is not None), default=0)
+
     def observe_plain(self, t_ms: float) -> None:
         """One plain single-row decode (K = 0, speculation off) that took ``t_ms``."""
         self._clock += 1

@@ -282,3 +282,30 @@ def _incomplete(b: bytes) -> bool:
         return False
     except UnicodeDecodeError:
         return True
+
+
+def test_auto_k_measures_verify_cost_once_and_leaves_the_kv_untouched(tiny_dec):
+    """v(K) is timed on real K+1-row batches before auto-K trusts it (it is not flat on a CPU)."""
+    from specchat.engine.speculative import CALIBRATION_ROWS
+    from specchat.engine.telemetry import CostModel
+
+    tiny_dec.cost_model = CostModel()
+    tiny_dec.controls.set_auto_k(True)
+    tiny_dec.controls.set_speculative(True)
+    tiny_dec.controls.set_drafter("model")
+    tiny_dec.reset()
+    try:
+        ctx = tiny_dec.target.tokenize(PROMPTS[1], add_bos=True)
+        assert tiny_dec.cost_model.largest_measured_rows() == 0
+        counters, events = run_turn(tiny_dec, ctx, 30)
+        assert tiny_dec.cost_model.largest_measured_rows() == CALIBRATION_ROWS[-1]
+        assert all(s.auto_k for s in steps(events))
+        # calibration rows were removed again: the KV holds the prompt and the reply only
+        assert tiny_dec.target.tokens == list(ctx) + counters.tokens[:-1]
+        assert tiny_dec.target.kv_pos_max() == len(tiny_dec.target.tokens) - 1
+        # a later turn does not calibrate again
+        before = tiny_dec.cost_model._clock
+        run_turn(tiny_dec, ctx, 1)
+        assert tiny_dec.cost_model._clock - before <= 2
+    finally:
+        tiny_dec.controls.set_auto_k(False)
