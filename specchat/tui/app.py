@@ -14,6 +14,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -111,6 +112,8 @@ class SpecChatApp(App[None]):
         self._after_turn: list[Callable[[], None]] = []
         self._shutting_down = False
         self._engine_closed = False
+        # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
+        self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -201,17 +204,31 @@ class SpecChatApp(App[None]):
 
     # -- loading the engine -------------------------------------------------------------------------------
     def _start_load(self, factory: EngineFactory, close_first: ChatEngine | None = None) -> None:
+        if self._shutting_down:
+            return
         self._load_done.clear()
         self.engine_error = None
         self.sidebar.show_loading(0.0, "starting")
-        self.run_worker(
-            partial(self._load_worker, factory, close_first),
-            thread=True,
-            exit_on_error=False,
-            group="load",
-            name="load-engine",
+        self._on_engine_thread(
+            partial(self._load_worker, factory, close_first), group="load", name="load-engine",
             description="load the models",
         )
+
+    def _on_engine_thread(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:
+        """Run blocking engine work as a Textual worker, on the app's one engine thread.
+
+        Why not ``run_worker(thread=True)`` (a thread of the event loop's shared pool): llama.cpp is built
+        with OpenMP, and libgomp keeps one pool of compute threads per *calling* thread. Once llama_decode
+        has been called from two live threads, both pools exist and every decode slows down (measured
+        here on the bundled SmolLM2, 2 threads on 2 cores: ~110 tok/s from one thread, ~62 tok/s once a
+        second thread had decoded). A pool thread is whichever is idle, so over a session the turns would
+        hop between threads. One dedicated thread keeps one OpenMP pool: loading, every turn, closing.
+        """
+
+        async def run() -> None:
+            await asyncio.get_running_loop().run_in_executor(self._engine_executor, work)
+
+        self.run_worker(run(), group=group, name=name, description=description, exit_on_error=False)
 
     def _load_worker(self, factory: EngineFactory, close_first: ChatEngine | None) -> None:
         try:
@@ -307,6 +324,8 @@ class SpecChatApp(App[None]):
         return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
 
     def _start_turn(self, start: Callable[[], Any], user_text: str | None = None) -> None:
+        if self._shutting_down:
+            return
         chat = self.chat
         if user_text is not None:
             chat.mount(UserMessage(user_text))
@@ -319,12 +338,8 @@ class SpecChatApp(App[None]):
         self._turn_id += 1
         self._generating = True
         self._turn_done.clear()
-        self.run_worker(
-            partial(self._turn_worker, self._turn_id, start),
-            thread=True,
-            exit_on_error=False,
-            group="generation",
-            name=f"turn-{self._turn_id}",
+        self._on_engine_thread(
+            partial(self._turn_worker, self._turn_id, start), group="generation", name=f"turn-{self._turn_id}",
             description="generate a reply",
         )
 
@@ -696,9 +711,11 @@ class SpecChatApp(App[None]):
         await asyncio.to_thread(self._turn_done.wait)
         await asyncio.to_thread(self._load_done.wait)
         engine = self.engine or self._loaded_engine
+        loop = asyncio.get_running_loop()
         if engine is not None and not self._engine_closed:
             self._engine_closed = True
-            await asyncio.to_thread(engine.close)
+            await loop.run_in_executor(self._engine_executor, engine.close)
+        await asyncio.to_thread(self._engine_executor.shutdown, True)  # the engine thread ends with the app
 
     def action_quit(self) -> None:
         """Stop the reply, then exit once the worker threads are done (the UI stays live meanwhile)."""

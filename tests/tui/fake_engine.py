@@ -84,6 +84,7 @@ class FakeEngine:
         self.closed = False
         self.generating = threading.Event()
         self.loaded: list[Message] | None = None
+        self.threads: set[int] = set()  # threads that ran engine work (generation, close)
 
     # -- protocol ------------------------------------------------------------------------------
     @property
@@ -132,6 +133,7 @@ class FakeEngine:
         self._messages = list(messages)
 
     def close(self) -> None:
+        self.threads.add(threading.get_ident())
         self.calls.append("close")
         self.closed = True
 
@@ -160,6 +162,7 @@ class FakeEngine:
                 return
 
     def _generate(self) -> Iterator[Event]:
+        self.threads.add(threading.get_ident())
         self.controls.clear_stop()
         tokens = self._next_reply()
         self.generating.set()

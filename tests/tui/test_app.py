@@ -517,3 +517,29 @@ async def test_theme_switch_recolours_finished_tokens_and_sidebar_shows_the_last
         assert accepted_colour() == app.get_theme("specchat-high-contrast").variables["token-accepted"]
         assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s (last reply)"
         assert app.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
+
+
+async def test_loading_every_turn_and_closing_run_on_one_engine_thread(make_app):
+    """llama.cpp's OpenMP keeps a compute pool per calling thread: all engine work must stay on one thread."""
+    factory_threads: set[int] = set()
+    engine = FakeEngine(["a", "b", "c", "d"])
+
+    def factory(progress):
+        factory_threads.add(threading.get_ident())
+        return engine
+
+    app = SpecChatApp(factory, fake_settings())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        for text in ("one", "two"):
+            await send(pilot, text)
+            await settle(pilot)
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        await send(pilot, "three")
+        await settle(pilot)
+    assert engine.calls == ["send:one", "send:two", "regenerate", "send:three", "close"]
+    assert engine.threads == factory_threads and len(factory_threads) == 1
+    (ident,) = factory_threads
+    assert ident != threading.main_thread().ident
+    assert ident not in {t.ident for t in threading.enumerate()}  # the engine thread ended with the app

@@ -303,3 +303,4 @@ def test_pump_posts_a_mode_change_at_once_and_throttles_the_rest():
     pump_turn(1, iter(steps), posted.append, LiveStats(), clock)
     ks = [m.snapshot.k for m in posted if isinstance(m, StatsUpdated)]
     assert ks == [None, 3, 5, 5]  # start, first step, the K change (at its own step), the end of the turn
+
