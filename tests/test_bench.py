@@ -27,14 +27,7 @@ SUITE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def isolated_config(tmp_path, monkeypatch):
-    for k in list(os.environ):
-        if k.startswith("SPECCHAT_"):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setenv("SPECCHAT_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("isolated_config")
 
 
 @pytest.fixture()
