@@ -42,7 +42,7 @@ from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.widgets.sidebar import Sidebar
 
 #: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
-UI_NICE = 10
+UI_NICE = 19
 
 Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
@@ -139,15 +139,16 @@ class SpecChatApp(App[None]):
         return defaults
 
     def _yield_cpu_to_engine(self) -> None:
-        """Give the UI thread a lower CPU priority than the engine's threads (Linux; a no-op elsewhere).
+        """Give the UI thread the lowest CPU priority, below the engine's threads (Linux; a no-op elsewhere).
 
-        llama.cpp runs one compute thread per core; when the UI wakes up to draw it preempts one of them and
-        the others wait at their barrier. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens,
-        one process per run, interleaved with ``specchat generate``-style runs): the reply's tok/s was
-        0.68-0.86x of the headless engine with the UI at nice 0 and 0.83-0.87x at nice 10 (0.86-1.0x at 19,
-        but then the UI crawls whenever another program loads the CPU). The engine thread is created first,
-        so it (and llama.cpp's threads, which it creates) keeps the normal priority. Lowering a priority
-        cannot be undone without privileges, which is why this is a modest 10.
+        llama.cpp runs one compute thread per core; a UI thread that wakes up to draw preempts one of them
+        and the others wait at their barrier. At nice 19 the UI draws in the gaps between two decodes
+        instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens, one process per run,
+        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice 19,
+        0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0. The engine thread is created first, so it
+        and the llama.cpp threads it starts keep the normal priority. With autogroup scheduling (the default
+        on desktop Linux) niceness only ranks the threads of this session, so other programs do not starve
+        the UI any more than before. Lowering a priority cannot be undone without privileges.
         """
         import os
         import sys

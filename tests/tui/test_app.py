@@ -543,3 +543,39 @@ async def test_loading_every_turn_and_closing_run_on_one_engine_thread(make_app)
     (ident,) = factory_threads
     assert ident != threading.main_thread().ident
     assert ident not in {t.ident for t in threading.enumerate()}  # the engine thread ended with the app
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="per-thread niceness is Linux-only")
+def test_ui_thread_yields_cpu_to_the_engine_thread(tmp_path):
+    """In a fresh process: the engine thread keeps the normal priority, the UI thread drops to UI_NICE."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import asyncio, os, sys, threading
+        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+        from fake_engine import FakeEngine
+        from tuikit import fake_settings, wait_ready
+        from specchat.tui.app import SpecChatApp, UI_NICE
+        seen = {{}}
+        def factory(progress):
+            tid = threading.get_native_id()
+            seen["engine"] = os.getpriority(os.PRIO_PROCESS, tid)
+            return FakeEngine()
+        async def main():
+            start = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            app = SpecChatApp(factory, fake_settings())
+            async with app.run_test() as pilot:
+                await wait_ready(pilot)
+                ui = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            print(start, seen["engine"], ui, UI_NICE)
+        asyncio.run(main())
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    start, engine_nice, ui_nice, wanted = map(int, out.stdout.split())
+    assert engine_nice == start
+    assert ui_nice == max(start, wanted)
