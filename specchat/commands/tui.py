@@ -65,7 +65,9 @@ def make_factory(settings: Any) -> Callable[[Callable[[float, str], None]], Any]
     """An engine factory for the app: loads the models when called (in the app's loading thread)."""
 
     def factory(progress: Callable[[float, str], None]) -> Any:
-        from specchat.engine.loader import load_engine  # lazy: llama_cpp is imported here, not at start-up
+        from specchat.engine.loader import (
+            load_engine,  # lazy: llama_cpp is imported here, not at start-up
+        )
 
         return load_engine(settings, progress)
 

@@ -32,7 +32,14 @@ from specchat.errors import UserError
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.generation import describe_exception, pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
-from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress, PiecesBatch, StatsUpdated, TurnFinished
+from specchat.tui.messages import (
+    EngineFailed,
+    EngineReady,
+    LoadProgress,
+    PiecesBatch,
+    StatsUpdated,
+    TurnFinished,
+)
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen, unique_path
 from specchat.tui.stats import LiveStats
@@ -306,7 +313,7 @@ class SpecChatApp(App[None]):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
-        self.sidebar.show_error(f"model error \u2013 see the chat")
+        self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
                 f"Could not load the model: {message.message}\n"

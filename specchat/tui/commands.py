@@ -29,7 +29,7 @@ class SpecChatCommands(Provider):
             out.append((f"Model: {label}", partial(app.switch_model, target, draft, label), help_text))
         for name in sorted(app.available_themes):
             out.append((f"Theme: {name}", partial(app.set_theme, name), "switch the colour theme"))
-        for k in range(0, K_MAX + 1):
+        for k in range(K_MAX + 1):
             out.append((f"K = {k}", partial(app.set_k, k), "draft length (0 = no drafting); next step"))
         for t in TEMPERATURES:
             out.append((f"Temperature = {t:g}", partial(app.set_temperature, t), "sampling temperature (0 = greedy)"))

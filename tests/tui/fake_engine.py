@@ -18,10 +18,17 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 
-from specchat.engine.controls import ControlState, Controls
-from specchat.engine.events import CostEstimate, Event, Notice, Piece, PromptDone, Step, Turn
+from specchat.engine.controls import Controls, ControlState
+from specchat.engine.events import (
+    CostEstimate,
+    Event,
+    Notice,
+    Piece,
+    PromptDone,
+    Step,
+    Turn,
+)
 from specchat.engine.protocol import EngineInfo, Message
 
 DEFAULT_REPLY = (
@@ -40,12 +47,10 @@ def tokenize(text: str) -> list[str]:
     return re.findall(r"\n| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]| +", text)
 
 
-@dataclass
-class FakeScript:
-    replies: list[str]
-    cost: CostEstimate | None = CostEstimate(
-        alpha=0.62, c=0.04, v=1.05, best_k=5, predicted_speedup=1.9, target_ms_per_token=10.0, draft_ms_per_token=0.4
-    )
+#: the cost model's view the fake engine reports in every Step (a cheap drafter that pays)
+DEFAULT_COST = CostEstimate(
+    alpha=0.62, c=0.04, v=1.05, best_k=5, predicted_speedup=1.9, target_ms_per_token=10.0, draft_ms_per_token=0.4
+)
 
 
 class FakeEngine:
@@ -62,7 +67,7 @@ class FakeEngine:
         target_name: str = "fake-target-135M",
         hold_at_steps: tuple[int, ...] = (),
         fail_at_step: int | None = None,
-        cost: CostEstimate | None = FakeScript([]).cost,
+        cost: CostEstimate | None = DEFAULT_COST,
         notice: str | None = None,
     ) -> None:
         self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))

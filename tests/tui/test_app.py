@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from specchat.errors import ModelFileError
 from specchat.tui.app import SpecChatApp
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen
-from specchat.tui.widgets.chat import AssistantMessage, ChatNotice, UserMessage
+from specchat.tui.widgets.chat import ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.widgets.token_view import TokenView
 

@@ -30,7 +30,6 @@ def test_run_builds_settings_history_and_a_lazy_factory(tmp_path, monkeypatch):
 
     def fake_run(self, *a, **kw):
         seen["app"] = self
-        return None
 
     monkeypatch.setattr(SpecChatApp, "run", fake_run)
     monkeypatch.delitem(sys.modules, "specchat.engine.loader", raising=False)

@@ -26,7 +26,12 @@ from specchat.tui.themes import (
     load_themes,
     theme_dirs,
 )
-from specchat.tui.widgets.sidebar import break_even_text, format_ab, format_figures, format_positions
+from specchat.tui.widgets.sidebar import (
+    break_even_text,
+    format_ab,
+    format_figures,
+    format_positions,
+)
 from specchat.tui.widgets.token_view import TokenView, wrap_offsets
 
 # -- sanitising -----------------------------------------------------------------------------------------

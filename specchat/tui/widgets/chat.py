@@ -117,7 +117,9 @@ class AssistantMessage(Vertical):
             return
         if on:
             if self._markdown is None:
-                from textual.widgets import Markdown  # markdown-it + pygments: imported on first use (start-up)
+                from textual.widgets import (
+                    Markdown,  # markdown-it + pygments: imported on first use (start-up)
+                )
 
                 self._markdown = Markdown(self.reply_text, classes="reply-markdown")
                 self.mount(self._markdown)
