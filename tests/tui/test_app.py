@@ -578,3 +578,15 @@ def test_ui_thread_yields_cpu_to_the_engine_thread(tmp_path):
     start, engine_nice, ui_nice, wanted = map(int, out.stdout.split())
     assert engine_nice == start
     assert ui_nice == max(start, wanted)
+
+
+async def test_keymap_can_move_the_prompt_keys_too(make_app):
+    app, engine = make_app(settings=fake_settings(keymap={"newline": "ctrl+l", "ctrl+g": "send"}))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).focus()
+        await pilot.press("a", "ctrl+l", "b")
+        assert app.query_one(PromptInput).text == "a\nb"
+        await pilot.press("ctrl+g")
+        await settle(pilot)
+        assert engine.calls == ["send:a\nb"]
