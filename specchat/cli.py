@@ -1,8 +1,10 @@
 """Entry point: ``specchat`` (the TUI) and its subcommands.
 
 Each subcommand lives in its own module ``specchat.commands.<name>`` exposing
-``add_parser(subparsers)`` and ``run(args) -> int``; they are imported lazily so ``specchat --help``
-and the TUI's first frame do not pay for llama_cpp.
+``add_arguments(parser)`` (its description and arguments) and ``run(args) -> int``. The top-level parser
+knows only the names and one-line helps in :data:`COMMANDS`; a command's module is imported when that
+command is parsed (``specchat history list``, ``specchat history --help``), so ``specchat --help`` and the
+TUI's first frame import none of them, and a command imports only its own.
 """
 
 from __future__ import annotations
@@ -10,22 +12,63 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from specchat.errors import UserError
 
-SUBCOMMANDS = ("generate", "bench", "models", "history", "config")
+# name -> the one-line help ``specchat --help`` lists; specchat.commands.<name> adds everything else
+COMMANDS: dict[str, str] = {
+    "generate": "generate one reply headless (stdout), with speculation statistics",
+    "bench": "measure baseline vs speculation (interleaved A B A B runs) and explain the speedup",
+    "models": "list, derive and download models",
+    "history": "list, show, export, import or delete saved conversations",
+    "config": "show the effective settings or where the config file is",
+}
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser with one-line errors whose subcommand arguments are added on first use.
+
+    ``command_module`` names the module whose ``add_arguments(self)`` is still to be called; it is called
+    (once) before this parser parses or formats its help. Parsers without one behave as usual.
+    """
+
+    command_module: str | None = None
+
+    def load_arguments(self) -> None:
+        if self.command_module is not None:
+            module = importlib.import_module(self.command_module)
+            self.command_module = None
+            module.add_arguments(self)
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        self.load_arguments()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self.load_arguments()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self.load_arguments()
+        return super().format_help()
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """One line on stderr (what, and where to look), exit code 2, as for every bad input."""
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="specchat",
         description="Chat in the terminal with speculative decoding you can watch.",
     )
     parser.add_argument("--config", metavar="PATH", help="config TOML file (default: $SPECCHAT_CONFIG or the user config dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        module = importlib.import_module(f"specchat.commands.{name}")
-        module.add_parser(sub)
+    for name, help_text in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text)
+        command.command_module = f"specchat.commands.{name}"
     from specchat.commands import tui
 
     tui.add_arguments(parser)

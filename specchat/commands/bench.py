@@ -11,12 +11,11 @@ import sys
 from specchat.errors import UserError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="measure baseline vs speculation (interleaved A B A B runs) and explain the speedup",
-        description="Measure predicted tok/s with and without speculation on a prompt suite, interleaving "
-        "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair.",
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The description and arguments of ``specchat bench`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
+    p.description = (
+        "Measure predicted tok/s with and without speculation on a prompt suite, interleaving "
+        "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair."
     )
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help="drafter: path to a draft .gguf, a preset name, or 'ngram' (default)")
@@ -46,4 +45,4 @@ def run(args: argparse.Namespace) -> int:
     return bench.main(args, out=sys.stdout, err=sys.stderr)
 
 
-__all__ = ["add_parser", "run", "UserError"]
+__all__ = ["add_arguments", "run", "UserError"]

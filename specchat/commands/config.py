@@ -20,12 +20,9 @@ from specchat.config import (
 )
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "config",
-        help="show the effective settings or where the config file is",
-        description="Show the effective settings (and where each came from) or the config file location.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description and actions of ``specchat config`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
+    parser.description = "Show the effective settings (and where each came from) or the config file location."
     actions = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     for name, text in (
         ("show", "print every effective setting and its source (default, file, env, cli)"),
@@ -34,7 +31,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         # Also accepted after the subcommand; SUPPRESS keeps a top-level --config when not repeated.
         action.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config TOML file")
-    return parser
 
 
 def format_show(loaded: LoadedSettings) -> str:

@@ -25,8 +25,8 @@ ANSI = {
 RESET = "\x1b[0m"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate one reply headless (stdout), with speculation statistics")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``specchat generate`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help="drafter: path to a draft .gguf, 'ngram' (default) or 'none'")

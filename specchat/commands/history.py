@@ -17,12 +17,9 @@ from specchat.errors import UserError
 from specchat.history import HistoryStore, UnknownConversationError, format_time, read_export_file
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "history",
-        help="list, show, export, import or delete saved conversations",
-        description="Saved conversations (stored in <data dir>/history.sqlite3, or --db PATH).",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description, arguments and actions of ``specchat history`` (one-line help: :data:`specchat.cli.COMMANDS`)."""
+    parser.description = "Saved conversations (stored in <data dir>/history.sqlite3, or --db PATH)."
     db_help = "history database (default: <data dir>/history.sqlite3)"
     parser.add_argument("--db", metavar="PATH", help=db_help)
     actions = parser.add_subparsers(dest="history_command", metavar="ACTION", required=True)
@@ -50,7 +47,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p = action("delete", "delete a conversation and its statistics")
     p.add_argument("id", metavar="ID", help="conversation ID")
-    return parser
 
 
 def _db_path(args: argparse.Namespace) -> Path:

@@ -19,12 +19,9 @@ from typing import Any
 from specchat.errors import UserError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    parser = sub.add_parser(
-        "models",
-        help="list, derive and download models",
-        description="List the models on this machine, derive demo drafts/targets, download hub presets.",
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The description and actions of ``specchat models`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
+    parser.description = "List the models on this machine, derive demo drafts/targets, download hub presets."
     actions = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
@@ -68,7 +65,6 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     common(p_pull)
     p_pull.add_argument("name", metavar="NAME", help="preset name (see 'specchat models list')")
     p_pull.add_argument("--force", action="store_true", help="delete local copies and download again")
-    return parser
 
 
 def _settings(args: argparse.Namespace, **extra: Any):

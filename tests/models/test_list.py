@@ -91,10 +91,9 @@ def test_list_does_not_load_llama_cpp(isolated_config: Path, demo_data_dir: Path
     from .clirun import REPO
 
     script = (
-        "import argparse, sys\n"
-        "from specchat.commands import models\n"
-        "p = argparse.ArgumentParser(); sub = p.add_subparsers(dest='command'); models.add_parser(sub)\n"
-        f"code = models.run(p.parse_args(['models', 'list', '--data-dir', {str(demo_data_dir)!r}]))\n"
+        "import sys\n"
+        "from specchat.cli import main\n"
+        f"code = main(['models', 'list', '--data-dir', {str(demo_data_dir)!r}])\n"
         "assert code == 0\n"
         "print('llama_cpp loaded' if 'llama_cpp' in sys.modules else 'llama_cpp not loaded')\n"
     )
