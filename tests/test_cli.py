@@ -100,3 +100,31 @@ def test_bad_command_through_python_m_exits_2_with_one_line():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "invalid choice: 'bogus'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["config", "show"], ["config", "path"], ["models", "list"], ["models", "derive"], ["models", "pull", "x"]],
+)
+def test_config_path_is_accepted_before_and_after_the_command(command):
+    from specchat.cli import build_parser
+
+    def config_of(argv: list[str]) -> str | None:
+        return build_parser().parse_args(argv).config
+
+    assert config_of([*command]) is None
+    assert config_of(["--config", "a.toml", *command]) == "a.toml"
+    assert config_of([*command, "--config", "b.toml"]) == "b.toml"
+    assert config_of(["--config", "a.toml", *command, "--config", "b.toml"]) == "b.toml"
+
+
+@pytest.mark.parametrize("action", [["list"], ["derive"], ["pull", "x"]])
+def test_models_actions_take_a_data_dir_and_config_actions_do_not(action, capsys):
+    from specchat.cli import build_parser
+
+    args = build_parser().parse_args(["models", *action, "--data-dir", "/d"])
+    assert args.data_dir == "/d"
+    assert build_parser().parse_args(["models", *action]).data_dir is None
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["config", "show", "--data-dir", "/d"])
+    assert exc.value.code == 2 and "unrecognized arguments: --data-dir /d" in capsys.readouterr().err

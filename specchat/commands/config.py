@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.commands.arguments import add_location_arguments
 from specchat.config import (
     CONFIG_ENV,
     LoadedSettings,
@@ -29,8 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ("path", "print where the config file is looked for, and whether it exists"),
     ):
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-        # Also accepted after the subcommand; SUPPRESS keeps a top-level --config when not repeated.
-        action.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config TOML file")
+        add_location_arguments(action)
 
 
 def format_show(loaded: LoadedSettings) -> str:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specchat.commands.arguments import add_location_arguments
 from specchat.errors import UserError
 
 
@@ -24,17 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = "List the models on this machine, derive demo drafts/targets, download hub presets."
     actions = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config TOML file")
-        p.add_argument("--data-dir", metavar="DIR", help="data directory (default: settings.data_dir or the user data dir)")
-
     p_list = actions.add_parser(
         "list",
         help="models on this machine, presets, and compatible target+draft pairs",
         description="Bundled, configured, derived and downloaded models, the presets, and which pairs can serve "
         "as target + draft. Reads GGUF headers only (llama.cpp is not loaded).",
     )
-    common(p_list)
+    add_location_arguments(p_list, data_dir=True)
     p_list.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     p_derive = actions.add_parser(
@@ -44,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(--quant) and/or a layer-skip self-draft keeping only some blocks (--keep-layers). "
         "--demo writes the files of the offline demo presets from the bundled model.",
     )
-    common(p_derive)
+    add_location_arguments(p_derive, data_dir=True)
     p_derive.add_argument("--quant", metavar="TYPE", help="F16, Q8_0, Q4_0, Q4_1, Q5_K_M, ... (llama.cpp file types)")
     p_derive.add_argument("--keep-layers", metavar="RANGES", help="blocks to keep, e.g. 0-5,24-29")
     p_derive.add_argument("--from", dest="source", metavar="MODEL", default="bundled",
@@ -62,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Download a preset's target and draft GGUFs from the Hugging Face Hub into "
         "<data dir>/models/. Interrupted downloads resume; files are verified (size, GGUF magic, tensor table).",
     )
-    common(p_pull)
+    add_location_arguments(p_pull, data_dir=True)
     p_pull.add_argument("name", metavar="NAME", help="preset name (see 'specchat models list')")
     p_pull.add_argument("--force", action="store_true", help="delete local copies and download again")
 
