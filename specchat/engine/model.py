@@ -26,7 +26,8 @@ _llama_logger.set_verbose(False)
 _BACKEND_READY = False
 
 
-def _ensure_backend() -> None:
+def ensure_backend() -> None:
+    """Initialise llama.cpp's backend once per process (``llama_backend_init``) before any model is loaded."""
     global _BACKEND_READY
     if not _BACKEND_READY:
         llama_cpp.llama_backend_init()
@@ -55,7 +56,7 @@ class Model:
     ) -> None:
         self.path = Path(path)
         gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
-        _ensure_backend()
+        ensure_backend()
         self.name = self.path.name
         self.threads = threads
         mparams = llama_cpp.llama_model_default_params()

@@ -266,7 +266,6 @@ def layer_skip(src: Path, dst: Path, keep: list[int], *, note: str = "") -> None
 
 
 _QUIET = False
-_BACKEND = False
 
 
 def _quiet_llama() -> None:
@@ -279,15 +278,6 @@ def _quiet_llama() -> None:
         _QUIET = True
 
 
-def _backend() -> None:
-    global _BACKEND
-    if not _BACKEND:
-        import llama_cpp
-
-        llama_cpp.llama_backend_init()
-        _BACKEND = True
-
-
 def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1) -> int:
     """Load ``path`` in llama.cpp, decode one token, and return its block count (``llama_model_n_layer``).
 
@@ -297,8 +287,10 @@ def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1)
     import llama_cpp
     import numpy as np
 
+    from specchat.engine.model import ensure_backend
+
     _quiet_llama()
-    _backend()
+    ensure_backend()
     mparams = llama_cpp.llama_model_default_params()
     mparams.n_gpu_layers = 0
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), mparams)
