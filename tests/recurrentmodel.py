@@ -19,34 +19,23 @@ with their ggml shapes ``{ne0, ne1}`` (numpy shapes are the reverse):
 Values follow Mamba's own initialisation (Gu & Dao 2023) where it matters for a stable recurrence: ``ssm_a`` is
 ``-exp(A_log)`` with ``A_log = log(1..d_state)`` (what ``convert_hf_to_gguf.py`` stores), so the state decays;
 ``ssm_dt.bias`` is softplus^-1 of a step size in [0.001, 0.1]; ``ssm_d`` is ones. Everything else is Gaussian,
-drawn per tensor from ``numpy.random.default_rng((seed, crc32(name)))``. ``output.weight`` has the same scale as
-:mod:`tinymodels` (``output_scale / sqrt(n_embd)``), so greedy logits are peaked.
+drawn per tensor with :func:`tinymodels.gaussian` (``numpy.random.default_rng((seed, crc32(name)))``).
+``output.weight`` has the same scale as :mod:`tinymodels` (``output_scale / sqrt(n_embd)``), so greedy logits
+are peaked.
 
 The tokenizer metadata comes from :func:`tinymodels.tokenizer_metadata` (all ``tokenizer.*`` keys of the
-bundled SmolLM2-135M-Instruct GGUF, chat template included).
+bundled SmolLM2-135M-Instruct GGUF, chat template included), and the file is written by
+:func:`tinymodels.write_gguf`, as the tiny llama models are.
 """
 
 from __future__ import annotations
 
-import os
-import zlib
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFValueType
-from gguf.constants import LlamaFileType
+from gguf import GGUFWriter
 
-from tinymodels import DEFAULT_OUTPUT_SCALE, _Writer, tokenizer_metadata
-
-PathLike = str | os.PathLike[str]
-
-
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng((seed, zlib.crc32(name.encode())))
-
-
-def _gauss(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
-    return _rng(seed, name).standard_normal(shape, dtype=np.float32) * np.float32(std)
+from tinymodels import DEFAULT_OUTPUT_SCALE, PathLike, gaussian, tensor_rng, tokenizer_metadata, write_gguf
 
 
 def mamba_tensors(
@@ -55,28 +44,28 @@ def mamba_tensors(
 ) -> list[tuple[str, np.ndarray]]:
     """(name, float32 array in numpy order) of every tensor llama.cpp's LLM_ARCH_MAMBA loader requires."""
     out: list[tuple[str, np.ndarray]] = [
-        ("token_embd.weight", _gauss(seed, "token_embd.weight", (n_vocab, n_embd), 1.0)),
+        ("token_embd.weight", gaussian(seed, "token_embd.weight", (n_vocab, n_embd), 1.0)),
         ("output_norm.weight", np.ones((n_embd,), dtype=np.float32)),
-        ("output.weight", _gauss(seed, "output.weight", (n_vocab, n_embd), output_scale / np.sqrt(n_embd))),
+        ("output.weight", gaussian(seed, "output.weight", (n_vocab, n_embd), output_scale / np.sqrt(n_embd))),
     ]
     a_log = np.log(np.arange(1, d_state + 1, dtype=np.float32))
     for i in range(n_layer):
         p = f"blk.{i}."
         # softplus^-1 of a step size log-uniform in [0.001, 0.1]
-        dt = np.exp(_rng(seed, p + "dt").uniform(np.log(1e-3), np.log(1e-1), d_inner)).astype(np.float32)
+        dt = np.exp(tensor_rng(seed, p + "dt").uniform(np.log(1e-3), np.log(1e-1), d_inner)).astype(np.float32)
         dt_bias = (dt + np.log(-np.expm1(-dt))).astype(np.float32)
         out += [
             (p + "attn_norm.weight", np.ones((n_embd,), dtype=np.float32)),
-            (p + "ssm_in.weight", _gauss(seed, p + "ssm_in.weight", (2 * d_inner, n_embd), 1.0 / np.sqrt(n_embd))),
-            (p + "ssm_conv1d.weight", _gauss(seed, p + "ssm_conv1d.weight", (d_inner, d_conv), 1.0 / np.sqrt(d_conv))),
+            (p + "ssm_in.weight", gaussian(seed, p + "ssm_in.weight", (2 * d_inner, n_embd), 1.0 / np.sqrt(n_embd))),
+            (p + "ssm_conv1d.weight", gaussian(seed, p + "ssm_conv1d.weight", (d_inner, d_conv), 1.0 / np.sqrt(d_conv))),
             (p + "ssm_conv1d.bias", np.zeros((d_inner,), dtype=np.float32)),
             (p + "ssm_x.weight",
-             _gauss(seed, p + "ssm_x.weight", (dt_rank + 2 * d_state, d_inner), 1.0 / np.sqrt(d_inner))),
-            (p + "ssm_dt.weight", _gauss(seed, p + "ssm_dt.weight", (d_inner, dt_rank), 1.0 / np.sqrt(dt_rank))),
+             gaussian(seed, p + "ssm_x.weight", (dt_rank + 2 * d_state, d_inner), 1.0 / np.sqrt(d_inner))),
+            (p + "ssm_dt.weight", gaussian(seed, p + "ssm_dt.weight", (d_inner, dt_rank), 1.0 / np.sqrt(dt_rank))),
             (p + "ssm_dt.bias", dt_bias),
             (p + "ssm_a", np.ascontiguousarray(-np.exp(np.broadcast_to(a_log, (d_inner, d_state))))),
             (p + "ssm_d", np.ones((d_inner,), dtype=np.float32)),
-            (p + "ssm_out.weight", _gauss(seed, p + "ssm_out.weight", (n_embd, d_inner), 1.0 / np.sqrt(d_inner))),
+            (p + "ssm_out.weight", gaussian(seed, p + "ssm_out.weight", (n_embd, d_inner), 1.0 / np.sqrt(d_inner))),
         ]
     return out
 
@@ -98,38 +87,22 @@ def write_tiny_mamba_gguf(
     path = Path(path)
     d_inner = 2 * n_embd
     tok = {key: (value, vtype, etype) for key, value, vtype, etype in tokenizer_metadata()}
-    n_vocab = len(tok["tokenizer.ggml.tokens"][0])
 
-    writer = _Writer(path, "mamba")
-    writer.add_name(name or path.stem)
-    writer.add_type("model")
-    writer.add_description(f"specchat tiny recurrent (mamba) test model, seed={seed}")
-    writer.add_context_length(n_ctx_train)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(0)  # as convert_hf_to_gguf.py writes for Mamba: no FFN, no attention heads
-    writer.add_head_count(0)
-    writer.add_ssm_conv_kernel(d_conv)
-    writer.add_ssm_inner_size(d_inner)
-    writer.add_ssm_state_size(d_state)
-    writer.add_ssm_time_step_rank(dt_rank)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(int(LlamaFileType.ALL_F32))
-    for key, (value, vtype, etype) in tok.items():
-        writer.add_key_value(key, value, GGUFValueType(vtype), GGUFValueType(etype) if etype is not None else None)
+    def add_hparams(writer: GGUFWriter) -> None:
+        writer.add_feed_forward_length(0)  # as convert_hf_to_gguf.py writes for Mamba: no FFN, no attention heads
+        writer.add_head_count(0)
+        writer.add_ssm_conv_kernel(d_conv)
+        writer.add_ssm_inner_size(d_inner)
+        writer.add_ssm_state_size(d_state)
+        writer.add_ssm_time_step_rank(dt_rank)
+        writer.add_layer_norm_rms_eps(1e-5)
 
     tensors = mamba_tensors(
         seed=seed, n_layer=n_layer, n_embd=n_embd, d_inner=d_inner, d_state=d_state, d_conv=d_conv,
-        dt_rank=dt_rank, n_vocab=n_vocab, output_scale=output_scale,
+        dt_rank=dt_rank, n_vocab=len(tok["tokenizer.ggml.tokens"][0]), output_scale=output_scale,
     )
-    for tname, w in tensors:
-        assert w.dtype == np.float32, (tname, w.dtype)
-        writer.add_tensor(tname, w)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(
+        path, "mamba", name=name or path.stem, description=f"specchat tiny recurrent (mamba) test model, seed={seed}",
+        n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer, add_hparams=add_hparams, tokenizer=tok,
+        tensors=tensors,
+    )

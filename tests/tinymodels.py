@@ -6,7 +6,8 @@ chat template) copied from the SmolLM2-135M-Instruct GGUF inside the ``llm-smoll
 target and a tiny draft share a real tokenizer and llama.cpp's draft-compatibility rules hold between them.
 
 Weights are drawn per tensor from ``numpy.random.default_rng((seed, crc32(name)))``: the same seed gives
-the same file, and a model with fewer layers shares the first layers of a deeper one.
+the same file, and a model with fewer layers shares the first layers of a deeper one (:func:`gaussian`).
+:func:`write_gguf` writes the file; :mod:`recurrentmodel` uses it too, for a Mamba model.
 
 Peaked logits. ``output.weight`` is N(0, output_scale^2 / n_embd) and the final RMS norm gives the hidden
 state unit RMS, so each logit is roughly N(0, output_scale^2). The gap between the top two of 49152 such
@@ -35,6 +36,7 @@ import functools
 import os
 import struct
 import zlib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +103,14 @@ class _Writer(GGUFWriter):
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
-def _rng(seed: int, name: str, salt: int = 0) -> np.random.Generator:
+def tensor_rng(seed: int, name: str, salt: int = 0) -> np.random.Generator:
+    """The random stream of tensor ``name`` of a model written with ``seed`` (``salt`` picks a side stream)."""
     return np.random.default_rng((seed, zlib.crc32(name.encode()), salt))
+
+
+def gaussian(seed: int, name: str, shape: tuple[int, ...], std: float, salt: int = 0) -> np.ndarray:
+    """float32 N(0, std^2) values of shape ``shape`` from :func:`tensor_rng` ``(seed, name, salt)``."""
+    return tensor_rng(seed, name, salt).standard_normal(shape, dtype=np.float32) * np.float32(std)
 
 
 def _tensor_specs(n_layer: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: int, n_vocab: int,
@@ -139,12 +147,70 @@ def _weights(seed: int, name: str, shape: tuple[int, ...], std: float, base_voca
         return np.ones(shape, dtype=np.float32)
     if name in ("token_embd.weight", "output.weight") and shape[0] != base_vocab:
         rows = min(shape[0], base_vocab)
-        w = (_rng(seed, name).standard_normal((base_vocab, shape[1]), dtype=np.float32) * std)[:rows]
+        w = gaussian(seed, name, (base_vocab, shape[1]), std)[:rows]
         if shape[0] > base_vocab:
-            extra = _rng(seed, name, 1).standard_normal((shape[0] - base_vocab, shape[1]), dtype=np.float32) * std
-            w = np.concatenate([w, extra])
+            w = np.concatenate([w, gaussian(seed, name, (shape[0] - base_vocab, shape[1]), std, salt=1)])
         return np.ascontiguousarray(w)
-    return _rng(seed, name).standard_normal(shape, dtype=np.float32) * std
+    return gaussian(seed, name, shape, std)
+
+
+def write_gguf(
+    path: PathLike,
+    arch: str,
+    *,
+    name: str,
+    description: str,
+    n_ctx_train: int,
+    n_embd: int,
+    n_layer: int,
+    add_hparams: Callable[[GGUFWriter], None],
+    tokenizer: Mapping[str, tuple[Any, int, int | None]],
+    tensors: Iterable[tuple[str, np.ndarray]],
+    metadata_overrides: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write an all-F32 GGUF of architecture ``arch`` to ``path`` (parents created) and return the path.
+
+    Metadata, in this order: ``general.{name, type, description}``, ``<arch>.{context_length,
+    embedding_length, block_count}``, whatever ``add_hparams(writer)`` adds (the architecture's own
+    hyperparameters), ``<arch>.vocab_size`` (the number of ``tokenizer.ggml.tokens``), ``general.file_type``
+    F32, every ``tokenizer`` key as ``key -> (value, value type, element type)``, then ``metadata_overrides``
+    (a value replaces the key's value keeping its type, ``None`` deletes the key, a new key gets the type of
+    its value). Then ``tensors``: (name, float32 array in numpy order), in order.
+    """
+    path = Path(path)
+    writer = _Writer(path, arch)
+    writer.add_name(name)
+    writer.add_type("model")
+    writer.add_description(description)
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    add_hparams(writer)
+    writer.add_vocab_size(len(tokenizer["tokenizer.ggml.tokens"][0]))
+    writer.add_file_type(int(LlamaFileType.ALL_F32))
+    for key, (value, vtype, etype) in tokenizer.items():
+        writer.add_key_value(key, value, GGUFValueType(vtype), GGUFValueType(etype) if etype is not None else None)
+    for key, value in (metadata_overrides or {}).items():
+        if value is None:
+            writer.kv_data[0].pop(key, None)
+            continue
+        existing = writer.kv_data[0].get(key)
+        if existing is not None:
+            writer.kv_data[0][key] = type(existing)(value=value, type=existing.type, sub_type=existing.sub_type)
+        else:
+            vtype = GGUFValueType.get_type(value)
+            sub = GGUFValueType.get_type(value[0]) if vtype == GGUFValueType.ARRAY and value else None
+            writer.add_key_value(key, value, vtype, sub)
+    for tname, w in tensors:
+        assert w.dtype == np.float32, (tname, w.dtype)
+        writer.add_tensor(tname, w)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
 
 
 def write_tiny_gguf(
@@ -191,58 +257,33 @@ def write_tiny_gguf(
             del scores[n_vocab_pad:]
     for token_id, text in (token_overrides or {}).items():
         tokens[token_id] = text
-    n_vocab = len(tokens)
+    for key, value in (("tokenizer.ggml.tokens", tokens), ("tokenizer.ggml.token_type", token_types),
+                       ("tokenizer.ggml.scores", scores)):
+        if key in tok:
+            tok[key] = (value, *tok[key][1:])
 
-    writer = _Writer(path, "llama")
-    writer.add_name(name or path.stem)
-    writer.add_type("model")
-    writer.add_description(f"specchat tiny test model, seed={seed}, similar_to={similar_to}")
-    writer.add_context_length(n_ctx_train)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layer)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_rope_dimension_count(n_embd // n_head)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_vocab_size(n_vocab)
-    writer.add_file_type(int(LlamaFileType.ALL_F32))
+    def add_hparams(writer: GGUFWriter) -> None:
+        writer.add_feed_forward_length(n_ff)
+        writer.add_head_count(n_head)
+        writer.add_head_count_kv(n_head_kv)
+        writer.add_rope_dimension_count(n_embd // n_head)
+        writer.add_rope_freq_base(10000.0)
+        writer.add_layer_norm_rms_eps(1e-5)
 
-    for key, (value, vtype, etype) in tok.items():
-        if key == "tokenizer.ggml.tokens":
-            value = tokens
-        elif key == "tokenizer.ggml.token_type":
-            value = token_types
-        elif key == "tokenizer.ggml.scores":
-            value = scores
-        writer.add_key_value(key, value, GGUFValueType(vtype), GGUFValueType(etype) if etype is not None else None)
-    for key, value in (metadata_overrides or {}).items():
-        if value is None:
-            writer.kv_data[0].pop(key, None)
-            continue
-        existing = writer.kv_data[0].get(key)
-        if existing is not None:
-            writer.kv_data[0][key] = type(existing)(value=value, type=existing.type, sub_type=existing.sub_type)
-        else:
-            vtype = GGUFValueType.get_type(value)
-            sub = GGUFValueType.get_type(value[0]) if vtype == GGUFValueType.ARRAY and value else None
-            writer.add_key_value(key, value, vtype, sub)
+    def tensors() -> Iterable[tuple[str, np.ndarray]]:
+        for tname, shape, std in _tensor_specs(n_layer, n_embd, n_head, n_head_kv, n_ff, len(tokens), output_scale):
+            if similar_to is not None and std != 0.0:
+                base_seed, noise = similar_to
+                w = _weights(base_seed, tname, shape, std, base_vocab)
+                w += gaussian(seed, tname, shape, std * noise, salt=2)
+            else:
+                w = _weights(seed, tname, shape, std, base_vocab)
+            assert w.shape == shape, (tname, w.shape)
+            yield tname, w
 
-    specs = _tensor_specs(n_layer, n_embd, n_head, n_head_kv, n_ff, n_vocab, output_scale)
-    for tname, shape, std in specs:
-        if similar_to is not None and std != 0.0:
-            base_seed, noise = similar_to
-            w = _weights(base_seed, tname, shape, std, base_vocab)
-            w += _rng(seed, tname, 2).standard_normal(shape, dtype=np.float32) * np.float32(std * noise)
-        else:
-            w = _weights(seed, tname, shape, std, base_vocab)
-        assert w.dtype == np.float32 and w.shape == shape, (tname, w.dtype, w.shape)
-        writer.add_tensor(tname, w)
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_gguf(
+        path, "llama", name=name or path.stem,
+        description=f"specchat tiny test model, seed={seed}, similar_to={similar_to}",
+        n_ctx_train=n_ctx_train, n_embd=n_embd, n_layer=n_layer, add_hparams=add_hparams,
+        tokenizer=tok, tensors=tensors(), metadata_overrides=metadata_overrides,
+    )
