@@ -19,8 +19,9 @@ clear error.
 
 from __future__ import annotations
 
+import codecs
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -163,6 +164,25 @@ class ChatSession:
             raise UserError("no user message to edit: send a message first")
         self._messages[-1] = Message("user", user_text)
         return self._reply()
+
+    def detokenize_pieces(self, tokens: Sequence[int]) -> list[str]:
+        """Per-token text of a reply, decoded the way :meth:`SpeculativeDecoder.generate` streams it.
+
+        Call on the engine thread (it reads the target's vocabulary). Ids are checked against the vocabulary
+        first: llama.cpp does not bounds-check ``llama_token_to_piece``.
+        """
+        target = self.decoder.target
+        for token in tokens:
+            if not 0 <= int(token) < target.n_vocab:
+                raise ValueError(
+                    f"token id {token} is not in the vocabulary of {target.name} ({target.n_vocab} tokens)"
+                )
+        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pieces = [utf8.decode(target.piece(int(token))) for token in tokens]
+        tail = utf8.decode(b"", final=True)
+        if tail and pieces:
+            pieces[-1] += tail
+        return pieces
 
     def close(self) -> None:
         self.controls.request_stop()

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from specchat.tui.messages import (
     EngineReady,
     LoadProgress,
     PiecesBatch,
+    SavedRepliesDetokenized,
     StatsUpdated,
     TurnFinished,
 )
@@ -58,6 +59,14 @@ EngineFactory = Callable[[Progress], ChatEngine]
 
 def _setting(settings: Any, name: str, default: Any) -> Any:
     return getattr(settings, name, default) if settings is not None else default
+
+
+@dataclass
+class EditInProgress:
+    """The last user message is back in the prompt for editing (see :meth:`SpecChatApp.start_edit`)."""
+
+    saved_prompt: str  # what the prompt held before; Esc puts it back
+    message: UserMessage | None  # the chat pane's copy of the message being edited (highlighted meanwhile)
 
 
 def legend_content(show_ghosts: bool) -> Content:
@@ -119,6 +128,7 @@ class SpecChatApp(App[None]):
         self._load_done.set()
         self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
         self._pending_messages: list[Message] | None = None
+        self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
         self._shutting_down = False
         self._engine_closed = False
@@ -211,8 +221,10 @@ class SpecChatApp(App[None]):
         for spec in APP_KEYS:
             if spec.action == "stop" and not self._generating:
                 continue
+            # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
+            callback = self.start_edit if spec.action == "edit_last" else partial(self.run_action, spec.action)
             yield SystemCommand(spec.description, f"{spec.help} [{self.effective_keys.get(spec.id, spec.keys)}]",
-                                partial(self.run_action, spec.action))
+                                callback)
 
     # -- handy queries ----------------------------------------------------------------------------------
     @property
@@ -310,6 +322,7 @@ class SpecChatApp(App[None]):
         if self._pending_messages is not None:
             self.engine.load(self._pending_messages)
             self._pending_messages = None
+        self._colour_saved_replies()  # a conversation opened while loading, or carried over to a new model
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
@@ -344,8 +357,80 @@ class SpecChatApp(App[None]):
         if self._generating:
             self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
             return
+        if self.editing is not None:
+            self._send_edit(engine, text)
+            return
         event.prompt.clear()
         self._start_turn(partial(engine.send, text), user_text=text)
+
+    # -- editing the last message -----------------------------------------------------------------------------
+    def _edit_key_applies(self) -> bool:
+        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning."""
+        focused = self.focused
+        return isinstance(focused, PromptInput) and not focused.text.strip()
+
+    def action_edit_last(self) -> None:
+        """The ``edit_last`` key: see :meth:`start_edit` (enabled by :meth:`check_action`)."""
+        self.start_edit()
+
+    def start_edit(self) -> None:
+        """Put the last user message into the prompt; sending it replaces that message and the reply after it.
+
+        Esc (the stop key) cancels and puts back what the prompt held. Not while a reply is being generated.
+        """
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if self._generating:
+            self.notify("A reply is still being generated: press Esc to stop it first, then edit.", severity="warning")
+            return
+        last = next((m for m in reversed(engine.messages) if m.role == "user"), None)
+        if last is None:
+            self.notify("Nothing to edit yet: send a message first.")
+            return
+        prompt = self.prompt
+        if self.editing is None:
+            shown = list(self.chat.query(UserMessage))
+            self.editing = EditInProgress(saved_prompt=prompt.text, message=shown[-1] if shown else None)
+            if self.editing.message is not None:
+                self.editing.message.add_class("editing")
+                self.chat.scroll_to_widget(self.editing.message, animate=False)
+        prompt.set_text(last.content)
+        send = self.effective_keys.get("send", "enter").split(",")[0]
+        cancel = self.effective_keys.get("stop", "escape").split(",")[0]
+        prompt.border_title = f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels"
+        prompt.add_class("editing")
+        prompt.focus()
+
+    def _end_edit(self, *, restore: bool) -> None:
+        """Leave edit mode; ``restore`` puts back what the prompt held before the edit began."""
+        editing, self.editing = self.editing, None
+        if editing is None:
+            return
+        if editing.message is not None:
+            editing.message.remove_class("editing")
+        self.prompt.border_title = None
+        self.prompt.remove_class("editing")
+        if restore:
+            self.prompt.set_text(editing.saved_prompt)
+
+    def _send_edit(self, engine: ChatEngine, text: str) -> None:
+        """Replace the last exchange: in the chat pane, in history (before generating), then in the engine."""
+        messages = list(engine.messages)
+        last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+        self._end_edit(restore=False)
+        if last_user is None:  # the conversation changed under the edit (e.g. a new chat): send it as new
+            self.prompt.clear()
+            self._start_turn(partial(engine.send, text), user_text=text)
+            return
+        children = list(self.chat.children)
+        first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
+        for widget in children[first:]:  # the old message, its reply and the notices about that turn
+            widget.remove()
+        # history first: if the app dies during the new reply, the old reply is not left saved as current
+        self._save_history([*messages[:last_user], Message("user", text)])
+        self.prompt.clear()
+        self._start_turn(partial(engine.edit_last, text), user_text=text)
 
     def _reply_title(self) -> str:
         state = self.control_state()
@@ -418,11 +503,12 @@ class SpecChatApp(App[None]):
             callback()
 
     # -- history ---------------------------------------------------------------------------------------------
-    def _save_history(self) -> None:
+    def _save_history(self, messages: list[Message] | None = None) -> None:
+        """Make the saved conversation equal ``messages`` (default: the engine's) and create it if needed."""
         store, engine = self.history_store, self.engine
         if store is None or engine is None:
             return
-        messages = list(engine.messages)
+        messages = list(engine.messages) if messages is None else messages
         if not any(m.role == "user" for m in messages):
             return
         try:
@@ -464,10 +550,12 @@ class SpecChatApp(App[None]):
         except Exception as exc:
             self.notify(f"Could not open conversation {conv_id}: {describe_exception(exc)}", severity="error")
             return
+        self._end_edit(restore=True)
         self._show_messages(messages)
         self.conversation_id = conv_id
         if self.engine is not None:
             self.engine.load(messages)
+            self._colour_saved_replies()
             hint = "send a message to continue it"
         else:
             self._pending_messages = messages
@@ -489,15 +577,57 @@ class SpecChatApp(App[None]):
                 chat.mount(widget)
         chat.scroll_end(animate=False)
 
+    def _colour_saved_replies(self) -> None:
+        """Have the engine split every uncoloured saved reply into its tokens' text (on the engine thread).
+
+        History keeps each reply's token ids and kinds but not the text of each token; the loaded engine
+        gives that text back (:meth:`ChatEngine.detokenize_pieces`) and
+        :meth:`AssistantMessage.show_saved_pieces` redraws the reply in its kind colours if the pieces match
+        it exactly (they do not when another target model wrote it: the reply then stays uncoloured).
+        """
+        engine = self.engine
+        if engine is None or self._shutting_down:
+            return
+        jobs = [
+            (reply, reply.saved_message.tokens)
+            for reply in self.assistant_messages()
+            if reply.saved_message is not None and reply.saved_message.tokens and not reply.saved_coloured
+        ]
+        if jobs:
+            self._on_engine_thread(
+                partial(self._detokenize_worker, engine, jobs), group="detokenize", name="detokenize-saved",
+                description="split saved replies into tokens",
+            )
+
+    def _detokenize_worker(self, engine: ChatEngine, jobs: list[tuple[AssistantMessage, list[int]]]) -> None:
+        results: list[tuple[AssistantMessage, list[str]]] = []
+        for reply, tokens in jobs:
+            try:
+                results.append((reply, engine.detokenize_pieces(tokens)))
+            except ValueError:  # ids of another model's vocabulary: that reply stays uncoloured
+                continue
+        self.post_message(SavedRepliesDetokenized(results))
+
+    def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        for reply, pieces in message.results:
+            if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
+                reply.show_saved_pieces(pieces)
+
     # -- actions: conversation -----------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # "stop" stays enabled when idle (a no-op): toggling it would re-compose the footer twice per turn,
         # each a layout pass of the whole screen while the engine runs
         if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
+        if action == "edit_last":
+            # False lets the key through to the focused widget: up still moves the prompt's cursor
+            return self._edit_key_applies()
         return True
 
     def action_stop(self) -> None:
+        if self.editing is not None and not self._generating:
+            self._end_edit(restore=True)
+            return
         if self.engine is not None and self._generating:
             self.engine.controls.request_stop()
             if self._current is not None:
@@ -530,6 +660,7 @@ class SpecChatApp(App[None]):
         self._new_chat_now()
 
     def _new_chat_now(self) -> None:
+        self._end_edit(restore=True)
         if self.engine is not None:
             self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
         self._pending_messages = None

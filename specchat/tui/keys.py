@@ -39,11 +39,18 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("toggle_markdown", "f8", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens"),
     KeySpec("copy_reply", "f9", "copy_reply", "Copy", "copy the last reply (never the ghosts)"),
     # not priority: Escape must still close dialogs; the prompt does not consume it
-    KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays)", priority=False),
+    KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
+            priority=False),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again"),
     KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation"),
     KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats"),
     KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown"),
+    # as in chat apps: only in an *empty, focused* prompt (SpecChatApp.check_action); anywhere else the key
+    # keeps its own meaning (up moves the prompt's cursor, scrolls the chat)
+    KeySpec(
+        "edit_last", "up", "edit_last", "Edit last message",
+        "in an empty prompt: edit your last message, resend to replace its reply", show=False,
+    ),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (

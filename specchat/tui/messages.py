@@ -15,6 +15,7 @@ from specchat.engine.events import Turn
 if TYPE_CHECKING:
     from specchat.engine.protocol import ChatEngine
     from specchat.tui.stats import StatsSnapshot
+    from specchat.tui.widgets.chat import AssistantMessage
 
 
 class LoadProgress(Message):
@@ -71,3 +72,11 @@ class TurnFinished(Message):
         self.turn_id = turn_id
         self.turn = turn
         self.error = error
+
+
+class SavedRepliesDetokenized(Message):
+    """Per-token text of reopened replies, from ``ChatEngine.detokenize_pieces`` on the engine thread."""
+
+    def __init__(self, results: list[tuple[AssistantMessage, list[str]]]) -> None:
+        super().__init__()
+        self.results = results

@@ -30,3 +30,13 @@ def make_app(tmp_path: Path):
         return app, engine
 
     return make
+
+
+@pytest.fixture
+def history_store(tmp_path: Path):
+    """A real :class:`~specchat.history.HistoryStore` in ``tmp_path`` (closed after the test)."""
+    from specchat.history import HistoryStore
+
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    yield store
+    store.close()

@@ -11,13 +11,17 @@ Test hooks:
   mid-way and exactly where.
 - ``fail_at_step``: raise ``RuntimeError`` at round N (an engine crash mid-reply).
 - ``steps_seen``: every Step emitted, in order (to assert what the engine did after a control change).
+
+Token ids come from a vocabulary of the pieces of the engine's own replies and ghosts (sorted, so two fake
+engines with the same replies are "the same model" and one with other replies is not), and
+:meth:`FakeEngine.detokenize_pieces` maps them back, refusing ids it does not know like the real engine.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.events import (
@@ -40,6 +44,8 @@ DEFAULT_REPLY = (
 GHOSTS = (" the", " a", "ing", " of", ".", " model", "\n", " to")
 # accepted count per round, cycled: a mix of partial, zero and full acceptance
 ACCEPT_PATTERN = (2, 0, 3, 1, 5, 5, 0, 2)
+#: the first token id of the fake vocabulary
+VOCAB_BASE = 100
 
 
 def tokenize(text: str) -> list[str]:
@@ -89,7 +95,11 @@ class FakeEngine:
         self.closed = False
         self.generating = threading.Event()
         self.loaded: list[Message] | None = None
-        self.threads: set[int] = set()  # threads that ran engine work (generation, close)
+        self.threads: set[int] = set()  # threads that ran engine work (generation, close, detokenize)
+        self.detokenized: list[list[int]] = []  # every detokenize_pieces call's ids
+        words = sorted({piece for reply in self.replies for piece in tokenize(reply)} | set(GHOSTS))
+        self.vocab: list[str] = words  # token id - VOCAB_BASE -> piece text
+        self._ids = {piece: VOCAB_BASE + i for i, piece in enumerate(words)}
 
     # -- protocol ------------------------------------------------------------------------------
     @property
@@ -137,6 +147,16 @@ class FakeEngine:
         self.loaded = list(messages)
         self._messages = list(messages)
 
+    def detokenize_pieces(self, tokens: Sequence[int]) -> list[str]:
+        self.threads.add(threading.get_ident())
+        self.detokenized.append(list(tokens))
+        out = []
+        for token in tokens:
+            if not VOCAB_BASE <= token < VOCAB_BASE + len(self.vocab):
+                raise ValueError(f"token id {token} is not in the vocabulary of {self._target_name}")
+            out.append(self.vocab[token - VOCAB_BASE])
+        return out
+
     def close(self) -> None:
         self.threads.add(threading.get_ident())
         self.calls.append("close")
@@ -153,6 +173,13 @@ class FakeEngine:
             return self._hold_cond.wait_for(lambda: self.holds_reached >= n, timeout)
 
     # -- generation ----------------------------------------------------------------------------
+    def token_id(self, piece: str) -> int:
+        """The id of a piece (a piece of a reply set after construction joins the vocabulary)."""
+        if piece not in self._ids:
+            self._ids[piece] = VOCAB_BASE + len(self.vocab)
+            self.vocab.append(piece)
+        return self._ids[piece]
+
     def _next_reply(self) -> list[str]:
         text = self.replies[min(self._reply_index, len(self.replies) - 1)]
         self._reply_index += 1
@@ -210,18 +237,18 @@ class FakeEngine:
                 drafted = min(k, remaining)
                 accepted = min(want, drafted)
                 for i in range(accepted):
-                    emitted_pieces.append(Piece(tokens[pos + i], "accepted", 1000 + pos + i))
+                    emitted_pieces.append(Piece(tokens[pos + i], "accepted", self.token_id(tokens[pos + i])))
                 if accepted < drafted:
                     for j in range(drafted - accepted):
                         ghost = GHOSTS[(round_no + j) % len(GHOSTS)]
-                        emitted_pieces.append(Piece(ghost, "rejected", 9000 + j))
+                        emitted_pieces.append(Piece(ghost, "rejected", self.token_id(ghost)))
                     nxt = pos + accepted
-                    emitted_pieces.append(Piece(tokens[nxt], "corrected", 1000 + nxt))
+                    emitted_pieces.append(Piece(tokens[nxt], "corrected", self.token_id(tokens[nxt])))
                 elif pos + accepted < len(tokens):
                     nxt = pos + accepted
-                    emitted_pieces.append(Piece(tokens[nxt], "bonus", 1000 + nxt))
+                    emitted_pieces.append(Piece(tokens[nxt], "bonus", self.token_id(tokens[nxt])))
             else:
-                emitted_pieces.append(Piece(tokens[pos], "plain", 1000 + pos))
+                emitted_pieces.append(Piece(tokens[pos], "plain", self.token_id(tokens[pos])))
             emitted = 0
             for piece in emitted_pieces:
                 yield piece

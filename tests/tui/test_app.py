@@ -7,7 +7,20 @@ from pathlib import Path
 
 import pytest
 from fake_engine import DEFAULT_REPLY, FakeEngine
-from tuikit import SIZE, fake_settings, send, settle, wait_hold, wait_ready
+from tuikit import (
+    SIZE,
+    drawn_spans,
+    fake_settings,
+    reopen_first_saved,
+    reply_spans,
+    saved_messages,
+    send,
+    settle,
+    style_colour,
+    token_colour,
+    wait_hold,
+    wait_ready,
+)
 
 from specchat.errors import ModelFileError
 from specchat.tui.app import SpecChatApp
@@ -212,7 +225,7 @@ async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
 
     conv = store.create_conversation("old chat")
     store.append_message(conv, Message("user", "hello"))
-    store.append_message(conv, Message("assistant", "hi there"))
+    store.append_message(conv, Message("assistant", "hi there", tokens=[101, 102], kinds=["accepted", "bonus"]))
 
     def failing_factory(progress):
         raise ModelFileError("model file /x/target.gguf is truncated (98 of 100 MB); download it again")
@@ -233,6 +246,8 @@ async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
         await pilot.pause()
         assert [w.text for w in app.query(UserMessage)] == ["hello"]
         assert [r.reply_text for r in app.assistant_messages()] == ["hi there"]
+        # no engine to split the reply into its tokens: drawn as one uncoloured piece, as before
+        assert reply_spans(app.assistant_messages()[0].tokens) == [("hi there", "saved")]
     store.close()
 
 
@@ -484,7 +499,8 @@ async def test_palette_lists_every_key_action(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         titles = {c.title: c for c in app.get_system_commands(app.screen)}
-        for title in ("K+", "K\u2212", "Spec", "Ghosts", "Markdown", "Regenerate", "New chat", "History", "Export"):
+        for title in ("K+", "K\u2212", "Spec", "Ghosts", "Markdown", "Regenerate", "New chat", "History", "Export",
+                      "Edit last message"):
             assert title in titles
         assert "Stop" not in titles  # only while a reply runs
         await titles["K+"].callback()
@@ -590,3 +606,216 @@ async def test_keymap_can_move_the_prompt_keys_too(make_app):
         await pilot.press("ctrl+g")
         await settle(pilot)
         assert engine.calls == ["send:a\nb"]
+
+
+# -- editing the last message ---------------------------------------------------------------------------
+
+
+async def test_up_on_an_empty_prompt_edits_the_last_message_and_sending_replaces_the_exchange(
+    make_app, history_store
+):
+    import sqlite3
+
+    engine = FakeEngine(["one", "two", "three"])
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first question")
+        await settle(pilot)
+        await send(pilot, "second question")
+        await settle(pilot)
+        conv_id = app.conversation_id
+        prompt = app.query_one(PromptInput)
+        await pilot.press("up")
+        assert prompt.text == "second question" and prompt.cursor_location == prompt.document.end
+        assert app.query(UserMessage)[-1].has_class("editing") and "editing" in str(prompt.border_title)
+        prompt.insert(", shorter")
+        engine.hold_at_steps = {0}  # hold the new reply before its first token
+        await pilot.press("enter")
+        await wait_hold(pilot, engine)
+        assert engine.calls[-1] == "edit:second question, shorter"
+        # mid-reply: the old message and reply are gone from the pane and already from history
+        assert [w.text for w in app.query(UserMessage)] == ["first question", "second question, shorter"]
+        assert [r.reply_text for r in app.assistant_messages()] == ["one", ""]
+        assert saved_messages(history_store, conv_id) == [
+            ("user", "first question"), ("assistant", "one"), ("user", "second question, shorter")
+        ]
+        assert prompt.text == "" and app.editing is None and not prompt.border_title
+        await pilot.press("up")  # not while a reply is being generated
+        assert prompt.text == "" and app.editing is None
+        assert any("still being generated" in n for n in _notifications(app))
+        engine.release()
+        await settle(pilot)
+        assert [r.reply_text for r in app.assistant_messages()] == ["one", "three"]
+        assert [(m.role, m.content) for m in engine.messages] == saved_messages(history_store, conv_id) == [
+            ("user", "first question"), ("assistant", "one"), ("user", "second question, shorter"), ("assistant", "three")
+        ]
+        _, saved = history_store.load(conv_id)
+        assert saved[-1].stats == engine.turns[-1] and saved[-1].tokens == engine.turns[-1].tokens
+        assert not any(w.has_class("editing") for w in app.query(UserMessage))
+    with sqlite3.connect(history_store.path) as db:  # no row of the replaced reply is left behind
+        assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 4
+        assert db.execute("SELECT count(*) FROM turn_stats").fetchone()[0] == 2
+        assert db.execute("SELECT count(*) FROM messages WHERE content IN ('two', 'second question')").fetchone()[0] == 0
+
+
+async def test_escape_cancels_an_edit_and_puts_the_prompt_back(make_app):
+    engine = FakeEngine(["one", "two"])
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press("up")  # nothing to edit yet
+        assert app.editing is None and any("Nothing to edit" in n for n in _notifications(app))
+        await send(pilot, "question")
+        await settle(pilot)
+        prompt.set_text("a\nb")
+        await pilot.press("up")  # a prompt with text: up moves the cursor, it does not edit
+        assert prompt.text == "a\nb" and prompt.cursor_location == (0, 1) and app.editing is None
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        commands["Edit last message"].callback()  # the palette edits even with a draft in the prompt
+        assert prompt.text == "question" and app.editing is not None
+        assert app.query_one(UserMessage).has_class("editing") and prompt.has_class("editing")
+        await pilot.press("escape")
+        assert prompt.text == "a\nb" and app.editing is None
+        assert not app.query_one(UserMessage).has_class("editing") and not prompt.has_class("editing")
+        assert engine.calls == ["send:question"]
+        await pilot.press("enter")  # after a cancel, Enter is an ordinary send again
+        await settle(pilot)
+        assert engine.calls == ["send:question", "send:a\nb"]
+        assert [w.text for w in app.query(UserMessage)] == ["question", "a\nb"]
+        assert [r.reply_text for r in app.assistant_messages()] == ["one", "two"]
+
+
+async def test_editing_after_a_failed_reply_replaces_the_failed_exchange(make_app):
+    engine = FakeEngine(["never " * 20, "fine"], fail_at_step=1)
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "q")
+        await settle(pilot)
+        assert [n for n in app.query(ChatNotice) if n.has_class("error")]
+        engine.fail_at_step = None
+        await pilot.press("up")
+        assert app.query_one(PromptInput).text == "q"
+        app.query_one(PromptInput).set_text("q, reworded")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not list(app.query(ChatNotice))  # the error notice belonged to the replaced exchange
+        assert [w.text for w in app.query(UserMessage)] == ["q, reworded"]
+        assert [(r.reply_text, r.error) for r in app.assistant_messages()] == [("fine", None)]
+        assert [(m.role, m.content) for m in engine.messages] == [("user", "q, reworded"), ("assistant", "fine")]
+
+
+async def test_the_edit_key_is_remappable_and_listed_in_help(make_app):
+    app, _ = make_app(settings=fake_settings(keymap={"edit_last": "ctrl+e"}))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "question")
+        await settle(pilot)
+        prompt = app.query_one(PromptInput)
+        await pilot.press("up")
+        assert prompt.text == "" and app.editing is None  # up no longer edits
+        await pilot.press("ctrl+e")
+        assert prompt.text == "question" and app.editing is not None
+        await pilot.press("escape")
+        prompt.set_text("draft")
+        prompt.move_cursor((0, 0))
+        await pilot.press("ctrl+e")  # with text in the prompt the key keeps the TextArea's meaning (line end)
+        assert prompt.text == "draft" and prompt.cursor_location == (0, 5) and app.editing is None
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        help_lines = str(app.screen.query_one("#help-text").render()).splitlines()
+        line = next(line for line in help_lines if "[edit_last]" in line)
+        assert line.split()[0] == "ctrl+e" and "edit your last message" in line
+
+
+# -- replies reopened from history keep their colours ------------------------------------------------------
+
+
+def _assert_drawn_in_kind_colours(app, view: TokenView) -> set[str]:
+    """Every drawn span has its kind's theme colour (and corrected = bold, bonus = underline); returns the kinds."""
+    drawn = drawn_spans(view)
+    for kind, text, styles in drawn:
+        if not text.strip():
+            continue
+        assert {style_colour(s) for s in styles} == {token_colour(app, kind)}, (kind, text)
+        if kind == "corrected":
+            assert all(s.bold for s in styles), text
+        if kind == "bonus":
+            assert all(s.underline for s in styles), text
+    return {kind for kind, _, _ in drawn}
+
+
+async def test_a_reopened_reply_is_drawn_in_its_kind_colours(make_app, history_store):
+    engine = FakeEngine()
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "explain speculative decoding")
+        await settle(pilot)
+        live = reply_spans(app.assistant_messages()[-1].tokens)
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await reopen_first_saved(pilot)
+        (reply,) = app.assistant_messages()
+        assert reply.saved_coloured
+        assert engine.detokenized == [engine.turns[-1].tokens]  # asked once, on the engine thread
+        assert len(engine.threads) == 1 and threading.main_thread().ident not in engine.threads
+        assert reply_spans(reply.tokens) == live  # the same pieces with the same kinds as when it streamed
+        assert reply.reply_text == engine.turns[-1].text
+        kinds = _assert_drawn_in_kind_colours(app, reply.tokens)
+        assert {"accepted", "corrected", "bonus"} <= kinds and "saved" not in kinds
+        app.set_theme("specchat-light")  # theme colours still apply to the reopened reply
+        await pilot.pause()
+        _assert_drawn_in_kind_colours(app, reply.tokens)
+
+
+async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_and_never_by_another(
+    make_app, history_store
+):
+    first, _ = make_app(FakeEngine(), history_store=history_store)
+    async with first.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "explain speculative decoding")
+        await settle(pilot)
+        live = reply_spans(first.assistant_messages()[-1].tokens)
+    (conv,) = history_store.list_conversations()
+    _, saved = history_store.load(conv.id)
+
+    # the same model, still loading when the conversation is opened: plain first, coloured once it is ready
+    gate = threading.Event()
+    same_model = FakeEngine()
+
+    def slow_factory(progress):
+        assert gate.wait(30)
+        return same_model
+
+    app = SpecChatApp(slow_factory, fake_settings(), history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        (reply,) = app.assistant_messages()
+        assert app.engine is None and reply.reply_text == saved[-1].content
+        assert {kind for _, kind in reply_spans(reply.tokens)} == {"saved"}
+        gate.set()
+        await wait_ready(pilot)
+        await settle(pilot)
+        assert reply.saved_coloured and reply_spans(reply.tokens) == live
+        _assert_drawn_in_kind_colours(app, reply.tokens)
+
+    # another model's vocabulary: the ids mean other text, so the reply stays as saved (text intact)
+    other_model = FakeEngine(["entirely different words here"])
+    app, _ = make_app(other_model, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await reopen_first_saved(pilot)
+        (reply,) = app.assistant_messages()
+        assert other_model.detokenized == [saved[-1].tokens]  # asked, and its answer did not fit the reply
+        assert not reply.saved_coloured and reply.reply_text == saved[-1].content
+        assert {kind for _, kind in reply_spans(reply.tokens)} == {"saved"}

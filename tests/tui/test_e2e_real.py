@@ -15,7 +15,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tuikit import SIZE, send, settle, wait_ready
+from tuikit import (
+    SIZE,
+    drawn_spans,
+    reopen_first_saved,
+    reply_spans,
+    saved_messages,
+    send,
+    settle,
+    style_colour,
+    token_colour,
+    wait_ready,
+)
 
 from specchat.commands.tui import make_factory
 from specchat.config import Settings
@@ -23,6 +34,7 @@ from specchat.engine.events import Event, Step
 from specchat.tui.app import SpecChatApp
 from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.widgets.chat import UserMessage
+from specchat.tui.widgets.prompt import PromptInput
 
 
 class Holding:
@@ -59,6 +71,9 @@ class Holding:
 
     def load(self, messages):
         self.engine.load(messages)
+
+    def detokenize_pieces(self, tokens):
+        return self.engine.detokenize_pieces(tokens)
 
     def close(self):
         self.engine.close()
@@ -191,6 +206,72 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         assert len([m for m in saved if m.role != "system"]) == 4
         assert saved[-1].stats is not None and saved[-1].stats.predicted_n > 0
     store.close()
+
+
+async def test_tiny_pair_edit_last_message_replaces_the_exchange_in_chat_and_history(
+    tmp_path, tiny_pair, greedy_prompts, history_store
+):
+    target, draft = tiny_pair
+    app, box = _app(_settings(tmp_path, target, draft, n_predict=40), store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.engine_error is None, app.engine_error
+        engine: Holding = box["engine"]
+        await send(pilot, greedy_prompts[0])
+        await settle(pilot)
+        old_reply = engine.messages[-1].content
+        prompt = app.query_one(PromptInput)
+        await pilot.press("up")
+        assert prompt.text == greedy_prompts[0]
+        prompt.set_text(greedy_prompts[3])
+        await pilot.press("enter")
+        await settle(pilot)
+        edited = engine.messages[-1]
+        turns = [(m.role, m.content) for m in engine.messages if m.role != "system"]
+        assert turns == [("user", greedy_prompts[3]), ("assistant", edited.content)]
+        assert edited.content != old_reply and edited.stats is not None and edited.stats.predicted_n > 0
+        assert [w.text for w in app.query(UserMessage)] == [greedy_prompts[3]]
+        assert [r.reply_text for r in app.assistant_messages()] == [edited.content]
+        conv_id = app.conversation_id
+        assert saved_messages(history_store, conv_id) == turns
+        _, saved = history_store.load(conv_id)
+        assert saved[-1].tokens == edited.tokens
+        # nothing of the replaced exchange stayed in the model's context: a fresh chat replies the same (greedy)
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await send(pilot, greedy_prompts[3])
+        await settle(pilot)
+        assert engine.messages[-1].tokens == edited.tokens
+
+
+async def test_tiny_pair_reply_reopened_from_history_keeps_its_token_colours(
+    tmp_path, tiny_pair, greedy_prompts, history_store
+):
+    target, draft = tiny_pair
+    app, box = _app(_settings(tmp_path, target, draft, n_predict=40), store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.engine_error is None, app.engine_error
+        await send(pilot, greedy_prompts[4])
+        await settle(pilot)
+        streamed = app.assistant_messages()[-1]
+        live = reply_spans(streamed.tokens)
+        assert "accepted" in {kind for _, kind in live}
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await reopen_first_saved(pilot)
+        (reply,) = app.assistant_messages()
+        assert reply.saved_coloured
+        assert reply_spans(reply.tokens) == live  # the real detokenizer gives back the streamed pieces
+        n_vocab = box["engine"].engine.decoder.target.n_vocab
+        with pytest.raises(ValueError, match="not in the vocabulary"):  # checked before llama.cpp sees it
+            box["engine"].detokenize_pieces([1, n_vocab])
+        assert reply.reply_text == streamed.reply_text
+        drawn = drawn_spans(reply.tokens)
+        assert "saved" not in {kind for kind, _, _ in drawn}
+        for kind, text, styles in drawn:
+            if text.strip():
+                assert {style_colour(s) for s in styles} == {token_colour(app, kind)}, (kind, text)
 
 
 async def test_bad_model_path_is_shown_in_the_app(tmp_path):

@@ -1,4 +1,4 @@
-"""Helpers for the TUI tests: settings stand-in and ways to wait for the app's workers.
+"""Helpers for the TUI tests: settings stand-in, ways to wait for the app's workers, history and drawing probes.
 
 Waiting is by events (the fake engine's holds, Textual's ``workers.wait_for_complete``), never by sleeping
 a fixed time; the timeouts only keep a broken test from hanging the suite.
@@ -11,8 +11,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from fake_engine import FakeEngine
+from textual.color import Color
 
+from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.widgets.token_view import TokenView
 
 SIZE = (120, 40)
 
@@ -48,3 +51,51 @@ async def send(pilot, text: str) -> None:
     prompt.text = text
     prompt.focus()
     await pilot.press("enter")
+
+
+async def reopen_first_saved(pilot) -> None:
+    """Open the history browser, open its first (most recent) conversation, wait for the app to draw it."""
+    await pilot.press("ctrl+o")
+    await pilot.pause()
+    assert isinstance(pilot.app.screen, HistoryScreen)
+    await pilot.press("enter")
+    await settle(pilot)
+    assert not isinstance(pilot.app.screen, HistoryScreen)
+
+
+def saved_messages(store, conv_id: int) -> list[tuple[str, str]]:
+    """(role, content) of a conversation as the history database holds it, system prompt left out."""
+    _, messages = store.load(conv_id)
+    return [(m.role, m.content) for m in messages if m.role != "system"]
+
+
+def reply_spans(view: TokenView) -> list[tuple[str, str]]:
+    """The (text, kind) pieces of a reply without ghosts and line breaks: what history can give back."""
+    return [(text, kind) for text, kind in view.kinds_text() if kind and kind != "rejected"]
+
+
+def drawn_spans(view: TokenView) -> list[tuple[str, str, set]]:
+    """Every drawn span as (kind, text, the set of rich Styles of the strip cells under its characters).
+
+    Read from ``render_line`` (the strips the terminal receives), not from the widget's span list, so a
+    wrong style class or a lost span shows up here.
+    """
+    out = []
+    for y in range(view.row_count):
+        row = view._rows[y]
+        cell_styles = []
+        for segment in view.render_line(y):
+            cell_styles.extend([segment.style] * len(segment.text))
+        for span in row.spans:
+            text = row.plain[span.start : span.end]
+            out.append((span.style.removeprefix(".token--"), text, set(cell_styles[span.start : span.end])))
+    return out
+
+
+def token_colour(app, kind: str) -> str:
+    """The theme's colour for a token kind as a lower-case #rrggbb."""
+    return Color.parse(app.get_css_variables()[f"token-{kind}"]).hex.lower()
+
+
+def style_colour(style) -> str | None:
+    return style.color.get_truecolor().hex.lower() if style is not None and style.color is not None else None

@@ -60,6 +60,8 @@ class AssistantMessage(Vertical):
         self.stopped = False
         self.error: str | None = None
         self.turn: Turn | None = None
+        self.saved_message: Message | None = None  # a reply reopened from history
+        self.saved_coloured = False  # ... drawn token by token in its kind colours
 
     def compose(self):
         yield self.tokens
@@ -93,7 +95,11 @@ class AssistantMessage(Vertical):
             self.set_markdown(True)
 
     def load_saved(self, message: Message) -> None:
-        """Show a saved reply (no per-token text is stored, so it is drawn uncoloured)."""
+        """Show a saved reply, uncoloured: history stores its token ids and kinds but not per-token text.
+
+        The app then asks the engine for the text of each token and calls :meth:`show_saved_pieces`.
+        """
+        self.saved_message = message
         self.tokens.append_pieces([(message.content, "saved")])
         self.finish(message.stats, None)
         if message.stopped:
@@ -101,6 +107,23 @@ class AssistantMessage(Vertical):
             self.add_class("stopped")
             if "stopped" not in (self.border_subtitle or ""):
                 self.border_subtitle = "stopped \u00b7 " + (self.border_subtitle or "")
+
+    def show_saved_pieces(self, pieces: list[str]) -> bool:
+        """Redraw the saved reply token by token in its kind colours; ``pieces`` is one text per stored token.
+
+        Refused (returns False, the reply stays as it is) unless the pieces fit the saved message: one per
+        token and per kind, and together exactly its text. A conversation saved with another target model
+        gives other pieces for the same ids, so this check is what keeps a wrong split off the screen.
+        """
+        message = self.saved_message
+        if message is None or self.saved_coloured:
+            return False
+        if not (len(pieces) == len(message.tokens) == len(message.kinds)) or "".join(pieces) != message.content:
+            return False
+        self.tokens.clear()
+        self.tokens.append_pieces(zip(pieces, message.kinds))
+        self.saved_coloured = True
+        return True
 
     # -- views ------------------------------------------------------------------------------------------
     @property

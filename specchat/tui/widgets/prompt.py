@@ -1,6 +1,7 @@
 """The multi-line prompt: Enter sends; ctrl+j (every terminal sends it as a plain LF) or shift+enter (where
 the terminal reports it) inserts a newline. Both keys are bindings with ids, so the config keymap can move
-them (ids ``send`` and ``newline``)."""
+them (ids ``send`` and ``newline``). Editing the last message (up in an empty prompt) is an app binding
+(``edit_last``): a binding here would replace the TextArea's own up key instead of stepping aside."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ class PromptInput(TextArea):
             compact=True,
             placeholder="Message (Enter sends, ctrl+j new line, F1 help)",
         )
+
+    def set_text(self, text: str) -> None:
+        """Replace the prompt's text and put the cursor at its end."""
+        self.text = text
+        self.move_cursor(self.document.end)
 
     def action_submit(self) -> None:
         self.post_message(self.Submitted(self, self.text))

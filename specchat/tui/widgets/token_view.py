@@ -34,7 +34,8 @@ TAB = "    "
 #: screen, the costliest thing a new token can cause (measured with Textual 8.2.8: most of the UI's CPU)
 GROW_ROWS = 4
 KINDS = ("accepted", "rejected", "corrected", "bonus", "plain")
-#: "saved": a reply reloaded from history (its per-token text and kinds are not stored), drawn uncoloured
+#: "saved": a reply reloaded from history drawn as one uncoloured piece (until the engine splits it into its
+#: tokens, see AssistantMessage.show_saved_pieces; or for good when no engine or another model is loaded)
 DISPLAY_KINDS = (*KINDS, "saved")
 GHOST = "rejected"
 GHOST_NEWLINE = "\u21b5"  # ↵
@@ -212,6 +213,16 @@ class TokenView(Widget):
         else:
             w = max(self.size.width, 1)
             self.refresh(Region(0, first_dirty, w, max(1, len(self._rows) - first_dirty)))
+
+    def clear(self) -> None:
+        """Forget every piece (to draw the reply again from other pieces)."""
+        self._lines = [[]]
+        self._reply_parts = []
+        self._n_tokens = 0
+        self._n_ghost_tokens = 0
+        self._rebuild(self._wrap_width)
+        if self.is_mounted:
+            self.refresh(layout=True)
 
     def set_streaming(self, streaming: bool) -> None:
         """While streaming the height is rounded up to :data:`GROW_ROWS`; afterwards it is exact."""
