@@ -17,8 +17,8 @@ import pytest
 
 from specchat import bench
 from specchat.cli import build_parser, main
-from specchat.engine.controls import SamplingParams
-from specchat.engine.drafters import NgramDrafter
+from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.drafters import Draft, NgramDrafter
 
 TIMING_NAMES = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"}
 SUITE = [
@@ -439,6 +439,23 @@ def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted
     assert got == [13, 14, 15, 16][: len(got)] and len(got) >= 2
     d.rollback(ctx2 + got)  # all accepted
     assert d.confidence(12) > c_before
+
+
+def test_ngram_reports_its_natural_length_and_a_cap_takes_its_prefix():
+    """The drafter tells the cost model how long it would draft with no cap (auto-K's replay); a cap of
+    k proposes exactly the first k tokens of that uncapped draft."""
+    src = list(range(1, 60))
+    ctx = src + src[:30]  # a 30-token match: trusted far
+    full = NgramDrafter(1, 4).draft(ctx, K_MAX, SP, RNG)
+    assert full.natural == len(full.tokens) >= 6
+    for k in (1, 3, 5, 12):
+        capped = NgramDrafter(1, 4).draft(ctx, k, SP, RNG)
+        assert capped.tokens == full.tokens[:k] and capped.natural == full.natural
+    assert len(NgramDrafter(1, 4).draft(ctx, 12, SP, RNG).tokens) == full.natural < 12  # it stops by itself
+    none = NgramDrafter(1, 4).draft(list(range(100, 140)), 8, SP, RNG)
+    assert none.tokens == [] and none.natural == 0
+    # a model drafter fills whatever K it is given: it reports no natural length
+    assert Draft().natural is None
 
 
 def test_ngram_cost_aware_length():

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specchat.engine.controls import SamplingParams
+from specchat.engine.controls import K_MAX, SamplingParams
 from specchat.engine.model import Model
 from specchat.engine.sampling import sample, warp
 
@@ -36,6 +36,9 @@ class Draft:
     q: list[np.ndarray] | None = None  # None = deterministic drafter (q one-hot at each token)
     t_ms: float = 0.0  # wall time of the draft call
     decode_ms: float = 0.0  # of which inside llama_decode
+    #: how many tokens the drafter would have proposed with no cap (up to K_MAX), when it decides its own
+    #: draft length (n-gram: only confident continuations); None = it always fills the K it is given
+    natural: int | None = None
 
 
 class Drafter(Protocol):
@@ -273,13 +276,17 @@ class NgramDrafter:
         t0 = time.perf_counter()
         self._pending = None
         tokens: list[int] = []
+        natural = 0
         if k > 0:
-            cont = self.lookup(context, k)
+            # look as far as K_MAX so the cost model learns the length this drafter would choose at any
+            # cap (auto-K's replay); the first k of that draft are what drafting with cap k proposes
+            cont = self.lookup(context, max(k, K_MAX))
             if cont:
-                tokens = list(cont[: self.draft_length(self.last_match_len, len(cont))])
+                natural = self.draft_length(self.last_match_len, len(cont))
+                tokens = list(cont[: min(k, natural)])
                 if tokens:
                     self._pending = (len(context), self.last_match_len, tokens)
-        return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0)
+        return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural)
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Learn from the verify: ``committed`` extends the drafted context by the accepted draft prefix."""

@@ -126,7 +126,7 @@ class SpeculativeDecoder:
             sampling = st.sampling
             speculative = st.speculative and self.can_speculate and drafter is not None
             if speculative and st.auto_k:
-                k = self.auto_k.choose(self.cost_model, drafter.name)
+                k = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
             elif speculative:
                 k = st.k
             else:
@@ -205,9 +205,10 @@ class SpeculativeDecoder:
                 drafted=m, accepted=a, emitted=len(emitted) - (1 if ends_with_eog else 0),
                 t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
             )
-            if m > 0:
+            if k_eff > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
                 self.cost_model.observe_step(
-                    drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1, t_overhead_ms=overhead
+                    drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1, t_overhead_ms=overhead,
+                    natural=draft.natural,
                 )
             else:
                 self.cost_model.observe_plain(t_verify + overhead)

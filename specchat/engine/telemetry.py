@@ -1,7 +1,8 @@
 """Telemetry of speculative decoding: per-turn counters, rolling rates, the cost model and auto-K.
 
-Pure Python (no llama_cpp, no Textual); everything here is called once per draft/verify round and is
-cheap (a few microseconds, no array allocation), so the engine can call it on every step boundary.
+No llama_cpp, no Textual; everything here is called once per draft/verify round and is cheap (tens of
+microseconds: the replay curve is one small numpy product), so the engine can call it on every step
+boundary.
 
 * :class:`TurnCounters` accumulates one reply like llama.cpp's ``server_slot`` statistics
   (``tools/server/server-context.cpp``: ``n_draft_total``, ``n_draft_accepted``, ``n_draft_verif_steps``,
@@ -22,6 +23,8 @@ cheap (a few microseconds, no array allocation), so the engine can call it on ev
   llama-cpp-python 0.3.36 on 2 busy cores here measured v ≈ 1.5-1.75 for 2 rows and 7-8 for 17 rows
   (see the telemetry report). A draft that costs about as much as the target (c ≈ 1) can never pay,
   whatever v and α are: S(K) ≤ (K+1) / (K+1).
+  The live curve replays the drafter's recent rounds at every other K (:class:`_Replay`): exact
+  where a round was verified, the geometric model only for positions it never reached.
 * :class:`AutoK` picks K* = argmax over 0..K_max of S(K) online, with hysteresis and probing.
 * :func:`break_even_line` explains the estimate in one sentence.
 
@@ -33,6 +36,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 from specchat.engine.controls import K_MAX
 from specchat.engine.events import CostEstimate, Step, Turn
@@ -388,10 +393,86 @@ class _Recent:
         return len(self.samples)
 
 
-class _DrafterStats:
-    __slots__ = ("acc", "rej", "clock", "draft", "spec_steps", "last")
+class _Replay:
+    """The recent rounds of one drafter, replayed at every other K: a counterfactual speedup curve.
 
-    def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int) -> None:
+    A round asked for K tokens, the drafter proposed d of them (it would have proposed n with no cap:
+    n = d for a drafter that stopped by itself, K_MAX when it always fills K) and the target accepted
+    the first a. Had the cap been K' instead, the drafter would have proposed d' = min(K', n), the
+    first min(d, d') of them the same tokens, so the round would have emitted
+
+    * min(a, K') + 1 tokens when K' ≤ d (the outcome is known: the first K' positions were verified);
+    * a + 1 when K' > d and a < d (the rejection at a + 1 happens at any larger cap too);
+    * d + 1 + α + … + α^(d' − d) when K' > d and a = d (positions past d were never verified: the
+      geometric model of Leviathan et al. 2023 with the estimated α fills in only this censored part),
+
+    at a cost of c·d' + v(d') target steps (v(0) = 1). S(K') = Σ w·tokens / Σ w·cost over the recent
+    rounds, weighted by age in tokens of text (half-life ``half_life``), plus ``prior_weight`` pseudo-
+    rounds of the geometric model: the rounds' own d' drafted, E(α, d') tokens expected (with no rounds
+    yet: E(α, K') / (c·K' + v(K')), every round drafting K'). Unlike E(α, K) alone this keeps
+    what the text really did: an n-gram drafter that drafts only confident copies, and acceptance that
+    is all-or-nothing (a copy either continues or diverges) rather than geometric.
+    """
+
+    __slots__ = ("d", "a", "n", "t", "_next", "size", "count")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.d = np.zeros(size, dtype=np.int64)
+        self.a = np.zeros(size, dtype=np.int64)
+        self.n = np.zeros(size, dtype=np.int64)
+        self.t = np.zeros(size)  # text clock of the round (slots >= count are unused)
+        self._next = 0
+        self.count = 0
+
+    def add(self, drafted: int, accepted: int, natural: int, clock: float) -> None:
+        i = self._next
+        self.d[i], self.a[i], self.n[i], self.t[i] = drafted, accepted, natural, clock
+        self._next = (i + 1) % self.size
+        self.count = min(self.count + 1, self.size)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def curve(
+        self, alpha: float, c: float, v_rows: Sequence[float], k_max: int, clock: float, half_life: float,
+        prior_weight: float,
+    ) -> list[float]:
+        """[S(0), ..., S(k_max)]; ``v_rows[j]`` is v of a j-token draft (``v_rows[0]`` = 1)."""
+        m = self.count
+        ks = np.arange(k_max + 1)
+        kp = ks[:, None]
+        d, a, n = self.d[None, :m], self.a[None, :m], self.n[None, :m]
+        dp = np.minimum(kp, n)
+        al = min(max(alpha, 0.0), 1.0)
+        if al >= 1.0 - 1e-9:
+            tail = np.maximum(dp - d, 0).astype(float)
+            e = ks + 1.0
+        else:
+            tail = al * (1.0 - al ** np.maximum(dp - d, 0)) / (1.0 - al)
+            e = (1.0 - al ** (ks + 1)) / (1.0 - al)
+        tokens = np.where(kp <= d, np.minimum(a, kp) + 1.0, np.where(a < d, a + 1.0, d + 1.0 + tail))
+        vt = np.asarray(v_rows, dtype=float)
+        cost = c * dp + vt[dp]
+        w = 0.5 ** ((clock - self.t[:m]) / half_life)
+        ws = float(w.sum())
+        if ws > 0.0:  # the prior drafts the rounds' own lengths, accepted geometrically
+            e_rows = (1.0 - al ** (dp + 1)) / (1.0 - al) if al < 1.0 - 1e-9 else dp + 1.0
+            prior_tokens = (e_rows @ w) / ws
+            prior_cost = (cost @ w) / ws
+        else:
+            prior_tokens, prior_cost = e, c * ks + vt[: k_max + 1]
+        num = tokens @ w + prior_weight * prior_tokens
+        den = cost @ w + prior_weight * prior_cost
+        out = (num / den).tolist()
+        out[0] = 1.0
+        return out
+
+
+class _DrafterStats:
+    __slots__ = ("acc", "rej", "clock", "draft", "spec_steps", "last", "replay")
+
+    def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
         # prior as pseudo-observations: prior_weight rejections and the matching accepted count
         self.rej = prior_weight
         self.acc = prior_weight * prior_alpha / (1.0 - prior_alpha)
@@ -399,6 +480,7 @@ class _DrafterStats:
         self.draft = _Recent(window)  # ms per drafted token
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
+        self.replay = _Replay(replay)
 
 
 class CostModel:
@@ -457,6 +539,9 @@ class CostModel:
         prior_alpha: float = 0.6,
         prior_weight: float = 1.0,
         alpha_min_weight: float = 8.0,
+        replay_rounds: int = 64,
+        replay_half_life: float = 128.0,
+        replay_prior: float = 1.0,
     ) -> None:
         if not (0.0 < prior_alpha < 1.0):
             raise ValueError("prior_alpha must be in (0, 1)")
@@ -467,6 +552,9 @@ class CostModel:
         self.prior_alpha = prior_alpha
         self.prior_weight = prior_weight
         self.alpha_min_weight = alpha_min_weight
+        self.replay_rounds = max(1, replay_rounds)
+        self.replay_half_life = replay_half_life
+        self.replay_prior = replay_prior
         self._alpha_decay = 0.5 ** (1.0 / alpha_half_life)
         self.reset()
 
@@ -486,7 +574,9 @@ class CostModel:
     def _stats(self, drafter: str) -> _DrafterStats:
         st = self._drafters.get(drafter)
         if st is None:
-            st = _DrafterStats(self._clock, self.prior_alpha, self.prior_weight, self.timing_window)
+            st = _DrafterStats(
+                self._clock, self.prior_alpha, self.prior_weight, self.timing_window, self.replay_rounds
+            )
             self._drafters[drafter] = st
         elif st.clock != self._clock:
             f = self._alpha_decay ** (self._clock - st.clock)
@@ -521,14 +611,25 @@ class CostModel:
         t_verify_ms: float,
         rows_verified: int,
         t_overhead_ms: float = 0.0,
+        natural: int | None = None,
     ) -> None:
         """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
-        the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1)."""
+        the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``natural``: the draft length the drafter would have chosen with no cap (a drafter that decides
+        its own length, e.g. n-gram; 0 = it found nothing to propose); None = it always fills K. A round
+        with ``drafted`` = 0 (the drafter was asked but proposed nothing) counts for the replay curve.
+        """
         if drafted < 0 or not (0 <= accepted <= drafted):
             raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted}")
+        if natural is None:
+            natural = K_MAX if drafted >= k else drafted  # stopped short of K only at end of generation
+        natural = min(max(natural, drafted), K_MAX)
         self._clock += accepted + 1  # the clock counts tokens of text (the round emitted accepted + 1)
         self._curve_key = None
         st = self._stats(drafter)
+        if k > 0:
+            st.replay.add(drafted, accepted, natural, self._clock)
         if drafted > 0:
             st.acc += accepted
             if accepted < drafted:
@@ -672,7 +773,13 @@ class CostModel:
         if self._v_dirty:
             self._refresh_v()
         a = self.alpha(drafter) if alpha is None else alpha
-        curve = speedup_curve(a, self.c(drafter), self._v_by_k, k_max)
+        st = self._drafters.get(drafter)
+        if alpha is None and st is not None and len(st.replay):
+            curve = st.replay.curve(
+                a, self.c(drafter), self._v_by_k, k_max, self._clock, self.replay_half_life, self.replay_prior
+            )
+        else:
+            curve = speedup_curve(a, self.c(drafter), self._v_by_k, k_max)
         self._curve_key, self._curve = key, curve
         return curve
 
@@ -720,11 +827,18 @@ class AutoK:
 
     * **warm-up** - until the cost model has seen ``warmup_steps`` drafting rounds of this drafter, use
       ``k_init`` (default 1: the first rounds measure the draft cost at the least risk, instead of
-      trusting a prior; a free drafter ramps up right after);
+      trusting a prior). A *free* drafter that chooses its own length (n-gram: it proposes only
+      confident continuations, nothing when nothing matches) warms up at ``k_max`` instead: drafting
+      costs nothing, it proposes only what it trusts, and a round verified at a large cap tells the
+      cost model's replay exactly what every smaller cap would have given (so K can only move down
+      on evidence, never creep up on the geometric extrapolation of short rounds);
     * **hysteresis** - move from K to the best K only when it is predicted to beat K by more than
       ``margin`` (relative), on ``patience`` consecutive boundaries, and never reverse the last move
       before ``min_dwell`` boundaries at the new K (its evidence must come in first; moving on the same
-      way, e.g. ramping up as acceptance evidence grows, is not held back). Near the optimum S(K) is
+      way, e.g. ramping up as acceptance evidence grows, is not held back). For a free drafter that
+      chooses its own length the dwell is ``free_dwell``: a cap that is too high costs little (it
+      drafts only what it trusts), one that is too low loses the long copies, so it may come back up
+      sooner. Near the optimum S(K) is
       flat, so estimation noise does not make K flap. Speculation is switched on only when some K is
       predicted to beat plain decoding by ``margin``, and off when none beats it by ``margin / 2`` (a
       band, so it does not flap at the break-even point either);
@@ -752,6 +866,7 @@ class AutoK:
         margin: float = 0.05,
         patience: int = 2,
         min_dwell: int = 16,
+        free_dwell: int = 4,
         warmup_steps: int = 2,
         probe_min: int = 8,
         probe_max: int = 128,
@@ -770,6 +885,7 @@ class AutoK:
         self.margin = margin
         self.patience = max(1, patience)
         self.min_dwell = max(0, min_dwell)
+        self.free_dwell = max(0, free_dwell)
         self.warmup_steps = warmup_steps
         self.probe_min = probe_min
         self.probe_max = max(probe_max, probe_min)
@@ -838,15 +954,17 @@ class AutoK:
         return self._probe_size(cm, drafter)
 
     # -- the policy --------------------------------------------------------------------------------
-    def choose(self, cost_model: CostModel, drafter: str) -> int:
-        """The K for the next round with ``drafter`` (call once per step boundary, then observe it)."""
+    def choose(self, cost_model: CostModel, drafter: str, *, free: bool = False) -> int:
+        """The K for the next round with ``drafter`` (call once per step boundary, then observe it).
+
+        ``free``: the drafter costs ~nothing and chooses its own draft length (see the warm-up)."""
         cm = cost_model
         if drafter != self._drafter:
             self.reset()
             self._drafter = drafter
         n_spec = cm.spec_steps(drafter)
         if n_spec < self.warmup_steps:
-            self.k = self.k_init
+            self.k = self.k_max if free else self.k_init
             self.last_reason = "warm-up"
             return self.k
         since = cm.steps_since_single_row
@@ -887,7 +1005,8 @@ class AutoK:
             want = self.k
         self._dwell += 1
         direction = (want > self.k) - (want < self.k)
-        if direction and (direction == self._last_dir or self._dwell > self.min_dwell):
+        dwell = self.free_dwell if free else self.min_dwell
+        if direction and (direction == self._last_dir or self._dwell > dwell):
             self._streak += 1
             if self._streak >= self.patience:
                 self._last_dir = direction

@@ -309,3 +309,53 @@ def test_auto_k_measures_verify_cost_once_and_leaves_the_kv_untouched(tiny_dec):
         assert tiny_dec.cost_model._clock - before <= 2
     finally:
         tiny_dec.controls.set_auto_k(False)
+
+
+def test_auto_k_with_ngram_warms_up_at_the_cap_and_replays_the_drafters_own_lengths(bundled_model):
+    """The bundled SmolLM2 asked to repeat code (the bench's copy-heavy prompt), n-gram drafter, auto-K:
+    the free drafter warms up at K_MAX, proposes only what it trusts (often fewer than K), every round
+    it was asked in reaches the cost model's replay with the length it chose, and the reply is exactly
+    plain decoding's."""
+    from specchat.bench import DEFAULT_SUITE
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.controls import K_MAX
+    from specchat.engine.telemetry import CostModel
+
+    prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
+    dec = build_decoder(bundled_model, None, drafter="ngram", n_ctx=2048)
+    dec.cost_model = CostModel(replay_rounds=256)
+    session = ChatSession(dec, n_predict=96)
+    drafter = dec.drafters["ngram"]
+    asked: list[tuple[int, int, int | None]] = []  # (k, proposed, natural)
+    real_draft = drafter.draft
+
+    def recording_draft(context, k, sampling, rng):
+        out = real_draft(context, k, sampling, rng)
+        asked.append((k, len(out.tokens), out.natural))
+        return out
+
+    drafter.draft = recording_draft
+    try:
+        dec.controls.set_speculative(True)
+        dec.controls.set_auto_k(True)
+        events = list(session.send(prompt))
+        st = steps(events)
+        first = next(s for s in st if s.drafted > 0)
+        assert first.k == K_MAX and first.auto_k
+        assert any(0 < n < k for k, n, _ in asked), "the drafter never stopped short of the cap"
+        assert all(nat is not None and n == min(k, nat) for k, n, nat in asked)
+        replay = dec.cost_model._drafters["ngram"].replay
+        assert len(replay) == len(asked)
+        assert sorted(replay.n[: len(replay)].tolist()) == sorted(min(nat, K_MAX) for _, _, nat in asked)
+        est = st[-1].cost
+        assert est is not None and 0 <= est.best_k <= K_MAX
+        auto_ids = [p.token for p in pieces(events) if p.kind != "rejected"]
+
+        dec.controls.set_auto_k(False)
+        dec.controls.set_speculative(False)
+        session.reset()
+        plain_ids = [p.token for p in pieces(session.send(prompt)) if p.kind != "rejected"]
+        assert auto_ids == plain_ids
+    finally:
+        drafter.draft = real_draft
+        session.close()

@@ -17,6 +17,7 @@ import pytest
 from specchat.engine.controls import K_MAX
 from specchat.engine.events import CostEstimate, Step
 from specchat.engine.telemetry import (
+    MAX_ROWS,
     AutoK,
     CostModel,
     Rolling,
@@ -320,14 +321,65 @@ def test_estimate_fields_are_consistent() -> None:
     curve = cm.speedups("draft", K_MAX)
     assert est.best_k == best_k(curve)
     assert est.predicted_speedup == pytest.approx(curve[est.best_k])
-    assert est.predicted_speedup == pytest.approx(
-        predicted_speedup(est.alpha, est.best_k, est.c, cm.v(est.best_k))
+    # the geometric model is the curve of the α override (the replay of recent rounds is the default)
+    assert cm.speedups("draft", K_MAX, alpha=est.alpha)[4] == pytest.approx(
+        predicted_speedup(est.alpha, 4, est.c, cm.v(4))
     )
     # overhead time counts as part of the verify cost of a round
     cm2 = CostModel()
     cm2.observe_plain(10.0)
     cm2.observe_step("x", 4, 4, 4, 0.0, 10.0, 5, t_overhead_ms=5.0)
     assert cm2.v(4) == pytest.approx(1.5)
+
+
+def _linear_v_model(**kw) -> CostModel:
+    """A cost model whose verify cost is exactly T(rows) = 10 + 5 (rows - 1) ms: v(K) = 1 + K/2."""
+    cm = CostModel(v_shrink=0.0, replay_half_life=1e12, **kw)
+    for rows in range(1, MAX_ROWS + 1):
+        cm.observe_verify(rows, 10.0 + 5.0 * (rows - 1))
+    return cm
+
+
+def test_replay_curve_hand_computed_for_a_drafter_that_chooses_its_length() -> None:
+    """S(K') = sum of tokens / sum of cost of the recent rounds replayed at cap K' (no prior pseudo-round)."""
+    cm = _linear_v_model(replay_prior=0.0)
+    # (drafted, accepted, natural): a confident copy of 4 all accepted; 2 drafted, 1 accepted; no match
+    for d, a, n in ((4, 4, 4), (2, 1, 2), (0, 0, 0)):
+        cm.observe_step("ng", 4, d, a, 0.0, 10.0 + 5.0 * d, d + 1, natural=n)
+    assert cm.v(4) == pytest.approx(3.0) and cm.c("ng") == 0.0
+    s = cm.speedups("ng", 8)
+    assert s[0] == 1.0
+    # K'=1: rounds give 2, 2, 1 tokens for v(1) + v(1) + v(0) = 1.5 + 1.5 + 1
+    assert s[1] == pytest.approx(5 / 4)
+    # K'=2: 3, 2, 1 tokens for v(2) + v(2) + 1 = 2 + 2 + 1
+    assert s[2] == pytest.approx(6 / 5)
+    # K'=4 and K'=8 (the drafter stops by itself at 4 and 2): 5, 2, 1 tokens for 3 + 2 + 1
+    assert s[4] == pytest.approx(8 / 6)
+    assert s[8] == pytest.approx(8 / 6)
+    assert cm.estimate("ng", 4).best_k == 4  # ties go to the smaller K
+
+
+def test_replay_curve_extends_censored_rounds_with_the_geometric_tail() -> None:
+    """A model drafter (always fills K) accepted all K = 2: at K' = 4 the two unverified positions are
+    α + α² expected tokens; at K' = 1 the round is known exactly. Draft cost c = 0.1 per token."""
+    cm = _linear_v_model(replay_prior=0.0)
+    cm.observe_step("m", 2, 2, 2, 2.0, 20.0, 3)  # 1 ms per drafted token; t1 = 10 ms
+    alpha = cm.alpha("m")
+    s = cm.speedups("m", 4)
+    assert s[1] == pytest.approx(2 / (0.1 * 1 + 1.5))
+    assert s[2] == pytest.approx(3 / (0.1 * 2 + 2.0))
+    assert s[4] == pytest.approx((3 + alpha + alpha**2) / (0.1 * 4 + 3.0))
+
+
+def test_replay_prior_is_the_geometric_model() -> None:
+    """With no rounds yet the curve is E(α,K) / (cK + v(K)); the prior pseudo-round keeps one unlucky
+    round from condemning drafting outright."""
+    cm = _linear_v_model()
+    fresh = cm.speedups("ng", 8)
+    assert fresh[4] == pytest.approx(predicted_speedup(cm.alpha("ng"), 4, 0.0, 3.0))
+    cm.observe_step("ng", 4, 4, 0, 0.0, 30.0, 5, natural=4)  # one round, rejected at once
+    s = cm.speedups("ng", 8)
+    assert 1.0 / 3.0 < s[4] < fresh[4]
 
 
 def test_observations_are_validated() -> None:
@@ -549,6 +601,31 @@ def test_auto_k_warm_up_uses_k_init() -> None:
     assert auto.choose(cm, "model") == 5 and auto.last_reason == "warm-up"
     cm.observe_step("model", 5, 5, 1, 50.0, 10.0, 6)
     assert auto.choose(cm, "model") == 5
+
+
+def test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max() -> None:
+    """An n-gram drafter costs nothing and proposes only what it trusts: warm up at the cap, so the
+    replay knows every smaller cap's outcome; then K comes down only on evidence."""
+    cm = _linear_v_model()
+    auto = AutoK()
+    assert auto.choose(cm, "ngram", free=True) == K_MAX and auto.last_reason == "warm-up"
+    # a copy in progress: the drafter proposes 16, all accepted; K stays at the cap
+    for _ in range(6):
+        k = auto.choose(cm, "ngram", free=True)
+        cm.observe_step("ngram", k, 16, 16, 0.0, 10.0 + 5.0 * 16, 17, natural=16)
+    assert auto.k == K_MAX
+    # the text stops being a copy: 16 drafted, the first 2 accepted, every round; a short cap pays best
+    for _ in range(60):
+        k = auto.choose(cm, "ngram", free=True)
+        d = min(k, 16)
+        a = min(d, 2)
+        if d:
+            cm.observe_step("ngram", k, d, a, 0.0, 10.0 + 5.0 * d, d + 1, natural=16)
+        else:
+            cm.observe_plain(10.0)
+    assert 1 <= auto.k <= 4, auto.k
+    # a model drafter (not free) still warms up at k_init
+    assert AutoK().choose(CostModel(), "model") == 1
 
 
 def test_auto_k_is_deterministic() -> None:
