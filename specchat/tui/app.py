@@ -361,7 +361,7 @@ class SpecChatApp(App[None]):
             self._send_edit(engine, text)
             return
         event.prompt.clear()
-        self._start_turn(partial(engine.send, text), user_text=text)
+        self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_text=text)
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
@@ -421,16 +421,16 @@ class SpecChatApp(App[None]):
         self._end_edit(restore=False)
         if last_user is None:  # the conversation changed under the edit (e.g. a new chat): send it as new
             self.prompt.clear()
-            self._start_turn(partial(engine.send, text), user_text=text)
+            self._start_turn(partial(engine.send, text), [*messages, Message("user", text)], user_text=text)
             return
         children = list(self.chat.children)
         first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
         for widget in children[first:]:  # the old message, its reply and the notices about that turn
             widget.remove()
-        # history first: if the app dies during the new reply, the old reply is not left saved as current
-        self._save_history([*messages[:last_user], Message("user", text)])
         self.prompt.clear()
-        self._start_turn(partial(engine.edit_last, text), user_text=text)
+        # _start_turn saves first: if the app dies during the new reply, the old one is not left saved as current
+        kept = [*messages[:last_user], Message("user", text)]
+        self._start_turn(partial(engine.edit_last, text), kept, user_text=text)
 
     def _reply_title(self) -> str:
         state = self.control_state()
@@ -443,9 +443,20 @@ class SpecChatApp(App[None]):
         k = "auto-K" if state.auto_k else f"K={state.k}"
         return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
 
-    def _start_turn(self, start: Callable[[], Any], user_text: str | None = None) -> None:
+    def _start_turn(
+        self, start: Callable[[], Any], prompt_messages: list[Message], user_text: str | None = None
+    ) -> None:
+        """Save ``prompt_messages`` to history, then have the engine generate the reply (``start()``).
+
+        ``prompt_messages`` is the conversation the reply will follow, as the engine will hold it once
+        ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
+        the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
+        :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
+        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first.
+        """
         if self._shutting_down:
             return
+        self._save_history(prompt_messages)
         chat = self.chat
         if user_text is not None:
             chat.mount(UserMessage(user_text))
@@ -640,14 +651,14 @@ class SpecChatApp(App[None]):
         if self._generating:
             self.notify("A reply is still being generated: press Esc first.", severity="warning")
             return
-        messages = engine.messages
+        messages = list(engine.messages)
         if messages and messages[-1].role == "assistant":
             replies = self.assistant_messages()
             if replies:
                 replies[-1].remove()
-            self._start_turn(engine.regenerate)
-        elif messages and messages[-1].role == "user":
-            self._start_turn(partial(engine.edit_last, messages[-1].content))  # the last turn failed: try again
+            self._start_turn(engine.regenerate, messages[:-1])  # the old reply leaves history before the new one
+        elif messages and messages[-1].role == "user":  # the last turn failed: try again
+            self._start_turn(partial(engine.edit_last, messages[-1].content), messages)
         else:
             self.notify("Nothing to regenerate yet: send a message first.")
 
@@ -875,6 +886,10 @@ class SpecChatApp(App[None]):
         if engine is not None:
             engine.controls.request_stop()
         await asyncio.to_thread(self._turn_done.wait)
+        if self._generating:
+            # the reply this shutdown stopped, whose TurnFinished is not handled yet (the app may exit first):
+            # save it now, marked stopped; if on_turn_finished still runs, its save changes nothing
+            self._save_history()
         await asyncio.to_thread(self._load_done.wait)
         engine = self.engine or self._loaded_engine
         loop = asyncio.get_running_loop()

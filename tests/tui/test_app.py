@@ -302,6 +302,70 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
     store.close()
 
 
+async def test_the_message_is_saved_when_sent_and_the_reply_when_the_turn_ends(make_app, history_store):
+    engine = FakeEngine(["a first answer of several words", DEFAULT_REPLY], hold_at_steps=(2,))
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first question")
+        await wait_hold(pilot, engine)
+        # mid-reply: the question is saved already (a crash now would lose only the reply)
+        conv_id = app.conversation_id
+        assert conv_id is not None and app.generating
+        assert saved_messages(history_store, conv_id) == [("user", "first question")]
+        engine.release()
+        await settle(pilot)
+        assert saved_messages(history_store, conv_id) == [
+            ("user", "first question"), ("assistant", "a first answer of several words")
+        ]
+        await send(pilot, "second question")
+        await wait_hold(pilot, engine, 2)
+        assert saved_messages(history_store, conv_id)[-1] == ("user", "second question")
+        await pilot.press("escape")
+        await settle(pilot)
+        _, saved = history_store.load(conv_id)
+        assert [(m.role, m.content) for m in saved] == [(m.role, m.content) for m in engine.messages]
+        assert saved[-1].stopped and saved[-1].content and len(saved[-1].content) < len(DEFAULT_REPLY)
+        assert saved[-1].stats == engine.turns[-1] and saved[-1].stats.stop_reason == "stopped"
+
+
+async def test_regenerate_removes_the_old_reply_from_history_before_generating(make_app, history_store):
+    engine = FakeEngine(["first answer", "second answer"])
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "q")
+        await settle(pilot)
+        conv_id = app.conversation_id
+        assert saved_messages(history_store, conv_id) == [("user", "q"), ("assistant", "first answer")]
+        engine.hold_at_steps = {0}
+        await pilot.press("ctrl+r")
+        await wait_hold(pilot, engine)
+        # as for an edit: what history holds mid-reply is what the engine and the pane hold
+        assert saved_messages(history_store, conv_id) == [("user", "q")]
+        engine.release()
+        await settle(pilot)
+        assert saved_messages(history_store, conv_id) == [("user", "q"), ("assistant", "second answer")]
+
+
+@pytest.mark.parametrize("how", ["quit key", "app exit"])
+async def test_quitting_mid_reply_saves_the_partial_reply_marked_stopped(make_app, history_store, how):
+    engine = FakeEngine(hold_at_steps=(2,))
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine)
+        if how == "quit key":
+            await pilot.press("ctrl+q")
+        # else: leaving run_test exits the app without the quit action (on_unmount shuts the engine down)
+    assert engine.closed and engine.messages[-1].stopped
+    (conv,) = history_store.list_conversations()
+    _, saved = history_store.load(conv.id)
+    assert [(m.role, m.content) for m in saved] == [("user", "go"), ("assistant", engine.messages[-1].content)]
+    assert saved[-1].stopped and saved[-1].content and saved[-1].tokens == engine.turns[-1].tokens
+
+
 async def test_export_current_chat_never_overwrites(make_app, tmp_path):
     app, engine = make_app()
     async with app.run_test(size=SIZE) as pilot:

@@ -171,12 +171,17 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         engine: Holding = box["engine"]
         await send(pilot, greedy_prompts[1])
         await _wait_hold(pilot, engine, 1)
+        conv_id = app.conversation_id  # mid-reply: the message is saved already, the reply not yet
+        assert conv_id is not None and saved_messages(store, conv_id) == [("user", greedy_prompts[1])]
         await pilot.press("escape")
         await settle(pilot)
         reply = app.assistant_messages()[-1]
         assert reply.stopped and engine.messages[-1].stopped and engine.messages[-1].stats.stop_reason == "stopped"
         assert reply.reply_text == engine.messages[-1].content
         assert len(engine.steps) <= 3  # ended within one step of the request
+        _, saved = store.load(conv_id)  # the stopped reply is saved as stopped, with its exact tokens
+        assert saved[-1].stopped and saved[-1].content == reply.reply_text
+        assert saved[-1].tokens == engine.messages[-1].tokens
         engine.hold_after = set()
         await pilot.press("ctrl+r")
         await settle(pilot)
@@ -185,7 +190,7 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         regenerated = engine.messages[-1]
         assert not regenerated.stopped and regenerated.content == app.assistant_messages()[-1].reply_text
         assert len(app.assistant_messages()) == 1
-        conv_id = app.conversation_id
+        assert app.conversation_id == conv_id
         _, saved = store.load(conv_id)
         assert [m.content for m in saved if m.role != "system"] == [greedy_prompts[1], regenerated.content]
         await pilot.press("ctrl+n")
