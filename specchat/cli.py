@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Chat in the terminal with speculative decoding you can watch.",
     )
     parser.add_argument("--config", metavar="PATH", help="config TOML file (default: $SPECCHAT_CONFIG or the user config dir)")
+    parser.add_argument(
+        "--data-dir", metavar="DIR",
+        help="where models and the history database live, for the app and every command (default: settings.data_dir "
+        "or the user data dir)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         command = sub.add_parser(name, help=help_text)
@@ -79,10 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
+    from specchat.commands import tui  # imported by build_parser already (the app's flags)
+
+    given = tui.app_flags_given(args) if args.command is not None else []
+    if given:  # an app flag before a command would do nothing: say so instead of ignoring it
+        parser.error(
+            f"{given[0]} is an option of the chat app, not of 'specchat {args.command}'; "
+            f"give the options of {args.command} after its name"
+        )
     try:
         if args.command is None:
-            from specchat.commands import tui
-
             return tui.run(args)
         module = importlib.import_module(f"specchat.commands.{args.command}")
         return int(module.run(args) or 0)

@@ -128,3 +128,89 @@ def test_models_actions_take_a_data_dir_and_config_actions_do_not(action, capsys
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["config", "show", "--data-dir", "/d"])
     assert exc.value.code == 2 and "unrecognized arguments: --data-dir /d" in capsys.readouterr().err
+
+
+# -- specchat --data-dir DIR COMMAND: the data dir before the command applies to every command ----------------
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """``specchat ARGV`` in-process: exit code (argparse's SystemExit included), stdout, stderr."""
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_data_dir_before_the_command_applies_to_models_list(isolated_config, capsys):
+    data = isolated_config / "elsewhere"
+    code, out, _ = run(capsys, "--data-dir", str(data), "models", "list")
+    assert code == 0 and out.startswith(f"Models (data dir: {data})")
+    code, out, _ = run(capsys, "--data-dir", str(data), "models", "list", "--json")
+    assert code == 0 and json.loads(out)["data_dir"] == str(data)
+    later = isolated_config / "after"  # given after the action too: that one wins
+    code, out, _ = run(capsys, "--data-dir", str(data), "models", "list", "--data-dir", str(later))
+    assert code == 0 and out.startswith(f"Models (data dir: {later})")
+
+
+def test_data_dir_before_the_command_applies_to_history_and_config_show(isolated_config, capsys):
+    from specchat.engine.protocol import Message
+    from specchat.history import HistoryStore
+
+    data = isolated_config / "elsewhere"
+    code, out, _ = run(capsys, "--data-dir", str(data), "history", "list")
+    assert code == 0 and out.strip() == f"no saved conversations yet (no history database at {data / 'history.sqlite3'})"
+    with HistoryStore(data / "history.sqlite3") as store:
+        conv = store.create_conversation()
+        store.append_message(conv, Message("user", "kept in the other data dir"))
+    code, out, _ = run(capsys, "--data-dir", str(data), "history", "list")
+    assert code == 0 and "kept in the other data dir" in out
+    code, out, _ = run(capsys, "--data-dir", str(data), "history", "show", str(conv))
+    assert code == 0 and "kept in the other data dir" in out
+    code, out, _ = run(capsys, "--data-dir", str(data), "config", "show")
+    line = next(line for line in out.splitlines() if line.startswith("data_dir"))
+    assert code == 0 and line.split("#")[0].strip() == f"data_dir = {json.dumps(str(data))}" and line.endswith("# cli")
+
+
+def test_data_dir_before_the_command_applies_to_generate(isolated_config, tiny_target, capsys):
+    data = isolated_config / "elsewhere"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "my-tiny.gguf").symlink_to(tiny_target)  # a derived-style name, found only in that data dir
+    argv = ("generate", "--prompt", "hello", "--target", "my-tiny", "--draft", "none", "--n-predict", "4", "--json")
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "my-tiny" in err  # not in the default data dir
+    code, out, err = run(capsys, "--data-dir", str(data), *argv)
+    assert code == 0, err
+    assert json.loads(out)["predicted_n"] == 4
+
+
+def test_data_dir_with_bench_is_refused_not_ignored(isolated_config, capsys):
+    code, out, err = run(capsys, "--data-dir", str(isolated_config / "d"), "bench", "--k", "0", "--runs", "1")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("specchat: error: specchat bench does not take --data-dir")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "command"),
+    [
+        (["--target", "x.gguf", "history", "list"], "--target", "history"),
+        (["--k", "2", "generate", "--prompt", "hi"], "--k", "generate"),
+        (["--no-auto-k", "models", "list"], "--auto-k/--no-auto-k", "models"),
+        (["--no-history", "config", "show"], "--no-history", "config"),
+    ],
+)
+def test_chat_app_flags_before_a_command_are_refused_not_ignored(isolated_config, capsys, argv, flag, command):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith(f"specchat: error: {flag} is an option of the chat app, not of 'specchat {command}'")
+
+
+def test_data_dir_reaches_the_chat_app_settings():
+    from specchat.cli import build_parser
+    from specchat.commands.tui import overrides_from_args
+
+    assert overrides_from_args(build_parser().parse_args(["--data-dir", "/d", "--k", "2"])) == {"data_dir": "/d", "k": 2}
+    assert overrides_from_args(build_parser().parse_args([])) == {}

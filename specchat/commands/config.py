@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.commands.arguments import add_location_arguments
+from specchat.commands.arguments import add_location_arguments, location_overrides
 from specchat.config import (
     CONFIG_ENV,
     LoadedSettings,
@@ -71,6 +71,6 @@ def run(args: argparse.Namespace) -> int:
             how += f"; override with --config PATH or ${CONFIG_ENV}"
         print(f"# {how}; {state}", file=sys.stderr)
         return 0
-    loaded = settings_sources(config_path)
+    loaded = settings_sources(config_path, location_overrides(args))  # specchat --data-dir DIR config show
     print(format_show(loaded))
     return 0

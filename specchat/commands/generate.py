@@ -54,6 +54,8 @@ def settings_overrides(args: argparse.Namespace) -> dict:
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v
+    if getattr(args, "data_dir", None) is not None:  # specchat --data-dir DIR generate ...: where names resolve
+        o["data_dir"] = args.data_dir
     sampling = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p", "seed") if getattr(args, k, None) is not None}
     if sampling:
         o["sampling"] = sampling

@@ -13,14 +13,18 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specchat.commands.arguments import location_overrides
 from specchat.errors import UserError
 from specchat.history import HistoryStore, UnknownConversationError, format_time, read_export_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The description, arguments and actions of ``specchat history`` (one-line help: :data:`specchat.cli.COMMANDS`)."""
-    parser.description = "Saved conversations (stored in <data dir>/history.sqlite3, or --db PATH)."
-    db_help = "history database (default: <data dir>/history.sqlite3)"
+    parser.description = (
+        "Saved conversations (stored in <data dir>/history.sqlite3, or --db PATH). "
+        "The data dir is settings.data_dir, or 'specchat --data-dir DIR history ...'."
+    )
+    db_help = "history database (default: <data dir>/history.sqlite3; --db wins over --data-dir)"
     parser.add_argument("--db", metavar="PATH", help=db_help)
     actions = parser.add_subparsers(dest="history_command", metavar="ACTION", required=True)
 
@@ -54,7 +58,7 @@ def _db_path(args: argparse.Namespace) -> Path:
         return Path(args.db).expanduser()
     from specchat.config import load_settings
 
-    return load_settings(getattr(args, "config", None)).history_path()
+    return load_settings(getattr(args, "config", None), location_overrides(args)).history_path()
 
 
 def _parse_id(text: str) -> int:

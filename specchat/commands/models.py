@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specchat.commands.arguments import add_location_arguments
+from specchat.commands.arguments import add_location_arguments, location_overrides
 from specchat.errors import UserError
 
 
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace, **extra: Any):
     from specchat.config import load_settings
 
-    overrides: dict[str, Any] = {"data_dir": getattr(args, "data_dir", None)}
+    overrides: dict[str, Any] = location_overrides(args)
     overrides.update(extra)
     return load_settings(getattr(args, "config", None), overrides)
 

@@ -27,8 +27,9 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--n-predict", "tui_n_predict", int, "n_predict", "maximum tokens per reply"),
     ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
     ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
-    ("--data-dir", "tui_data_dir", str, "data_dir", "where models and the history database live"),
 )
+#: the app's on/off flags: (flag, dest, the value when not given)
+_SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,10 +46,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-history", dest="tui_no_history", action="store_true", help="do not save conversations")
 
 
+def app_flags_given(args: argparse.Namespace) -> list[str]:
+    """The app-only flags (this module's) given on the command line, e.g. ``["--target"]``.
+
+    They are parsed before any command name, so ``specchat --target X history list`` parses; the caller
+    rejects them with a command, where they would do nothing. (``--config`` and ``--data-dir`` are
+    ``specchat``'s own options and apply to every command.)
+    """
+    given = [flag for flag, dest, *_ in _FLAGS if getattr(args, dest, None) is not None]
+    given += [flag for flag, dest, unset in _SWITCHES if getattr(args, dest, unset) is not unset]
+    return given
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Only the flags the user gave, nested like the settings (they beat the file and the environment)."""
     out: dict[str, Any] = {}
-    pairs = [(dest, key) for _flag, dest, _typ, key, _help in _FLAGS] + [("tui_auto_k", "auto_k")]
+    pairs = [(dest, key) for _flag, dest, _typ, key, _help in _FLAGS]
+    pairs += [("tui_auto_k", "auto_k"), ("data_dir", "data_dir")]  # --data-dir is specchat's own (every command)
     for dest, key in pairs:
         value = getattr(args, dest, None)
         if value is None:
