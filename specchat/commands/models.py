@@ -104,7 +104,7 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def _run_list(args: argparse.Namespace) -> int:
     from specchat.models.inventory import build_inventory, leftover_parts
-    from specchat.models.presets import DerivedFile, HubFile
+    from specchat.models.presets import DerivedFile, HubFile, missing_file_note
 
     settings = _settings(args)
     data_dir = settings.effective_data_dir()
@@ -141,7 +141,12 @@ def _run_list(args: argparse.Namespace) -> int:
             else:
                 where = "bundled"
             all_missing = all(c.status == "missing" for c in (st.target_check, st.draft_check))
-            state = "" if chk.ok or all_missing else f"  [{chk.status}: {chk.detail}]"
+            if chk.ok or all_missing:  # the preset's line says it all
+                state = ""
+            elif chk.status == "missing":
+                state = f"  [{missing_file_note(p, file)}]"
+            else:
+                state = f"  [{chk.status}: {chk.detail}]"
             out.append(f"      {role:<6} {file.filename} ({where}){state}")
         out.append(f"      {p.demonstrates}")
 

