@@ -107,6 +107,10 @@ def _default_threads() -> int:
     return os.cpu_count() or 1
 
 
+#: the two forms of a ``keymap`` entry (see :mod:`specchat.tui.keys`), for its description and its errors
+KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,ctrl+k") or "key" = "binding-id" ("ctrl+k" = "k_up")'
+
+
 class Settings(BaseSettings):
     """One model for everything a user may set. Field names are the TOML keys.
 
@@ -132,7 +136,10 @@ class Settings(BaseSettings):
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
     system_prompt: str = Field("", description="system message of a new conversation")
     theme: str = Field("specchat-dark", min_length=1, description="TUI theme name")
-    keymap: dict[str, str] = Field(default_factory=dict, description="key -> action overrides for the TUI")
+    keymap: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"the TUI's key overrides, each entry either {KEYMAP_FORMS}; binding ids: F1 in the app",
+    )
     data_dir: Path | None = Field(None, description="models, history; unset = the user data dir")
 
     @classmethod
@@ -413,7 +420,7 @@ def _fmt_number(x: Any) -> str:
 def allowed_values(key: Key) -> str:
     """Human description of what ``key`` accepts, derived from the model's constraints."""
     if key[:1] == ("keymap",) and len(key) == 2:
-        return "must be a string (an action name)"
+        return f"must be a string: an entry is {KEYMAP_FORMS}"
     info = _field_info(key)
     if info is None:
         return ""
@@ -430,7 +437,7 @@ def allowed_values(key: Key) -> str:
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return f"must be a table with keys {', '.join(ann.model_fields)}"
     if ann in (dict, dict[str, str]) or getattr(ann, "__origin__", None) is dict:
-        return 'must be a table of "key" = "action" strings'
+        return f"must be a table of strings, each entry {KEYMAP_FORMS}"
     if ann is Path:
         return "must be a directory path" + (" (or unset)" if optional else "")
     if ann is str:

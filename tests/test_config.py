@@ -218,12 +218,28 @@ FILE_ERRORS = [
     ("[sampling]\ntemperature = 9\n", r"sampling\.temperature = 9 in {path}: must be a number in 0\.\.5$"),
     ("[sampling]\ntop_p = 0\n", r"sampling\.top_p = 0 in {path}: must be a number in \(0, 1\]$"),
     ("[sampling]\ntop_p = 1.5\n", r"sampling\.top_p = 1\.5 in {path}: must be a number in \(0, 1\]$"),
-    ("keymap = 3\n", r'keymap = 3 in {path}: must be a table of "key" = "action" strings$'),
+    (
+        "keymap = 3\n",
+        (
+            r'keymap = 3 in {path}: must be a table of strings, each entry binding-id = "keys" \(Textual\'s form: '
+            r'k_up = "f4,ctrl\+k"\) or "key" = "binding-id" \("ctrl\+k" = "k_up"\)$'
+        ),
+    ),
     ("[sampling]\ntop_k = -1\n", r"sampling\.top_k = -1 in {path}: must be an integer >= 0$"),
     ("[sampling]\nseed = -1\n", r"sampling\.seed = -1 in {path}: must be an integer >= 0 \(or unset\)$"),
     ("[ngram]\nmin_n = 5\nmax_n = 2\n", r"\[ngram\] in {path}: min_n \(5\) must not exceed max_n \(2\)$"),
     ("sampling = 5\n", r"sampling = 5 in {path}: must be a table with keys temperature, top_k, top_p, seed$"),
-    ("[keymap]\n\"ctrl+k\" = 1\n", r'keymap\."ctrl\+k" = 1 in {path}: must be a string \(an action name\)$'),
+    (
+        "[keymap]\n\"ctrl+k\" = 1\n",
+        (
+            r'keymap\."ctrl\+k" = 1 in {path}: must be a string: an entry is binding-id = "keys" \(Textual\'s form: '
+            r'k_up = "f4,ctrl\+k"\) or "key" = "binding-id" \("ctrl\+k" = "k_up"\)$'
+        ),
+    ),
+    (  # the other form: a binding id with a non-string value
+        "[keymap]\nk_up = [\"f4\"]\n",
+        r'keymap\.k_up = \[\'f4\'\] in {path}: must be a string: an entry is binding-id = "keys" ',
+    ),
     ("kk = 4\n", r"unknown key 'kk' in {path}: did you mean 'k'\? valid keys are target, draft, k, auto_k, "),
     (
         "[sampling]\ntemprature = 1\n",
@@ -423,3 +439,17 @@ def test_config_path_reports_location_and_existence(isolated, monkeypatch, capsy
     monkeypatch.setenv("SPECCHAT_CONFIG", str(other))
     code, out, err = run_cli(["config", "path"], monkeypatch, capsys)
     assert out == f"{other}\n" and "$SPECCHAT_CONFIG" in err and "does not exist" in err
+
+
+def test_keymap_description_and_errors_name_both_forms_the_app_accepts():
+    from specchat.config import KEYMAP_FORMS, Settings, allowed_values
+    from specchat.tui.keys import resolve_keymap
+
+    assert KEYMAP_FORMS in Settings.model_fields["keymap"].description
+    assert KEYMAP_FORMS in allowed_values(("keymap",)) and KEYMAP_FORMS in allowed_values(("keymap", "ctrl+k"))
+    # the examples the text gives are real: each, written in a config file, is accepted by the app
+    examples = re.findall(r'\((?:Textual\'s form: )?(.+? = ".+?")\)', KEYMAP_FORMS)
+    assert len(examples) == 2
+    for example in examples:
+        keymap, problems = resolve_keymap(tomllib.loads(example))
+        assert problems == [] and set(keymap) == {"k_up"}, example
