@@ -19,13 +19,13 @@ clear error.
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from specchat.engine.controls import Controls
+from specchat.engine.detokenize import detokenize_pieces
 from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Turn
 from specchat.engine.model import DecodeError, Model
 from specchat.engine.protocol import EngineInfo, Message
@@ -166,7 +166,8 @@ class ChatSession:
         return self._reply()
 
     def detokenize_pieces(self, tokens: Sequence[int]) -> list[str]:
-        """Per-token text of a reply, decoded the way :meth:`SpeculativeDecoder.generate` streams it.
+        """Per-token text of a reply, decoded the way :meth:`SpeculativeDecoder.generate` streams it
+        (:func:`specchat.engine.detokenize.detokenize_pieces`).
 
         Call on the engine thread (it reads the target's vocabulary). Ids are checked against the vocabulary
         first: llama.cpp does not bounds-check ``llama_token_to_piece``.
@@ -177,12 +178,7 @@ class ChatSession:
                 raise ValueError(
                     f"token id {token} is not in the vocabulary of {target.name} ({target.n_vocab} tokens)"
                 )
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pieces = [utf8.decode(target.piece(int(token))) for token in tokens]
-        tail = utf8.decode(b"", final=True)
-        if tail and pieces:
-            pieces[-1] += tail
-        return pieces
+        return detokenize_pieces(target.piece, tokens)
 
     def close(self) -> None:
         self.controls.request_stop()

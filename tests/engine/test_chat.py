@@ -1,5 +1,5 @@
 """Conversations on the real engine: template rendering, multi-turn KV reuse on target and draft,
-context overflow, regenerate, edit-and-resend, stop mid-reply."""
+context overflow, regenerate, edit-and-resend, stop mid-reply, the per-token text of a reply (detokenize_pieces)."""
 
 from __future__ import annotations
 
@@ -140,3 +140,46 @@ def test_turn_text_is_the_concatenation_of_non_rejected_pieces(session):
     text = "".join(p.text for p in events if isinstance(p, Piece) and p.kind != "rejected")
     assert text == turn.text
     assert len(turn.kinds) == len(turn.tokens) == turn.predicted_n
+
+
+@pytest.mark.parametrize("prompt", ["Count to ten.", "héllo wörld 日本語 🙂"])
+def test_detokenize_pieces_of_a_reply_gives_back_its_streamed_pieces(session, prompt):
+    turn, events = session_turn(session, prompt)
+    streamed = [p.text for p in events if isinstance(p, Piece) and p.kind != "rejected"]
+    assert turn.tokens and len(streamed) == len(turn.tokens)
+    # an unfinished character at the end is flushed into the turn's text, not streamed as a piece:
+    # detokenize_pieces puts it on the last token, so its pieces join to the saved reply
+    tail = turn.text[len("".join(streamed)):]
+    assert session.detokenize_pieces(turn.tokens) == [*streamed[:-1], streamed[-1] + tail]
+    assert "".join(session.detokenize_pieces(session.messages[-1].tokens)) == session.messages[-1].content
+
+
+def test_detokenize_pieces_puts_a_split_character_on_the_token_that_completes_it(session):
+    from specchat.engine.detokenize import PieceDecoder
+
+    target = session.decoder.target
+    ids = target.tokenize("日本語 🙂 ok", add_bos=False, special=False)
+    raw = [target.piece(t) for t in ids]
+    assert any(not _is_utf8(b) for b in raw), "this tokenizer no longer splits these characters"
+    pieces = session.detokenize_pieces(ids)
+    assert "".join(pieces) == "日本語 🙂 ok"
+    # every piece is what the bytes up to its token complete, nothing more
+    for i in range(len(ids)):
+        done = b"".join(raw[: i + 1]).decode("utf-8", errors="ignore")
+        assert "".join(pieces[: i + 1]) == done
+    assert "" in pieces  # the first bytes of a split character give no text yet
+    cut = ids[: next(i for i in range(1, len(ids)) if not _is_utf8(b"".join(raw[:i])))]  # ends mid-character
+    assert session.detokenize_pieces(cut)[-1].endswith("\ufffd")
+    # the stream decoder the speculative loop uses: the same pieces, one token at a time
+    stream = PieceDecoder(target.piece)
+    assert [stream.decode(t) for t in ids] == pieces and stream.finish() == ""
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        session.detokenize_pieces([ids[0], target.n_vocab])
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
