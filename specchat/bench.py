@@ -942,7 +942,7 @@ def write_json(path: str, report: dict[str, Any]) -> None:
 
 def settings_overrides(args: Any) -> dict[str, Any]:
     o: dict[str, Any] = {}
-    for flag in ("target", "draft", "threads", "n_ctx"):
+    for flag in ("target", "draft", "threads", "n_ctx", "data_dir"):  # data_dir: specchat --data-dir D bench
         v = getattr(args, flag, None)
         if v is not None:
             o[flag] = v

@@ -186,10 +186,17 @@ def test_data_dir_before_the_command_applies_to_generate(isolated_config, tiny_t
     assert json.loads(out)["predicted_n"] == 4
 
 
-def test_data_dir_with_bench_is_refused_not_ignored(isolated_config, capsys):
-    code, out, err = run(capsys, "--data-dir", str(isolated_config / "d"), "bench", "--k", "0", "--runs", "1")
-    assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith("specchat: error: specchat bench does not take --data-dir")
+def test_data_dir_before_bench_is_where_model_names_resolve(isolated_config, tiny_target, capsys):
+    data = isolated_config / "elsewhere"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / "my-tiny.gguf").symlink_to(tiny_target)  # found only in that data dir
+    argv = ("bench", "--target", "my-tiny", "--k", "0", "--runs", "1", "--n-predict", "4", "--no-arithmetic",
+            "--no-progress")
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "my-tiny" in err and err.count("\n") == 1  # not in the default data dir
+    code, out, err = run(capsys, "--data-dir", str(data), *argv)
+    assert code == 0, err
+    assert "my-tiny" in out
 
 
 @pytest.mark.parametrize(

@@ -40,12 +40,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "data_dir", None) is not None:
-        # specchat.bench builds its settings from its own flags only: refuse rather than ignore the flag
-        raise UserError(
-            "specchat bench does not take --data-dir yet; set data_dir in the config file "
-            "(or SPECCHAT_DATA_DIR), or give model paths with --target/--draft"
-        )
     from specchat import bench
 
     return bench.main(args, out=sys.stdout, err=sys.stderr)

@@ -19,13 +19,13 @@ applies from the next round of the same reply.
 
 from __future__ import annotations
 
-import codecs
 import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from specchat.engine.controls import K_MAX, Controls
+from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafters import Draft, Drafter
 from specchat.engine.events import Event, Piece, PromptDone, Step
 from specchat.engine.model import Model
@@ -100,7 +100,7 @@ class SpeculativeDecoder:
         if st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None:
             if self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]:
                 self.calibrate_verify_cost(last)
-        utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        utf8 = PieceDecoder(target.piece)
         reply: list[int] = []
         kinds: list[str] = []
         text_parts: list[str] = []
@@ -193,7 +193,7 @@ class SpeculativeDecoder:
                         kind = "bonus" if m > 0 else "plain"
                 if ends_with_eog and i == len(emitted) - 1:
                     break  # the end-of-generation token is not part of the reply
-                text = utf8.decode(target.piece(tok))
+                text = utf8.decode(tok)
                 reply.append(tok)
                 kinds.append(kind)
                 text_parts.append(text)
@@ -222,7 +222,7 @@ class SpeculativeDecoder:
             if ends_with_eog:
                 stop_reason = "eos"
                 break
-        tail = utf8.decode(b"", final=True)
+        tail = utf8.finish()
         if tail:
             text_parts.append(tail)
         counters.finish(
