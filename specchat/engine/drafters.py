@@ -50,6 +50,11 @@ class Drafter(Protocol):
 
     def rollback(self, committed: Sequence[int]) -> None: ...
 
+    def time_one_token(self, token: int) -> float:
+        """ms of drafting one token now (0 for a drafter that runs no model); leaves the drafter's state as
+        it was. Lets the cost model know the draft cost before any round drafts."""
+        ...
+
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
@@ -102,6 +107,19 @@ class ModelDrafter:
     def rollback(self, committed: Sequence[int]) -> None:
         """Drop draft rows the target rejected: keep the common prefix with the committed tokens."""
         self.model.sync_prefix(committed)
+
+    def time_one_token(self, token: int) -> float:
+        """One single-row decode of ``token`` after the draft KV, timed, then removed again (the draft's
+        cost per token, without the catch-up of a real round); NaN when the context is full."""
+        model = self.model
+        n = len(model.tokens)
+        if n + 1 > model.n_ctx:
+            return float("nan")
+        t0 = time.perf_counter()
+        model.decode([int(token)], logits_last=1)
+        ms = (time.perf_counter() - t0) * 1000.0
+        model.trim(n)
+        return ms
 
     def reset(self) -> None:
         self.model.clear()
@@ -308,6 +326,10 @@ class NgramDrafter:
             self._n[b] += 1.0
             if i < a:
                 self._acc[b] += 1.0
+
+    def time_one_token(self, token: int) -> float:
+        """A lookup runs no model: drafting costs nothing next to a target decode."""
+        return 0.0
 
     def close(self) -> None:
         pass

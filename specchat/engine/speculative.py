@@ -100,6 +100,7 @@ class SpeculativeDecoder:
         if st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None:
             if self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]:
                 self.calibrate_verify_cost(last)
+                self.calibrate_draft_cost(last)
         utf8 = PieceDecoder(target.piece)
         reply: list[int] = []
         kinds: list[str] = []
@@ -127,6 +128,8 @@ class SpeculativeDecoder:
             speculative = st.speculative and self.can_speculate and drafter is not None
             if speculative and st.auto_k:
                 k = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
+                if self.auto_k.remeasure:
+                    self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
             elif speculative:
                 k = st.k
             else:
@@ -249,6 +252,18 @@ class SpeculativeDecoder:
                 target.decode([last] * r, logits_last=r)
                 self.cost_model.observe_verify(r, (time.perf_counter() - t0) * 1000.0)
                 target.trim(n)
+
+    def calibrate_draft_cost(self, last: int, reps: int = 3) -> None:
+        """Time one draft decode of each drafter that runs a model, before auto-K's first round.
+
+        With the draft cost known up front, auto-K does not warm up (nor prefill the prompt into the draft
+        model) when no K could pay even at 100 % acceptance - the seed's lesson: a draft about as costly
+        as the target never wins. Leaves every drafter's state unchanged; runs once per cost model.
+        """
+        for name, d in self.drafters.items():
+            if not d.free:
+                for _ in range(reps):
+                    self.cost_model.observe_draft_cost(name, d.time_one_token(last))
 
     def close(self) -> None:
         for d in self.drafters.values():

@@ -639,6 +639,19 @@ class CostModel:
             st.last = (drafted, accepted)
         self._observe_rows(rows_verified, t_verify_ms + t_overhead_ms)
 
+    def observe_draft_cost(self, drafter: str, ms_per_token: float) -> None:
+        """A draft-cost measurement outside generation (one timed draft decode, see
+        SpeculativeDecoder.calibrate_draft_cost): ``drafter`` takes ``ms_per_token`` per drafted token."""
+        if not ms_per_token >= 0.0:  # also refuses NaN (the draft's context was full: nothing measured)
+            return
+        self._curve_key = None
+        self._stats(drafter).draft.add(ms_per_token)
+
+    def has_draft_cost(self, drafter: str) -> bool:
+        """True once the draft cost of ``drafter`` was measured (by a round or a calibration)."""
+        st = self._drafters.get(drafter)
+        return st is not None and st.draft.value is not None
+
     def observe_verify(self, rows: int, t_ms: float) -> None:
         """A verify-cost measurement outside generation: one target decode of ``rows`` rows took ``t_ms``
         (the engine's one-off calibration of v(K); see SpeculativeDecoder.calibrate_verify_cost)."""
@@ -853,6 +866,11 @@ class AutoK:
       text became predictable. Probing never stops: even a draft that cannot pay today is re-measured
       every ``probe_max`` rounds, since costs measured under contention can be wrong. A probe whose
       drafter proposed nothing (no n-gram match) is retried on the next round;
+    * **cannot pay** - when the draft cost is known (the engine times one draft decode before the first
+      round, :meth:`SpeculativeDecoder.calibrate_draft_cost`) and no K would beat plain decoding by
+      ``margin`` even if every draft token were accepted (S(K) at α = 1), a costly drafter is not used
+      at all: no warm-up, no probes; every ``probe_max`` rounds ``remeasure`` asks the engine to time
+      the draft again, and drafting resumes (warm-up, then the rules above) once some K could pay;
     * **calibration** - v and c are ratios to the single-row target time; when no single-row timing came
       in ``calibrate_every`` observations (a model drafter always drafts, so plain rounds never happen),
       one plain round re-measures it.
@@ -909,6 +927,8 @@ class AutoK:
         self._interval = self.probe_min
         self._probe_pending = False
         self._probe_before = 0
+        #: set by choose() when the decoder should re-time the drafter (SpeculativeDecoder does, then clears it)
+        self.remeasure = False
 
     @property
     def probe_interval(self) -> int:
@@ -939,6 +959,10 @@ class AutoK:
                 lo = mid
         return hi
 
+    def _cannot_pay(self, cm: CostModel, drafter: str) -> bool:
+        """No K is predicted to beat plain decoding by ``margin`` even at α = 1 (c and v alone decide)."""
+        return max(cm.speedups(drafter, self.k_max, alpha=1.0)) <= 1.0 + self.margin
+
     def _go_off(self, cm: CostModel, drafter: str) -> None:
         self.k = 0
         self._dwell = 0
@@ -962,6 +986,22 @@ class AutoK:
         if drafter != self._drafter:
             self.reset()
             self._drafter = drafter
+        self.remeasure = False
+        if not free and cm.has_draft_cost(drafter) and self._cannot_pay(cm, drafter):
+            # no K beats plain decoding even if every draft were accepted: do not draft at all (no
+            # warm-up, no α probes - a model drafter's probe would also have to catch its KV up on
+            # every token since its last round); re-time the draft every probe_max rounds instead
+            if self.k != 0:
+                self._go_off(cm, drafter)
+                self._last_dir = -1
+            self._plain += 1
+            if self._plain >= self.probe_max:
+                self._plain = 0
+                self.remeasure = True
+                self.last_reason = "re-measure"
+            else:
+                self.last_reason = "cannot pay"
+            return 0
         n_spec = cm.spec_steps(drafter)
         if n_spec < self.warmup_steps:
             self.k = self.k_max if free else self.k_init

@@ -482,11 +482,30 @@ def test_auto_k_turns_speculation_off_when_drafting_costs_more_than_the_target(d
     tr = drive(drafter, 600, auto=auto)
     assert auto.k == 0
     assert tr.regime[-500:] == [0] * 500
-    # it still probes now and then; warm-up and probes cost ~1-2 % (at c = 2 a one-token probe loses one
-    # round, every probe_max rounds once the interval has grown)
-    assert any(k > 0 for k in tr.chosen[-200:])
+    # once the draft cost is known nothing can pay even at α = 1: no more drafting at all (a probe of a
+    # model drafter would also catch its KV up on every token since its last round)
+    assert tr.chosen[-500:] == [0] * 500 and auto.last_reason in ("cannot pay", "re-measure")
     plain = drive(SyntheticDrafter(alpha=1.0, draft_ms_per_token=dms, noise=0.05, seed=3), 600, k=0)
     assert tr.tok_per_s >= 0.975 * plain.tok_per_s
+
+
+def test_auto_k_does_not_draft_when_the_measured_draft_cost_cannot_pay_and_re_times_it() -> None:
+    """The engine times one draft decode before the first round: a drafter as costly as the target is
+    never warmed up; every probe_max rounds auto-K asks for a new timing, and drafting resumes (warm-up
+    at k_init) once the draft became cheap enough for some K to pay."""
+    cm = _linear_v_model()  # t1 = 10 ms, v(K) = 1 + K/2
+    cm.observe_draft_cost("model", 9.5)  # c = 0.95
+    auto = AutoK()
+    asks = []
+    for i in range(3 * auto.probe_max):
+        assert auto.choose(cm, "model") == 0
+        cm.observe_plain(10.0)
+        if auto.remeasure:
+            asks.append(i)
+    assert asks and all(b - a == auto.probe_max for a, b in zip(asks, asks[1:]))
+    for _ in range(31):  # the machine got quiet: the draft now costs 0.1 of the target
+        cm.observe_draft_cost("model", 1.0)
+    assert auto.choose(cm, "model") == auto.k_init and auto.last_reason == "warm-up"
 
 
 def test_auto_k_loses_nothing_at_exact_break_even() -> None:
@@ -556,7 +575,7 @@ def test_auto_k_keeps_probing_cheap_drafters_often() -> None:
     tr = drive(drafter, 600, auto=auto)
     assert auto.k == 0
     # a failing probe (K = 8, 9 rows: v = 1.4, E ≈ 1.02) costs ~0.4 plain rounds, so the 1 % budget caps the
-    # interval near 40 rounds, well below probe_max (a model draft with c ~ 1 would wait probe_max)
+    # interval near 40 rounds, well below probe_max
     kp = 8
     loss = 0.05 * kp + 1.0 - expected_tokens(0.02, kp)
     assert auto.probe_interval <= loss / auto.probe_budget + 5
@@ -565,7 +584,8 @@ def test_auto_k_keeps_probing_cheap_drafters_often() -> None:
     costly = AutoK()
     drive(SyntheticDrafter(alpha=0.02, draft_ms_per_token=15.0, v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600,
           auto=costly)  # fmt: skip
-    assert costly.k == 0 and costly.probe_interval == costly.probe_max > auto.probe_interval
+    # ... and at c = 1.5 nothing pays even at α = 1: no probes at all (only re-timings of the draft)
+    assert costly.k == 0 and costly.last_reason in ("cannot pay", "re-measure")
 
 
 def test_auto_k_retries_a_probe_that_drafted_nothing() -> None:
@@ -599,7 +619,7 @@ def test_auto_k_warm_up_uses_k_init() -> None:
     cm = CostModel()
     auto = AutoK(k_init=5)
     assert auto.choose(cm, "model") == 5 and auto.last_reason == "warm-up"
-    cm.observe_step("model", 5, 5, 1, 50.0, 10.0, 6)
+    cm.observe_step("model", 5, 5, 1, 5.0, 10.0, 6)  # c = 0.1: the second warm-up round
     assert auto.choose(cm, "model") == 5
 
 
