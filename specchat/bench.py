@@ -25,7 +25,11 @@ baseline runs of the prompt.
 * α = Σ accepted / (Σ accepted + Σ rounds with a rejection) over the fixed-K runs of a prompt (the
   maximum-likelihood per-position acceptance, :class:`specchat.engine.telemetry.CostModel`);
 * E(α, K) and S(K) = E / (c·K + v(K)) from :mod:`specchat.engine.telemetry`, next to the measured tokens
-  per round and the measured speedup; the recommended K = argmax of S over 0..16 (0 = off).
+  per round and the measured speedup;
+* the replay: the rounds of the largest fixed K replayed at every K (what each would have given with a
+  smaller cap is known exactly; only positions never drafted use the geometric tail) - the estimate auto-K
+  uses live. The recommended K = argmax of the replay's S over 0..16 (0 = off), or of the geometric S
+  when no rounds were logged.
 
 E assumes every round drafts K tokens; an n-gram drafter proposes fewer (or none) when the text has no
 earlier match, so its measured tokens per round can fall below E - that gap is printed, not hidden.
@@ -56,6 +60,7 @@ RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
     "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
+    "round_log",
 )  # fmt: skip
 
 # =================================================================================================
@@ -317,6 +322,8 @@ class RunStats:
     last_cost: Any = None
     #: rounds by the number of tokens drafted (index 0 = plain rounds), up to K_LIMIT
     drafted_hist: list[int] = field(default_factory=lambda: [0] * (K_LIMIT + 1))
+    #: every round the drafter was asked in: [K, drafted, accepted, natural length or None]
+    round_log: list[list[int | None]] = field(default_factory=list)
 
 
 def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
@@ -346,6 +353,8 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
             stats.rounds += 1
             stats.k_sum += ev.k
             stats.drafted_hist[min(ev.drafted, K_LIMIT)] += 1
+            if ev.k > 0:
+                stats.round_log.append([ev.k, ev.drafted, ev.accepted, ev.natural])
             if ev.drafted > 0:
                 stats.spec_rounds += 1
                 if ev.accepted < ev.drafted:
@@ -384,6 +393,7 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "rejections": stats.rejections,
         "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
         "rounds_by_drafted": list(stats.drafted_hist),  # [plain rounds, rounds drafting 1, ..., 16]
+        "round_log": stats.round_log,  # [K, drafted, accepted, natural] of every round that asked for a draft
         "stop_reason": turn.stop_reason,
         "drafter": drafter if item.mode != "baseline" else "none",
         # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
@@ -477,6 +487,7 @@ class SummaryRow:
     predicted_n: int = 0  # Σ tokens
     accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
     rejections: int = 0  # Σ rounds with a rejection
+    round_log: list[list[int | None]] = field(default_factory=list)  # the runs' round logs, concatenated
 
 
 def alpha_mle(accepted: int, rejections: int) -> float | None:
@@ -527,6 +538,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
                 pairs=len(ratios),
                 accepted=acc,
                 rejections=sum(r["rejections"] for r in rs),
+                round_log=[x for r in rs for x in (r.get("round_log") or [])],
             )
         )  # fmt: skip
     return rows
@@ -655,6 +667,26 @@ def v_table(cal: Calibration) -> list[float]:
     return [cal.v[k] if k in cal.v else cal.v[top] + slope * (k - top) for k in range(K_LIMIT + 1)]
 
 
+def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
+    """The rounds of the largest fixed K replayed at every K (auto-K's estimate, see
+    :func:`specchat.engine.telemetry.replay_speedups`): exact up to what each round drafted, the
+    geometric model with α only past it. None without logged rounds."""
+    from specchat.engine import telemetry
+
+    logged = [r for r in fixed if r.round_log]
+    if not logged:
+        return None
+    top = max(logged, key=lambda r: int(r.k or 0))
+    log = top.round_log
+    d = [int(x[1]) for x in log]
+    a = [int(x[2]) for x in log]
+    n = [telemetry.natural_length(int(x[0]), int(x[1]), x[3]) for x in log]
+    curve = telemetry.replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_LIMIT)
+    bk = telemetry.best_k(curve)
+    return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
+            "predicted_best_speedup": curve[bk]}  # fmt: skip
+
+
 def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> dict[str, Any]:
     """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
     from specchat.engine.events import CostEstimate
@@ -699,10 +731,6 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
             entry["best_k"] = bk
             entry["predicted_best_speedup"] = curve[bk]
             entry["curve"] = curve
-            entry["break_even"] = telemetry.break_even_line(
-                CostEstimate(alpha=alpha, c=cal.c, v=vt[bk], best_k=bk, predicted_speedup=curve[bk],
-                             target_ms_per_token=cal.target_ms, draft_ms_per_token=cal.draft_ms)
-            )  # fmt: skip
             base = next((r for r in prs or [] if r.mode == "baseline"), None)
             o0 = base.overhead_per_round if base else 0.0
             t1 = cal.target_ms
@@ -728,6 +756,17 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
                     "overhead_ms_per_round": r.overhead_per_round,
                     "measured_speedup": r.speedup,
                 })  # fmt: skip
+            replay = replay_of_rounds(fixed, alpha, cal.c, vt)
+            if replay is not None:
+                entry["replay"] = replay
+                entry["geometric_best_k"], entry["geometric_best_speedup"] = bk, curve[bk]
+                entry["best_k"], entry["predicted_best_speedup"] = replay["best_k"], replay["predicted_best_speedup"]
+                entry["curve"] = replay["curve"]
+            rk, rs = entry["best_k"], entry["predicted_best_speedup"]
+            entry["break_even"] = telemetry.break_even_line(
+                CostEstimate(alpha=alpha, c=cal.c, v=vt[rk], best_k=rk, predicted_speedup=rs,
+                             target_ms_per_token=cal.target_ms, draft_ms_per_token=cal.draft_ms)
+            )  # fmt: skip
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
             if measured:
                 mk = max(measured, key=lambda k: measured[k])
@@ -826,6 +865,16 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
             lines.append(
                 f"    in the runs a drafted token cost c = {p['c_in_runs']:.4f} (draft calls' wall time, incl. Python and "
                 "catch-up rows)"
+            )
+        if "replay" in p:
+            rp, gk = p["replay"], p["geometric_best_k"]
+            lines.append(
+                f"    geometric model (every round drafting K): best {'off' if gk == 0 else f'K = {gk}'} "
+                f"(predicted {p['geometric_best_speedup']:.2f}×)"
+            )
+            lines.append(
+                f"    replay of the K={rp['from_k']} runs' {rp['rounds']} rounds at every K (exact up to each round's "
+                "draft, geometric past it; what auto-K uses):"
             )
         best = p["best_k"]
         rec = "off (K = 0)" if best == 0 else f"K = {best}"

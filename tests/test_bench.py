@@ -19,6 +19,7 @@ from specchat import bench
 from specchat.cli import build_parser, main
 from specchat.engine.controls import K_MAX, SamplingParams
 from specchat.engine.drafters import Draft, NgramDrafter
+from specchat.engine.telemetry import speedup_curve
 
 TIMING_NAMES = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"}
 SUITE = [
@@ -90,6 +91,12 @@ def test_json_has_every_field_for_every_record(tiny_report):
             assert r["speedup"] is not None and r["speedup"] > 0
         assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == 17
         assert sum(d * n for d, n in enumerate(r["rounds_by_drafted"])) == r["draft_n"]
+        # the round log: every round that asked for a draft, [K, drafted, accepted, natural]
+        assert sum(x[1] for x in r["round_log"]) == r["draft_n"]
+        assert sum(x[2] for x in r["round_log"]) == r["draft_n_accepted"]
+        assert all(0 <= x[2] <= x[1] <= x[0] for x in r["round_log"])
+        if r["mode"] == "spec":
+            assert all(x[0] <= r["k"] for x in r["round_log"]) and 0 < len(r["round_log"]) <= r["n_steps"]
         if r["mode"] == "auto":
             assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= 16 and r["estimate"]["c"] >= 0
         else:
@@ -171,6 +178,12 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
             continue
         assert 0 <= p["best_k"] <= 16
         assert p["predicted_best_speedup"] == pytest.approx(max(p["curve"]))
+        if p["prompt"] != bench.ALL_PROMPTS:  # the recommendation is the replay of the K=3 runs' rounds
+            rp = p["replay"]
+            assert rp["from_k"] == 3 and rp["rounds"] > 0 and p["best_k"] == rp["best_k"]
+            assert p["curve"] == rp["curve"] and rp["curve"][0] == 1.0
+            vt = [ar["v"][str(k)] for k in range(17)]
+            assert p["geometric_best_speedup"] == pytest.approx(max(speedup_curve(p["alpha"], ar["c"], vt, 16)))
         for row in p["rows"]:
             assert row["k"] in (2, 3)
             assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)

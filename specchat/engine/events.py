@@ -71,6 +71,8 @@ class Step:
     drafter: str
     n_past: int  # committed tokens in the target KV after the round
     cost: CostEstimate | None = None
+    #: the draft length the drafter would have chosen with no cap (n-gram), None = it fills K (a model)
+    natural: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

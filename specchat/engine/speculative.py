@@ -220,7 +220,7 @@ class SpeculativeDecoder:
                 k=k_eff, drafted=m, accepted=a, emitted=len(emitted), t_draft_ms=draft.t_ms,
                 t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
                 auto_k=bool(st.auto_k and speculative), drafter=drafter.name if drafter else "none",
-                n_past=len(target.tokens), cost=cost,
+                n_past=len(target.tokens), cost=cost, natural=draft.natural if k_eff > 0 else None,
             )
             if ends_with_eog:
                 stop_reason = "eos"

@@ -440,33 +440,57 @@ class _Replay:
     ) -> list[float]:
         """[S(0), ..., S(k_max)]; ``v_rows[j]`` is v of a j-token draft (``v_rows[0]`` = 1)."""
         m = self.count
-        ks = np.arange(k_max + 1)
-        kp = ks[:, None]
-        d, a, n = self.d[None, :m], self.a[None, :m], self.n[None, :m]
-        dp = np.minimum(kp, n)
-        al = min(max(alpha, 0.0), 1.0)
-        if al >= 1.0 - 1e-9:
-            tail = np.maximum(dp - d, 0).astype(float)
-            e = ks + 1.0
-        else:
-            tail = al * (1.0 - al ** np.maximum(dp - d, 0)) / (1.0 - al)
-            e = (1.0 - al ** (ks + 1)) / (1.0 - al)
-        tokens = np.where(kp <= d, np.minimum(a, kp) + 1.0, np.where(a < d, a + 1.0, d + 1.0 + tail))
-        vt = np.asarray(v_rows, dtype=float)
-        cost = c * dp + vt[dp]
         w = 0.5 ** ((clock - self.t[:m]) / half_life)
-        ws = float(w.sum())
-        if ws > 0.0:  # the prior drafts the rounds' own lengths, accepted geometrically
-            e_rows = (1.0 - al ** (dp + 1)) / (1.0 - al) if al < 1.0 - 1e-9 else dp + 1.0
-            prior_tokens = (e_rows @ w) / ws
-            prior_cost = (cost @ w) / ws
-        else:
-            prior_tokens, prior_cost = e, c * ks + vt[: k_max + 1]
-        num = tokens @ w + prior_weight * prior_tokens
-        den = cost @ w + prior_weight * prior_cost
-        out = (num / den).tolist()
-        out[0] = 1.0
-        return out
+        return replay_speedups(self.d[:m], self.a[:m], self.n[:m], w, alpha, c, v_rows, k_max, prior_weight)
+
+
+def natural_length(k: int, drafted: int, natural: int | None) -> int:
+    """The draft length a round's drafter would have chosen with no cap (``natural``, e.g. from the n-gram
+    drafter), or for a drafter that fills K (``None``): K_MAX if it drafted all k, else what it drafted
+    (it stopped at the end of generation). Clamped to drafted..K_MAX."""
+    if natural is None:
+        natural = K_MAX if drafted >= k else drafted
+    return min(max(natural, drafted), K_MAX)
+
+
+def replay_speedups(
+    drafted: Sequence[int], accepted: Sequence[int], natural: Sequence[int], weights: Sequence[float],
+    alpha: float, c: float, v_rows: Sequence[float], k_max: int, prior_weight: float = 0.0,
+) -> list[float]:
+    """[S(0), ..., S(k_max)] from rounds replayed at every cap K' (see :class:`_Replay`): rounds
+    (d, a, n) with ``weights``, the geometric tail with ``alpha`` only past each round's draft, cost
+    c·d' + v(d') with ``v_rows[j]`` = v of a j-token draft (``v_rows[0]`` = 1), plus ``prior_weight``
+    pseudo-rounds of the geometric model at the rounds' own lengths."""
+    ks = np.arange(k_max + 1)
+    kp = ks[:, None]
+    d = np.asarray(drafted, dtype=np.int64)[None, :]
+    a = np.asarray(accepted, dtype=np.int64)[None, :]
+    n = np.asarray(natural, dtype=np.int64)[None, :]
+    w = np.asarray(weights, dtype=float)
+    dp = np.minimum(kp, n)
+    al = min(max(alpha, 0.0), 1.0)
+    if al >= 1.0 - 1e-9:
+        tail = np.maximum(dp - d, 0).astype(float)
+        e = ks + 1.0
+    else:
+        tail = al * (1.0 - al ** np.maximum(dp - d, 0)) / (1.0 - al)
+        e = (1.0 - al ** (ks + 1)) / (1.0 - al)
+    tokens = np.where(kp <= d, np.minimum(a, kp) + 1.0, np.where(a < d, a + 1.0, d + 1.0 + tail))
+    vt = np.asarray(v_rows, dtype=float)
+    cost = c * dp + vt[dp]
+    ws = float(w.sum())
+    if ws > 0.0:  # the prior drafts the rounds' own lengths, accepted geometrically
+        e_rows = (1.0 - al ** (dp + 1)) / (1.0 - al) if al < 1.0 - 1e-9 else dp + 1.0
+        prior_tokens = (e_rows @ w) / ws
+        prior_cost = (cost @ w) / ws
+    else:
+        prior_tokens, prior_cost = e, c * ks + vt[: k_max + 1]
+    num = tokens @ w + prior_weight * prior_tokens
+    den = cost @ w + prior_weight * prior_cost
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0).tolist()
+    out[0] = 1.0
+    return out
 
 
 class _DrafterStats:
@@ -622,9 +646,7 @@ class CostModel:
         """
         if drafted < 0 or not (0 <= accepted <= drafted):
             raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted}")
-        if natural is None:
-            natural = K_MAX if drafted >= k else drafted  # stopped short of K only at end of generation
-        natural = min(max(natural, drafted), K_MAX)
+        natural = natural_length(k, drafted, natural)
         self._clock += accepted + 1  # the clock counts tokens of text (the round emitted accepted + 1)
         self._curve_key = None
         st = self._stats(drafter)
@@ -1104,6 +1126,8 @@ __all__ = [
     "best_k",
     "break_even_line",
     "expected_tokens",
+    "natural_length",
     "predicted_speedup",
+    "replay_speedups",
     "speedup_curve",
 ]
