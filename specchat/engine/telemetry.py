@@ -541,8 +541,8 @@ class CostModel:
     DESIGN.md when b = 0. Each row's median is shrunk toward that line with the weight of ``v_shrink``
     samples: a row measured once, e.g. in a busy moment, is mostly the line, and since auto-K rarely
     returns to a K that looked bad, one unlucky sample must not condemn it; a row measured 31 times is
-    mostly itself, so a curve that is not a line still shows. t1 = the shrunk single-row time (the
-    line's intercept before any single-row sample). v(n) = T(n)/t1 is made non-decreasing by weighted
+    mostly itself, so a curve that is not a line still shows. t1 = the median single-row time, not
+    shrunk (the line's intercept before any single-row sample). v(n) = T(n)/t1 is made non-decreasing by weighted
     isotonic regression (pool-adjacent-violators), clamped at ≥ 1 (a batch does at least one row's
     work), interpolated linearly between measured row counts and extrapolated beyond the largest
     measured count along the line's slope b/t1. **Prior:** with no multi-row measurement
@@ -757,7 +757,10 @@ class CostModel:
         # shrink each row's median toward the line by its sample count
         s0 = self.v_shrink
         shrunk = [(w * t + s0 * (a + b * (n - 1))) / (w + s0) for n, t, w in zip(xs, ts, ws)]
-        t1 = shrunk[0] if xs[0] == 1 else a
+        # the single-row time is the unit of v and c: its own median when measured (plain rounds and
+        # no-draft rounds give it plenty of samples); a line through concave multi-row costs (a 2-row batch
+        # can cost 2.6 rows, 17 rows 6.6, e.g. F16 here) would drag it far off
+        t1 = ts[0] if xs[0] == 1 else a
         self._t1 = t1
         self._v_slope = b / t1
         pairs = [(n, t / t1, w) for n, t, w in zip(xs, shrunk, ws) if n >= 2]

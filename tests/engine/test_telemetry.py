@@ -239,7 +239,7 @@ def test_v_shrinks_a_row_seen_once_toward_the_fitted_line() -> None:
     def shrunk(n: int, t: float, w: int) -> float:
         return (w * t + 4 * (a + b * (n - 1))) / (w + 4)
 
-    t1 = shrunk(1, 10.0, 31)
+    t1 = 10.0  # the single-row median itself: the unit of v is not shrunk
     assert cm.target_ms() == pytest.approx(t1)
     assert cm.v(2) == pytest.approx(shrunk(3, 12.0, 31) / t1)
     assert cm.v(4) == pytest.approx(shrunk(5, 20.0, 1) / t1)
@@ -247,6 +247,20 @@ def test_v_shrinks_a_row_seen_once_toward_the_fitted_line() -> None:
     for _ in range(30):
         cm.observe_step("m", 4, 4, 1, 1.0, 20.0, 5)  # ... until it is measured often: then it is itself
     assert cm.v(4) == pytest.approx(2.0, abs=0.1)
+
+
+def test_single_row_time_is_not_dragged_by_a_concave_multi_row_curve() -> None:
+    """F16 here: 2 rows cost 2.6 single rows, 17 rows only 6.6; a line through the batches has an
+    intercept near twice the single-row time. t1 (the unit of c and v) must stay the measured single row,
+    else a draft as costly as the target looks like c = 0.6 and auto-K warms it up for nothing."""
+    cm = CostModel()
+    for _ in range(2):  # the engine's calibration: 1, 3, 5, 9, 17 rows, twice
+        for rows, ms in ((1, 12.0), (3, 35.0), (5, 38.0), (9, 50.0), (17, 80.0)):
+            cm.observe_verify(rows, ms)
+    assert cm.target_ms() == pytest.approx(12.0)
+    cm.observe_draft_cost("m", 12.0)
+    assert cm.c("m") == pytest.approx(1.0)
+    assert AutoK().choose(cm, "m") == 0  # nothing pays even at α = 1: no warm-up
 
 
 def test_v_is_monotone_and_at_least_one_despite_noisy_samples() -> None:
