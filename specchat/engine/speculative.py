@@ -90,17 +90,25 @@ class SpeculativeDecoder:
             target.clear()  # a recurrent state cannot be cut back: start over
             keep = 0
         target.trim(keep)
+        st0 = controls.snapshot()
+        calibrate = (
+            st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None
+            and self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]
+        )  # fmt: skip
+        ratios: dict[str, float] = {}
+        if calibrate and not target.tokens:  # an empty target KV: time the drafts against it on equal footing
+            t_ratio = time.perf_counter()
+            ratios = self.draft_cost_ratios(int(context[0]))
+            t0 += time.perf_counter() - t_ratio  # not part of the prompt's time
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0
         counters = TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
 
         last = int(context[-1])
-        st0 = controls.snapshot()
-        if st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None:
-            if self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]:
-                self.calibrate_verify_cost(last)
-                self.calibrate_draft_cost(last)
+        if calibrate:
+            self.calibrate_verify_cost(last)
+            self.calibrate_draft_cost(last, ratios)
         utf8 = PieceDecoder(target.piece)
         reply: list[int] = []
         kinds: list[str] = []
@@ -253,17 +261,49 @@ class SpeculativeDecoder:
                 self.cost_model.observe_verify(r, (time.perf_counter() - t0) * 1000.0)
                 target.trim(n)
 
-    def calibrate_draft_cost(self, last: int, reps: int = 3) -> None:
-        """Time one draft decode of each drafter that runs a model, before auto-K's first round.
+    def draft_cost_ratios(self, token: int, reps: int = 3) -> dict[str, float]:
+        """c for each drafter that runs a model, timed against the target on equal footing: one single-row
+        decode of ``token`` in each, at the same context length (call with the target KV empty, before the
+        prompt; a fresh draft KV is empty too), median of ``reps`` interleaved ratios. A decode costs more
+        with a longer context (F16 SmolLM2 here: 12 ms at 49 tokens, 15.5 ms at 300), so a draft timed
+        with an empty KV against a target holding the prompt would look cheaper than it is."""
+        target = self.target
+        n = len(target.tokens)
+        out: dict[str, float] = {}
+        for name, d in self.drafters.items():
+            if d.free:
+                continue
+            rs = []
+            for _ in range(reps):
+                t_draft = d.time_one_token(token)
+                t0 = time.perf_counter()
+                target.decode([token], logits_last=1)
+                t_target = (time.perf_counter() - t0) * 1000.0
+                target.trim(n)
+                if t_target > 0 and t_draft >= 0:
+                    rs.append(t_draft / t_target)
+            if rs:
+                out[name] = sorted(rs)[len(rs) // 2]
+        return out
+
+    def calibrate_draft_cost(self, last: int, ratios: dict[str, float] | None = None, reps: int = 3) -> None:
+        """Give the cost model each model drafter's cost per token before auto-K's first round.
 
         With the draft cost known up front, auto-K does not warm up (nor prefill the prompt into the draft
         model) when no K could pay even at 100 % acceptance - the seed's lesson: a draft about as costly
-        as the target never wins. Leaves every drafter's state unchanged; runs once per cost model.
+        as the target never wins. ``ratios`` (from :meth:`draft_cost_ratios`) scale the single-row target
+        time; without one, the draft's own one-token decode is timed at its current context. Leaves
+        every drafter's state unchanged; runs once per cost model.
         """
+        t1 = self.cost_model.target_ms()
         for name, d in self.drafters.items():
-            if not d.free:
-                for _ in range(reps):
-                    self.cost_model.observe_draft_cost(name, d.time_one_token(last))
+            if d.free:
+                continue
+            if name in (ratios or {}) and t1:
+                self.cost_model.observe_draft_cost(name, ratios[name] * t1)
+                continue
+            for _ in range(reps):
+                self.cost_model.observe_draft_cost(name, d.time_one_token(last))
 
     def close(self) -> None:
         for d in self.drafters.values():
