@@ -55,6 +55,11 @@ class Drafter(Protocol):
         it was. Lets the cost model know the draft cost before any round drafts."""
         ...
 
+    def limit_catch_up(self, tokens: int) -> None:
+        """For the next draft call only: read at most ``tokens`` of context it has not seen (a probe after
+        many plain rounds must not pay for the whole gap); no-op for a drafter without a KV cache."""
+        ...
+
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
@@ -74,19 +79,40 @@ class ModelDrafter:
     def __init__(self, model: Model, name: str | None = None) -> None:
         self.model = model
         self.name = name or model.name
+        #: the draft KV holds context[offset:] (0 unless a limited catch-up restarted it on a window)
+        self.offset = 0
+        self._max_gap: int | None = None
+
+    def limit_catch_up(self, tokens: int) -> None:
+        """Next draft only: if more than ``tokens`` committed tokens are missing from the draft KV, restart
+        it on the last ``tokens`` of the context instead of decoding the whole gap (auto-K's probes after
+        many plain rounds: a catch-up costs about c·v(16)/17 target steps per missed token on this CPU).
+        The draft then sees a shorter context until the conversation is reset; the target still verifies
+        every token, so only acceptance can change, never the output."""
+        self._max_gap = max(1, int(tokens))
 
     def draft(self, context: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         t0 = time.perf_counter()
         d0 = self.model.decode_ms_total
         out = Draft(q=[] if sampling.temperature > 0 else None)
+        max_gap, self._max_gap = self._max_gap, None
         if k <= 0 or not context:
             return out
         model = self.model
-        room = model.n_ctx - len(context)
+        if self.offset >= len(context):
+            self.offset = 0
+        ctx = context[self.offset :]
+        room = model.n_ctx - len(ctx)
         k = min(k, room)
         if k <= 0:
             return out
-        keep = min(model.sync_prefix(context), len(context) - 1)
+        keep = min(model.sync_prefix(ctx), len(ctx) - 1)
+        if max_gap is not None and len(ctx) - keep > max_gap:
+            self.offset = len(context) - max_gap
+            ctx = context[self.offset :]
+            model.clear()
+            keep = 0
+        context = ctx
         model.trim(keep)
         logits = model.decode(context[keep:], logits_last=1)[0]
         for i in range(k):
@@ -106,7 +132,7 @@ class ModelDrafter:
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Drop draft rows the target rejected: keep the common prefix with the committed tokens."""
-        self.model.sync_prefix(committed)
+        self.model.sync_prefix(committed[self.offset :])
 
     def time_one_token(self, token: int) -> float:
         """One single-row decode of ``token`` after the draft KV, timed, then removed again (the draft's
@@ -123,6 +149,7 @@ class ModelDrafter:
 
     def reset(self) -> None:
         self.model.clear()
+        self.offset = 0
 
     def close(self) -> None:
         self.model.close()
@@ -330,6 +357,9 @@ class NgramDrafter:
     def time_one_token(self, token: int) -> float:
         """A lookup runs no model: drafting costs nothing next to a target decode."""
         return 0.0
+
+    def limit_catch_up(self, tokens: int) -> None:
+        """The n-gram index is extended incrementally at no real cost: nothing to limit."""
 
     def close(self) -> None:
         pass

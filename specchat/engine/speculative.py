@@ -36,6 +36,8 @@ from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
 NO_DRAFTER = "none"
 #: verify batch sizes timed once before auto-K chooses (K = 0, 2, 4, 8, 16)
 CALIBRATION_ROWS = (1, 3, 5, 9, 17)
+#: an auto-K probe of a model drafter reads at most this many unseen tokens (see ModelDrafter.limit_catch_up)
+PROBE_CATCH_UP = 32
 
 
 class SpeculativeDecoder:
@@ -138,6 +140,8 @@ class SpeculativeDecoder:
                 k = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
                 if self.auto_k.remeasure:
                     self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
+                if k > 0 and self.auto_k.last_reason == "probe":
+                    drafter.limit_catch_up(PROBE_CATCH_UP)  # a probe must not pay for every plain round
             elif speculative:
                 k = st.k
             else:
@@ -261,7 +265,7 @@ class SpeculativeDecoder:
                 self.cost_model.observe_verify(r, (time.perf_counter() - t0) * 1000.0)
                 target.trim(n)
 
-    def draft_cost_ratios(self, token: int, reps: int = 3) -> dict[str, float]:
+    def draft_cost_ratios(self, token: int, reps: int = 5) -> dict[str, float]:
         """c for each drafter that runs a model, timed against the target on equal footing: one single-row
         decode of ``token`` in each, at the same context length (call with the target KV empty, before the
         prompt; a fresh draft KV is empty too), median of ``reps`` interleaved ratios. A decode costs more

@@ -388,3 +388,45 @@ def test_auto_k_never_drafts_with_a_draft_as_costly_as_the_target(bundled_model)
         assert [p.token for p in pieces(session.send("Name three colours."))] == auto_ids
     finally:
         session.close()
+
+
+def test_model_drafter_limited_catch_up_restarts_on_a_window_and_stays_exact(tiny_pair):
+    """An auto-K probe after many plain rounds reads only the last PROBE_CATCH_UP tokens into the draft KV
+    (not the whole gap); the output stays exactly plain decoding's, since the target verifies."""
+    from specchat.engine.controls import SamplingParams as SP
+
+    target, draft = tiny_pair
+    dec = build_decoder(target, draft, k=3)
+    try:
+        d = dec.drafters["model"]
+        ctx = dec.target.tokenize(PROMPTS[0], add_bos=True)
+        rng = np.random.default_rng(0)
+        d.draft(ctx, 3, SP(), rng)
+        assert d.offset == 0 and d.model.tokens[: len(ctx)] == list(ctx)  # the whole context, then its draft
+        longer = list(ctx) + list(ctx[1:]) * 3  # many tokens the draft has not seen
+        d.limit_catch_up(8)
+        out = d.draft(longer, 3, SP(), rng)
+        assert d.offset == len(longer) - 8 and d.model.tokens[:8] == longer[-8:] and len(out.tokens) == 3
+        d.rollback(longer + out.tokens[:1])
+        assert d.model.tokens == longer[-8:] + out.tokens[:1]
+        d.draft(longer + out.tokens[:1], 3, SP(), rng)  # no limit: only the missing tokens, same window
+        assert d.offset == len(longer) - 8
+        d.reset()
+        assert d.offset == 0 and d.model.tokens == []
+
+        # in the loop: a drafter restarted on a 2-token window every round still gives plain decoding's ids
+        plain = _ids(dec, PROMPTS[1], k=3, speculative=False)[0].tokens
+        real = d.draft
+
+        def windowed(context, k, sampling, rng):
+            d.limit_catch_up(2)
+            return real(context, k, sampling, rng)
+
+        d.draft = windowed
+        try:
+            assert _ids(dec, PROMPTS[1], k=3)[0].tokens == plain
+            assert d.offset > 0
+        finally:
+            d.draft = real
+    finally:
+        dec.close()
