@@ -893,8 +893,9 @@ class AutoK:
       drafter proposed nothing (no n-gram match) is retried on the next round;
     * **cannot pay** - when the draft cost is known (the engine times one draft decode before the first
       round, :meth:`SpeculativeDecoder.calibrate_draft_cost`) and no K would beat plain decoding by
-      ``margin`` even if every draft token were accepted (S(K) at α = 1), a costly drafter is not used
-      at all: no warm-up, no probes; every ``probe_max`` rounds ``remeasure`` asks the engine to time
+      ``margin`` even at a per-position acceptance of ``cannot_pay_alpha`` (0.9; a model drafter's
+      warm-up first prefills the whole prompt into its KV, which a gain only reachable above 90 %
+      acceptance rarely repays), a costly drafter is not used at all: no warm-up, no probes; every ``probe_max`` rounds ``remeasure`` asks the engine to time
       the draft again, and drafting resumes (warm-up, then the rules above) once some K could pay;
     * **calibration** - v and c are ratios to the single-row target time; when no single-row timing came
       in ``calibrate_every`` observations (a model drafter always drafts, so plain rounds never happen),
@@ -916,6 +917,7 @@ class AutoK:
         probe_alpha: float = 0.8,
         probe_budget: float = 0.01,
         calibrate_every: int = 64,
+        cannot_pay_alpha: float = 0.9,
     ) -> None:
         if not (1 <= k_max <= K_MAX):
             raise ValueError(f"k_max must be in 1..{K_MAX}, got {k_max}")
@@ -935,6 +937,7 @@ class AutoK:
         self.probe_alpha = probe_alpha
         self.probe_budget = probe_budget
         self.calibrate_every = calibrate_every
+        self.cannot_pay_alpha = cannot_pay_alpha
         self.reset()
 
     def reset(self) -> None:
@@ -985,8 +988,8 @@ class AutoK:
         return hi
 
     def _cannot_pay(self, cm: CostModel, drafter: str) -> bool:
-        """No K is predicted to beat plain decoding by ``margin`` even at α = 1 (c and v alone decide)."""
-        return max(cm.speedups(drafter, self.k_max, alpha=1.0)) <= 1.0 + self.margin
+        """No K is predicted to beat plain decoding by ``margin`` even at α = ``cannot_pay_alpha``."""
+        return max(cm.speedups(drafter, self.k_max, alpha=self.cannot_pay_alpha)) <= 1.0 + self.margin
 
     def _go_off(self, cm: CostModel, drafter: str) -> None:
         self.k = 0
