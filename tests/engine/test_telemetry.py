@@ -249,6 +249,18 @@ def test_v_shrinks_a_row_seen_once_toward_the_fitted_line() -> None:
     assert cm.v(4) == pytest.approx(2.0, abs=0.1)
 
 
+def test_a_model_drafter_is_not_warmed_up_on_a_ceiling_only_perfect_acceptance_reaches() -> None:
+    """c = 0.35 with v(K) = 1 + K/2: only α near 1 pays (S(16) = 17 / 14.6 = 1.16 at α = 1), at α = 0.9 no K
+    beats plain decoding by 5 % - not worth the warm-up's prompt prefill into the draft KV."""
+    cm = _linear_v_model()
+    cm.observe_draft_cost("m", 3.5)
+    assert max(cm.speedups("m", K_MAX, alpha=1.0)) > 1.1
+    assert max(cm.speedups("m", K_MAX, alpha=0.9)) < 1.05
+    auto = AutoK()
+    assert auto.choose(cm, "m") == 0 and auto.last_reason == "cannot pay"
+    assert AutoK(cannot_pay_alpha=1.0).choose(cm, "m") == 1  # judged at α = 1 it would warm up
+
+
 def test_single_row_time_is_not_dragged_by_a_concave_multi_row_curve() -> None:
     """F16 here: 2 rows cost 2.6 single rows, 17 rows only 6.6; a line through the batches has an
     intercept near twice the single-row time. t1 (the unit of c and v) must stay the measured single row,
