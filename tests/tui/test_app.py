@@ -15,6 +15,7 @@ from tuikit import (
     reply_spans,
     saved_messages,
     send,
+    send_each,
     settle,
     style_colour,
     token_colour,
@@ -259,10 +260,7 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
     app, _ = make_app(engine, history_store=store)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await send(pilot, "first question")
-        await settle(pilot)
-        await send(pilot, "second question")
-        await settle(pilot)
+        await send_each(pilot, "first question", "second question")
         conv_id = app.conversation_id
         assert conv_id is not None
         _, saved = store.load(conv_id)
@@ -684,10 +682,7 @@ async def test_up_on_an_empty_prompt_edits_the_last_message_and_sending_replaces
     app, _ = make_app(engine, history_store=history_store)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        await send(pilot, "first question")
-        await settle(pilot)
-        await send(pilot, "second question")
-        await settle(pilot)
+        await send_each(pilot, "first question", "second question")
         conv_id = app.conversation_id
         prompt = app.query_one(PromptInput)
         await pilot.press("up")

@@ -53,6 +53,13 @@ async def send(pilot, text: str) -> None:
     await pilot.press("enter")
 
 
+async def send_each(pilot, *texts: str) -> None:
+    """Send each message in turn and wait for its reply to finish (the turns of a conversation)."""
+    for text in texts:
+        await send(pilot, text)
+        await settle(pilot)
+
+
 async def reopen_first_saved(pilot) -> None:
     """Open the history browser, open its first (most recent) conversation, wait for the app to draw it."""
     await pilot.press("ctrl+o")
