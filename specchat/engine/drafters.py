@@ -137,15 +137,7 @@ class ModelDrafter:
     def time_one_token(self, token: int) -> float:
         """One single-row decode of ``token`` after the draft KV, timed, then removed again (the draft's
         cost per token, without the catch-up of a real round); NaN when the context is full."""
-        model = self.model
-        n = len(model.tokens)
-        if n + 1 > model.n_ctx:
-            return float("nan")
-        t0 = time.perf_counter()
-        model.decode([int(token)], logits_last=1)
-        ms = (time.perf_counter() - t0) * 1000.0
-        model.trim(n)
-        return ms
+        return self.model.time_scratch_decode([int(token)])
 
     def reset(self) -> None:
         self.model.clear()

@@ -215,6 +215,19 @@ class Model:
             )
         del self.tokens[n_keep:]
 
+    def time_scratch_decode(self, tokens: Sequence[int]) -> float:
+        """ms of one decode of ``tokens`` after the KV (logits on every row, as a verify batch asks),
+        removed again so the KV is unchanged; NaN when they do not fit in the context. The engine's cost
+        calibrations (v(K), the draft cost) are made of these."""
+        n = len(self.tokens)
+        if n + len(tokens) > self.n_ctx:
+            return float("nan")
+        t0 = time.perf_counter()
+        self.decode(tokens, logits_last=len(tokens))
+        ms = (time.perf_counter() - t0) * 1000.0
+        self.trim(n)
+        return ms
+
     def sync_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the longest common prefix of the KV and ``tokens``; return its length."""
         cur = self.tokens
