@@ -34,6 +34,22 @@ def ensure_backend() -> None:
         _BACKEND_READY = True
 
 
+def extra_buffer_types_safe() -> bool:
+    """Whether weights may go into llama.cpp's extra CPU buffer types (AMX, repacked layouts).
+
+    Not on a CPU where this build uses Intel AMX: llama.cpp's AMX matrix multiply segfaults in
+    ``ggml_backend_amx_mul_mat`` on the first batch of more than one row (reproduced here on a Xeon with
+    ``AMX_INT8 = 1`` in the system info: the bundled SmolLM2 Q4_1, any prompt of a few tokens; the high-level
+    ``llama_cpp.Llama`` crashes the same way). Upstream: ggml-org/llama.cpp#20824 (closed stale, unfixed);
+    stanfordnlp/dspy#10079 hit it on Sapphire Rapids CI runners. The extra buffer types are all or nothing
+    (``llama_model_params.use_extra_bufts``), so on such a CPU the repacked Q4_0/Q4_K layouts are off too;
+    F16 and Q8_0 keep their batched (llamafile sgemm) kernels, which do not use an extra buffer.
+    """
+    ensure_backend()
+    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+    return "AMX_INT8 = 1" not in info
+
+
 class DecodeError(RuntimeError):
     """llama_decode failed (no KV slot, aborted, invalid batch)."""
 
@@ -61,6 +77,7 @@ class Model:
         self.threads = threads
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        mparams.use_extra_bufts = extra_buffer_types_safe()
         self._progress_cb = None
         if progress is not None:
 
