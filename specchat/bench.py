@@ -28,7 +28,7 @@ baseline runs of the prompt.
   per round and the measured speedup;
 * the replay: the rounds of the largest fixed K replayed at every K (what each would have given with a
   smaller cap is known exactly; only positions never drafted use the geometric tail) - the estimate auto-K
-  uses live. The recommended K = argmax of the replay's S over 0..16 (0 = off), or of the geometric S
+  uses live. The recommended K = argmax of the replay's S over 0..K_MAX (0 = off), or of the geometric S
   when no rounds were logged.
 
 E assumes every round drafts K tokens; an n-gram drafter proposes fewer (or none) when the text has no
@@ -49,9 +49,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
 from specchat.errors import UserError
 
-K_LIMIT = 16
 ALL_PROMPTS = "(all prompts)"
 DEFAULT_KS = "0,1,2,3,5,8"
 DEFAULT_N_PREDICT = 256
@@ -263,7 +263,7 @@ def load_suite(spec: str | None) -> list[dict[str, str]]:
 
 
 def parse_k_list(text: str) -> list[int]:
-    """``"0,1,3"`` -> [0, 1, 3] (sorted, unique); every K in 0..16."""
+    """``"0,1,3"`` -> [0, 1, 3] (sorted, unique); every K in 0..K_MAX."""
     parts = [p.strip() for p in str(text).split(",")]
     try:
         ks = [int(p) for p in parts if p]
@@ -271,9 +271,9 @@ def parse_k_list(text: str) -> list[int]:
         raise UserError(f"--k {text!r} is not a comma-separated list of integers: use e.g. --k 0,1,3,5") from None
     if not ks:
         raise UserError("--k is empty: give draft lengths, e.g. --k 0,1,3,5")
-    bad = [k for k in ks if not 0 <= k <= K_LIMIT]
+    bad = [k for k in ks if not 0 <= k <= K_MAX]
     if bad:
-        raise UserError(f"--k {text}: {bad[0]} is out of range; every K must be 0..{K_LIMIT} (0 = baseline)")
+        raise UserError(f"--k {text}: {bad[0]} is out of range; every K must be 0..{K_MAX} (0 = baseline)")
     return sorted(set(ks))
 
 
@@ -320,8 +320,8 @@ class RunStats:
     k_sum: int = 0
     rounds: int = 0
     last_cost: Any = None
-    #: rounds by the number of tokens drafted (index 0 = plain rounds), up to K_LIMIT
-    drafted_hist: list[int] = field(default_factory=lambda: [0] * (K_LIMIT + 1))
+    #: rounds by the number of tokens drafted (index 0 = plain rounds), up to K_MAX
+    drafted_hist: list[int] = field(default_factory=lambda: [0] * (K_MAX + 1))
     #: every round the drafter was asked in: [K, drafted, accepted, natural length or None]
     round_log: list[list[int | None]] = field(default_factory=list)
 
@@ -352,7 +352,7 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         if isinstance(ev, Step):
             stats.rounds += 1
             stats.k_sum += ev.k
-            stats.drafted_hist[min(ev.drafted, K_LIMIT)] += 1
+            stats.drafted_hist[min(ev.drafted, K_MAX)] += 1
             if ev.k > 0:
                 stats.round_log.append([ev.k, ev.drafted, ev.accepted, ev.natural])
             if ev.drafted > 0:
@@ -392,10 +392,10 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "draft_ms": turn.draft_ms_per_step * turn.n_steps,  # wall time of the draft calls  # time of the rounds spent outside llama_decode (Python, sampling)
         "rejections": stats.rejections,
         "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
-        "rounds_by_drafted": list(stats.drafted_hist),  # [plain rounds, rounds drafting 1, ..., 16]
+        "rounds_by_drafted": list(stats.drafted_hist),  # [plain rounds, rounds drafting 1, ..., K_MAX]
         "round_log": stats.round_log,  # [K, drafted, accepted, natural] of every round that asked for a draft
         "stop_reason": turn.stop_reason,
-        "drafter": drafter if item.mode != "baseline" else "none",
+        "drafter": drafter if item.mode != "baseline" else NONE,
         # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
         "estimate": asdict(stats.last_cost) if item.mode == "auto" and stats.last_cost is not None else None,
     }
@@ -430,7 +430,7 @@ class BenchRunner:
         self.records: list[dict[str, Any]] = []
         self.interrupted = False
         dec = getattr(session, "decoder", None)
-        self.drafter = getattr(dec, "drafter_name", None) or "none"
+        self.drafter = getattr(dec, "drafter_name", None) or NONE
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
@@ -529,7 +529,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
                 tokens_per_round=sum(r["predicted_n"] for r in rs) / steps if steps else 0.0,
                 overhead_per_round=sum(r.get("overhead_ms", 0.0) for r in rs) / steps if steps else 0.0,
                 draft_ms_per_token=sum(r.get("draft_ms", 0.0) for r in rs) / drafted if drafted else 0.0,
-                rounds_by_drafted=[sum(col) for col in zip(*(r.get("rounds_by_drafted") or [0] * (K_LIMIT + 1) for r in rs))],
+                rounds_by_drafted=[sum(col) for col in zip(*(r.get("rounds_by_drafted") or [0] * (K_MAX + 1) for r in rs))],
                 predicted_n=sum(r["predicted_n"] for r in rs),
                 k_mean=statistics.fmean(r["k_mean"] for r in rs),
                 speedup=1.0 if is_base else (statistics.median(ratios) if ratios else None),
@@ -556,7 +556,7 @@ class Calibration:
     context_n: int = 0
     target_ms: float = 0.0
     draft_ms: float = 0.0  # per drafted token
-    draft_kind: str = "none"  # model | ngram | none
+    draft_kind: str = NONE  # MODEL | NGRAM | NONE (specchat.engine.drafter_kinds)
     c: float = 0.0
     v: dict[int, float] = field(default_factory=dict)  # K -> v(K); v(0) = 1
     reps: int = 0
@@ -572,7 +572,7 @@ def calibrate(
     session: Any,
     prompt: str,
     *,
-    k_max: int = K_LIMIT,
+    k_max: int = K_MAX,
     reps: int = 7,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> Calibration:
@@ -590,10 +590,10 @@ def calibrate(
     dec.reset()
     session.reset()
     ctx = session.template.tokens([Message("user", prompt)])
-    ctx = ctx[: max(2, min(len(ctx), target.n_ctx - K_LIMIT - 2))]
+    ctx = ctx[: max(2, min(len(ctx), target.n_ctx - K_MAX - 2))]
     target.decode(ctx[:-1], logits_last=0)
     base = len(target.tokens)
-    filler = [int(t) for t in (ctx * (K_LIMIT // max(1, len(ctx)) + 2))[: K_LIMIT + 1]]
+    filler = [int(t) for t in (ctx * (K_MAX // max(1, len(ctx)) + 2))[: K_MAX + 1]]
     last = int(ctx[-1])
 
     def rows(n: int) -> float:
@@ -632,7 +632,7 @@ def calibrate(
             m.trim(mbase)
             if i >= 3:
                 ts.append(t)
-        cal.draft_kind = "model"
+        cal.draft_kind = MODEL
         cal.draft_ms = statistics.median(ts)
     elif drafter is not None:
         # a model-free drafter: time its draft() calls over growing prefixes of a self-similar context
@@ -651,7 +651,7 @@ def calibrate(
             t = (time.perf_counter() - t0) * 1000.0
             per_tok.append(t / max(1, len(d.tokens)))
         drafter.reset()
-        cal.draft_kind = "ngram" if isinstance(drafter, NgramDrafter) else "other"
+        cal.draft_kind = NGRAM if isinstance(drafter, NgramDrafter) else "other"
         cal.draft_ms = statistics.median(per_tok)
     cal.c = cal.draft_ms / cal.target_ms if cal.target_ms > 0 else 0.0
     dec.reset()
@@ -660,11 +660,11 @@ def calibrate(
 
 
 def v_table(cal: Calibration) -> list[float]:
-    """v indexed by K for 0..16; K beyond the measured range continue the last measured slope."""
+    """v indexed by K for 0..K_MAX; K beyond the measured range continue the last measured slope."""
     ks = sorted(cal.v)
     top = ks[-1]
     slope = (cal.v[top] - 1.0) / top if top else 0.0
-    return [cal.v[k] if k in cal.v else cal.v[top] + slope * (k - top) for k in range(K_LIMIT + 1)]
+    return [cal.v[k] if k in cal.v else cal.v[top] + slope * (k - top) for k in range(K_MAX + 1)]
 
 
 def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
@@ -681,7 +681,7 @@ def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Se
     d = [int(x[1]) for x in log]
     a = [int(x[2]) for x in log]
     n = [telemetry.natural_length(int(x[0]), int(x[1]), x[3]) for x in log]
-    curve = telemetry.replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_LIMIT)
+    curve = telemetry.replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
     bk = telemetry.best_k(curve)
     return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
             "predicted_best_speedup": curve[bk]}  # fmt: skip
@@ -726,7 +726,7 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
         d_tok = [r.draft_ms_per_token for r in fixed if r.draft_ms_per_token > 0]
         entry["c_in_runs"] = statistics.median(d_tok) / cal.target_ms if d_tok and cal.target_ms > 0 else None
         if alpha is not None:
-            curve = telemetry.speedup_curve(alpha, cal.c, vt, K_LIMIT)
+            curve = telemetry.speedup_curve(alpha, cal.c, vt, K_MAX)
             bk = telemetry.best_k(curve)
             entry["best_k"] = bk
             entry["predicted_best_speedup"] = curve[bk]
@@ -830,9 +830,9 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
         f"  target alone: {t_ms:.2f} ms per single-row decode = {ar['target_tok_s'] or 0:.1f} tok/s "
         f"(context {ar['context_n']} tokens, median)"
     )
-    if ar["draft_kind"] == "model":
+    if ar["draft_kind"] == MODEL:
         lines.append(f"  draft alone:  {ar['draft_ms_per_token']:.2f} ms per token = {ar['draft_tok_s'] or 0:.1f} tok/s ({ar['draft']})")
-    elif ar["draft_kind"] != "none":
+    elif ar["draft_kind"] != NONE:
         lines.append(f"  draft alone:  {ar['draft_ms_per_token'] * 1000:.1f} µs per drafted token ({ar['draft']} lookup: ~free)")
     lines.append(f"  cost ratio c = draft / target per token = {ar['c']:.4f}")
     v = ar["v"]
@@ -1089,7 +1089,7 @@ def main(
         cal: Calibration | None = None
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             try:
-                cal = calibrate(session, suite[0]["prompt"], k_max=K_LIMIT, progress=progress)
+                cal = calibrate(session, suite[0]["prompt"], k_max=K_MAX, progress=progress)
             except KeyboardInterrupt:
                 interrupted = True
         records: list[dict[str, Any]] = []

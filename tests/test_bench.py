@@ -17,7 +17,8 @@ import pytest
 
 from specchat import bench
 from specchat.cli import build_parser, main
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.drafters import Draft, NgramDrafter
 from specchat.engine.telemetry import speedup_curve
 
@@ -89,7 +90,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
             assert r["k"] == 0 and r["draft_n"] == 0 and r["speedup"] is None
         else:
             assert r["speedup"] is not None and r["speedup"] > 0
-        assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == 17
+        assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == K_MAX + 1
         assert sum(d * n for d, n in enumerate(r["rounds_by_drafted"])) == r["draft_n"]
         # the round log: every round that asked for a draft, [K, drafted, accepted, natural]
         assert sum(x[1] for x in r["round_log"]) == r["draft_n"]
@@ -98,7 +99,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
         if r["mode"] == "spec":
             assert all(x[0] <= r["k"] for x in r["round_log"]) and 0 < len(r["round_log"]) <= r["n_steps"]
         if r["mode"] == "auto":
-            assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= 16 and r["estimate"]["c"] >= 0
+            assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= K_MAX and r["estimate"]["c"] >= 0
         else:
             assert r["estimate"] is None
     assert {r["k"] for r in recs if r["mode"] == "spec"} == {2, 3}
@@ -167,7 +168,7 @@ def test_summary_uses_pair_ratios_not_a_ratio_of_medians():
 def test_report_prints_table_arithmetic_and_plot(tiny_report):
     data, out, _err = tiny_report
     ar = data["arithmetic"]
-    assert set(ar["v"]) == {str(k) for k in range(17)} and ar["v"]["0"] == 1.0
+    assert set(ar["v"]) == {str(k) for k in range(K_MAX + 1)} and ar["v"]["0"] == 1.0
     assert all(v > 0 for v in ar["v"].values())
     assert ar["target_ms_per_token"] > 0 and ar["draft_kind"] == "model" and ar["c"] > 0
     assert ar["c"] == pytest.approx(ar["draft_ms_per_token"] / ar["target_ms_per_token"])
@@ -176,14 +177,14 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
     for p in per_prompt.values():
         if p["alpha"] is None:
             continue
-        assert 0 <= p["best_k"] <= 16
+        assert 0 <= p["best_k"] <= K_MAX
         assert p["predicted_best_speedup"] == pytest.approx(max(p["curve"]))
         if p["prompt"] != bench.ALL_PROMPTS:  # the recommendation is the replay of the K=3 runs' rounds
             rp = p["replay"]
             assert rp["from_k"] == 3 and rp["rounds"] > 0 and p["best_k"] == rp["best_k"]
             assert p["curve"] == rp["curve"] and rp["curve"][0] == 1.0
-            vt = [ar["v"][str(k)] for k in range(17)]
-            assert p["geometric_best_speedup"] == pytest.approx(max(speedup_curve(p["alpha"], ar["c"], vt, 16)))
+            vt = [ar["v"][str(k)] for k in range(K_MAX + 1)]
+            assert p["geometric_best_speedup"] == pytest.approx(max(speedup_curve(p["alpha"], ar["c"], vt, K_MAX)))
         for row in p["rows"]:
             assert row["k"] in (2, 3)
             assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)
@@ -298,7 +299,7 @@ def _bad(capsys, *argv) -> str:
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--k", "0,17"], "17 is out of range"),
+        (["--k", f"0,{K_MAX + 1}"], f"{K_MAX + 1} is out of range"),
         (["--k", "-1"], "out of range"),
         (["--k", "1,two"], "comma-separated"),
         (["--k", ","], "empty"),

@@ -24,16 +24,15 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from specchat.engine.controls import K_MAX, Controls
+from specchat.engine.controls import Controls
 from specchat.engine.detokenize import PieceDecoder
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
 from specchat.engine.events import Event, Piece, PromptDone, Step
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept_or_resample, sample, warp
 from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
 
-#: the drafter name that means "no drafting": every round is a plain decode (the baseline)
-NO_DRAFTER = "none"
 #: verify batch sizes timed once before auto-K chooses (K = 0, 2, 4, 8, 16)
 CALIBRATION_ROWS = (1, 3, 5, 9, 17)
 #: an auto-K probe of a model drafter reads at most this many unseen tokens (see ModelDrafter.limit_catch_up)
@@ -56,7 +55,7 @@ class SpeculativeDecoder:
         self.target = target
         self.drafters = drafters
         self.controls = controls
-        self.drafter_name = drafter if (drafter in drafters or drafter == NO_DRAFTER) else next(iter(drafters), NO_DRAFTER)
+        self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
         self.cost_model = cost_model or CostModel()
         self.auto_k = auto_k or AutoK(k_max=K_MAX)
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
@@ -131,7 +130,7 @@ class SpeculativeDecoder:
                 break
             st = controls.snapshot()
             if st.drafter is not None and st.drafter != self.drafter_name:
-                if st.drafter in self.drafters or st.drafter == NO_DRAFTER:
+                if st.drafter in self.drafters or st.drafter == NONE:
                     self.drafter_name = st.drafter
             drafter = self.drafter
             sampling = st.sampling
@@ -227,11 +226,11 @@ class SpeculativeDecoder:
                 )
             else:
                 self.cost_model.observe_plain(t_verify + overhead)
-            cost = self.cost_model.estimate(drafter.name if drafter else "none", k_eff, K_MAX)
+            cost = self.cost_model.estimate(drafter.name if drafter else NONE, k_eff, K_MAX)
             yield Step(
                 k=k_eff, drafted=m, accepted=a, emitted=len(emitted), t_draft_ms=draft.t_ms,
                 t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
-                auto_k=bool(st.auto_k and speculative), drafter=drafter.name if drafter else "none",
+                auto_k=bool(st.auto_k and speculative), drafter=drafter.name if drafter else NONE,
                 n_past=len(target.tokens), cost=cost, natural=draft.natural if k_eff > 0 else None,
             )
             if ends_with_eog:

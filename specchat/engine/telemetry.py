@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from specchat.engine.controls import K_MAX
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import CostEstimate, Step, Turn
 
 #: verify batches have 1..K_MAX+1 rows ([last, d1..dK])

@@ -318,7 +318,7 @@ def test_auto_k_with_ngram_warms_up_at_the_cap_and_replays_the_drafters_own_leng
     plain decoding's."""
     from specchat.bench import DEFAULT_SUITE
     from specchat.engine.chat import ChatSession
-    from specchat.engine.controls import K_MAX
+    from specchat.engine.drafter_kinds import K_MAX
     from specchat.engine.telemetry import CostModel
 
     prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")

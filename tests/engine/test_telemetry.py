@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from specchat.engine.controls import K_MAX
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import CostEstimate, Step
 from specchat.engine.telemetry import (
     MAX_ROWS,
