@@ -30,7 +30,7 @@ from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
 from specchat.engine.events import Event, Piece, PromptDone, Step
 from specchat.engine.model import Model
-from specchat.engine.sampling import accept_or_resample, sample, warp
+from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
 
 #: verify batch sizes timed once before auto-K chooses (K = 0, 2, 4, 8, 16)
@@ -136,10 +136,11 @@ class SpeculativeDecoder:
             sampling = st.sampling
             speculative = st.speculative and self.can_speculate and drafter is not None
             if speculative and st.auto_k:
-                k = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
-                if self.auto_k.remeasure:
+                decision = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
+                k = decision.k
+                if decision.remeasure:
                     self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
-                if k > 0 and self.auto_k.last_reason == "probe":
+                if decision.probe:
                     drafter.limit_catch_up(PROBE_CATCH_UP)  # a probe must not pay for every plain round
             elif speculative:
                 k = st.k
@@ -162,24 +163,7 @@ class SpeculativeDecoder:
             t_verify = (time.perf_counter() - t_v0) * 1000.0
 
             # -- accept -----------------------------------------------------------------------
-            a = 0
-            if sampling.temperature <= 0:
-                best = logits.argmax(axis=1)
-                while a < m and int(best[a]) == d[a]:
-                    a += 1
-                final = int(best[a])
-            else:
-                final = -1
-                for i in range(m):
-                    p = warp(logits[i], sampling)
-                    ok, tok = accept_or_resample(p, draft.q[i] if draft.q else None, d[i], rng)
-                    if ok:
-                        a += 1
-                        continue
-                    final = tok
-                    break
-                if a == m:
-                    final = sample(warp(logits[m], sampling), rng)
+            a, final = accept(logits, d, draft.q, sampling, rng)
             emitted = [*d[:a], final]
             # stop at end-of-generation and at the token budget (never emit past either)
             eog_at = next((i for i, t in enumerate(emitted) if target.is_eog(t)), None)

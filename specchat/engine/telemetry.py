@@ -36,6 +36,8 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -858,15 +860,61 @@ def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
 # =================================================================================================
 
 
+class KReason(StrEnum):
+    """Why auto-K chose a round's K: every reason a :class:`KDecision` can carry (see :class:`AutoK`)."""
+
+    #: too few drafting rounds of this drafter yet: ``k_init``, or the cap for a free drafter that picks its
+    #: own draft length
+    WARM_UP = "warm-up"
+    #: one plain round to re-time the single-row target decode, the unit of v and c (none came in
+    #: ``calibrate_every`` observations, e.g. a model drafter always drafts)
+    CALIBRATE = "calibrate"
+    #: while off: one round drafts the K that would be best if α were ``probe_alpha``, to gather evidence
+    PROBE = "probe"
+    #: the probe's evidence predicts a gain: speculation is back on at the best K
+    PROBE_PAID = "probe paid"
+    #: it does not: stay off until the next probe (the interval doubles, or resets after a promising probe)
+    PROBE_FAILED = "probe failed"
+    #: the best K beat the current one by ``margin`` on ``patience`` boundaries: K moved (to 0 = off, too)
+    SWITCH = "switch"
+    #: keep the current K: nothing beats it by ``margin``, or the last move is still dwelling
+    HOLD = "hold"
+    #: a costly drafter for which no K beats plain decoding even at α = ``cannot_pay_alpha``: do not draft
+    CANNOT_PAY = "cannot pay"
+    #: cannot pay, and ``probe_max`` rounds went by: the engine re-times one draft decode now
+    #: (:attr:`KDecision.remeasure`), since a cost measured under contention can be wrong
+    REMEASURE = "re-measure"
+
+
+@dataclass(frozen=True, slots=True)
+class KDecision:
+    """What :meth:`AutoK.choose` decided for the next round: draft ``k`` tokens (0 = a plain round), and why."""
+
+    k: int
+    reason: KReason
+
+    @property
+    def remeasure(self) -> bool:
+        """The engine should re-time the drafter (one draft decode) before this round."""
+        return self.reason is KReason.REMEASURE
+
+    @property
+    def probe(self) -> bool:
+        """This round only gathers evidence while speculation is off (a drafter with a KV should not catch
+        up on every token since its last round for it)."""
+        return self.reason is KReason.PROBE and self.k > 0
+
+
 class AutoK:
     """Choose K at each step boundary: K* = argmax over 0..k_max of the cost model's S(K), 0 = do not draft.
 
-    Deterministic (no RNG). The policy:
+    Deterministic (no RNG). :meth:`choose` returns a :class:`KDecision`; its :class:`KReason` names which
+    rule below decided. The policy:
 
     * **warm-up** - until the cost model has seen ``warmup_steps`` drafting rounds of this drafter, use
       ``k_init`` (default 1: the first rounds measure the draft cost at the least risk, instead of
       trusting a prior). A *free* drafter that chooses its own length (n-gram: it proposes only
-      confident continuations, nothing when nothing matches) warms up at ``k_max`` instead: drafting
+      confident continuations, nothing when nothing matches) warms up at its cap instead: drafting
       costs nothing, it proposes only what it trusts, and a round verified at a large cap tells the
       cost model's replay exactly what every smaller cap would have given (so K can only move down
       on evidence, never creep up on the geometric extrapolation of short rounds);
@@ -892,14 +940,17 @@ class AutoK:
       every ``probe_max`` rounds, since costs measured under contention can be wrong. A probe whose
       drafter proposed nothing (no n-gram match) is retried on the next round;
     * **cannot pay** - when the draft cost is known (the engine times one draft decode before the first
-      round, :meth:`SpeculativeDecoder.calibrate_draft_cost`) and no K would beat plain decoding by
-      ``margin`` even at a per-position acceptance of ``cannot_pay_alpha`` (0.9; a model drafter's
+      round, :func:`specchat.engine.calibration.calibrate_draft_cost`) and no K would beat plain decoding
+      by ``margin`` even at a per-position acceptance of ``cannot_pay_alpha`` (0.9; a model drafter's
       warm-up first prefills the whole prompt into its KV, which a gain only reachable above 90 %
-      acceptance rarely repays), a costly drafter is not used at all: no warm-up, no probes; every ``probe_max`` rounds ``remeasure`` asks the engine to time
-      the draft again, and drafting resumes (warm-up, then the rules above) once some K could pay;
+      acceptance rarely repays), a costly drafter is not used at all: no warm-up, no probes; every
+      ``probe_max`` rounds the decision asks the engine to re-measure the draft, and drafting resumes
+      (warm-up, then the rules above) once some K could pay;
     * **calibration** - v and c are ratios to the single-row target time; when no single-row timing came
       in ``calibrate_every`` observations (a model drafter always drafts, so plain rounds never happen),
       one plain round re-measures it.
+
+    ``k_max`` bounds every K; :meth:`choose` may lower it per drafter (its kind's cap).
     """
 
     def __init__(
@@ -944,9 +995,8 @@ class AutoK:
         """Forget the policy state (K back to ``k_init``); the cost model keeps its estimates."""
         #: the regime: the K used outside probes and calibration rounds
         self.k = self.k_init
-        #: why the last choice was made: warm-up, calibrate, probe, probe paid, probe failed, switch, hold
-        self.last_reason = "start"
         self._drafter: str | None = None
+        self._cap = self.k_max  # the K bound of the current drafter
         self._streak = 0
         self._dwell = self.min_dwell  # boundaries since the regime last changed (free to move at start)
         self._last_dir = 0  # direction of that change: +1 up, -1 down
@@ -955,8 +1005,6 @@ class AutoK:
         self._interval = self.probe_min
         self._probe_pending = False
         self._probe_before = 0
-        #: set by choose() when the decoder should re-time the drafter (SpeculativeDecoder does, then clears it)
-        self.remeasure = False
 
     @property
     def probe_interval(self) -> int:
@@ -965,7 +1013,7 @@ class AutoK:
 
     # -- helpers -----------------------------------------------------------------------------------
     def _probe_size(self, cm: CostModel, drafter: str) -> int:
-        return max(1, best_k(cm.speedups(drafter, self.k_max, alpha=self.probe_alpha)))
+        return max(1, best_k(cm.speedups(drafter, self._cap, alpha=self.probe_alpha)))
 
     def _set_interval(self, cm: CostModel, drafter: str) -> None:
         kp = self._probe_size(cm, drafter)
@@ -976,12 +1024,12 @@ class AutoK:
     def _break_even_alpha(self, cm: CostModel, drafter: str) -> float:
         """The smallest α at which some K would beat plain decoding by ``margin`` (bisection)."""
         gain = 1.0 + self.margin
-        if max(cm.speedups(drafter, self.k_max, alpha=1.0)) <= gain:
+        if max(cm.speedups(drafter, self._cap, alpha=1.0)) <= gain:
             return 1.0 + 1e-9  # nothing pays, not even α = 1
         lo, hi = 0.0, 1.0
         for _ in range(14):
             mid = 0.5 * (lo + hi)
-            if max(cm.speedups(drafter, self.k_max, alpha=mid)) > gain:
+            if max(cm.speedups(drafter, self._cap, alpha=mid)) > gain:
                 hi = mid
             else:
                 lo = mid
@@ -989,7 +1037,7 @@ class AutoK:
 
     def _cannot_pay(self, cm: CostModel, drafter: str) -> bool:
         """No K is predicted to beat plain decoding by ``margin`` even at α = ``cannot_pay_alpha``."""
-        return max(cm.speedups(drafter, self.k_max, alpha=self.cannot_pay_alpha)) <= 1.0 + self.margin
+        return max(cm.speedups(drafter, self._cap, alpha=self.cannot_pay_alpha)) <= 1.0 + self.margin
 
     def _go_off(self, cm: CostModel, drafter: str) -> None:
         self.k = 0
@@ -999,22 +1047,22 @@ class AutoK:
         self._fails = 0
         self._set_interval(cm, drafter)
 
-    def _probe(self, cm: CostModel, drafter: str) -> int:
+    def _probe(self, cm: CostModel, drafter: str) -> KDecision:
         self._probe_pending = True
         self._probe_before = cm.spec_steps(drafter)
-        self.last_reason = "probe"
-        return self._probe_size(cm, drafter)
+        return KDecision(self._probe_size(cm, drafter), KReason.PROBE)
 
     # -- the policy --------------------------------------------------------------------------------
-    def choose(self, cost_model: CostModel, drafter: str, *, free: bool = False) -> int:
-        """The K for the next round with ``drafter`` (call once per step boundary, then observe it).
+    def choose(self, cost_model: CostModel, drafter: str, *, free: bool = False, k_cap: int | None = None) -> KDecision:
+        """The K for the next round with ``drafter`` (call once per step boundary, then observe the round).
 
-        ``free``: the drafter costs ~nothing and chooses its own draft length (see the warm-up)."""
+        ``free``: the drafter costs ~nothing and chooses its own length (see the warm-up). ``k_cap``: the
+        largest K this drafter is asked for (its kind's cap; default ``k_max``)."""
         cm = cost_model
         if drafter != self._drafter:
             self.reset()
             self._drafter = drafter
-        self.remeasure = False
+            self._cap = self.k_max if k_cap is None else max(1, min(self.k_max, k_cap))
         if not free and cm.has_draft_cost(drafter) and self._cannot_pay(cm, drafter):
             # no K beats plain decoding even if every draft were accepted: do not draft at all (no
             # warm-up, no α probes - a model drafter's probe would also have to catch its KV up on
@@ -1025,22 +1073,17 @@ class AutoK:
             self._plain += 1
             if self._plain >= self.probe_max:
                 self._plain = 0
-                self.remeasure = True
-                self.last_reason = "re-measure"
-            else:
-                self.last_reason = "cannot pay"
-            return 0
+                return KDecision(0, KReason.REMEASURE)
+            return KDecision(0, KReason.CANNOT_PAY)
         n_spec = cm.spec_steps(drafter)
         if n_spec < self.warmup_steps:
-            self.k = self.k_max if free else self.k_init
-            self.last_reason = "warm-up"
-            return self.k
+            self.k = self._cap if free else min(self.k_init, self._cap)
+            return KDecision(self.k, KReason.WARM_UP)
         since = cm.steps_since_single_row
         if self.k > 0 and not self._probe_pending and (since is None or since >= self.calibrate_every):
-            self.last_reason = "calibrate"
-            return 0
+            return KDecision(0, KReason.CALIBRATE)
 
-        curve = cm.speedups(drafter, self.k_max)
+        curve = cm.speedups(drafter, self._cap)
         best = best_k(curve)
         gain = 1.0 + self.margin
 
@@ -1054,16 +1097,14 @@ class AutoK:
                 self._last_dir = 1
                 self._streak = 0
                 self._fails = 0
-                self.last_reason = "probe paid"
-                return self.k
+                return KDecision(self.k, KReason.PROBE_PAID)
             # a probe whose own acceptance would pay is promising: probe again soon to gather evidence
             drafted, accepted = cm.last_draft(drafter)
             alpha_probe = accepted / (accepted + 1) if accepted < drafted else 1.0
             self._fails = 0 if alpha_probe >= self._break_even_alpha(cm, drafter) else self._fails + 1
             self._set_interval(cm, drafter)
             self._plain = 0
-            self.last_reason = "probe failed"
-            return 0
+            return KDecision(0, KReason.PROBE_FAILED)
 
         if self.k > 0 and curve[best] <= 1.0 + self.margin / 2:
             want = 0  # no K beats plain decoding by enough to be worth drafting
@@ -1084,8 +1125,7 @@ class AutoK:
                     self.k = want
                     self._dwell = 0
                     self._streak = 0
-                self.last_reason = "switch"
-                return self.k
+                return KDecision(self.k, KReason.SWITCH)
         else:
             self._streak = 0
         if self.k == 0:
@@ -1093,8 +1133,7 @@ class AutoK:
             if self._plain >= self._interval and self._dwell > self.min_dwell:
                 self._plain = 0
                 return self._probe(cm, drafter)
-        self.last_reason = "hold"
-        return self.k
+        return KDecision(self.k, KReason.HOLD)
 
 
 # =================================================================================================
@@ -1127,6 +1166,8 @@ __all__ = [
     "MAX_ROWS",
     "AutoK",
     "CostModel",
+    "KDecision",
+    "KReason",
     "Rolling",
     "TurnCounters",
     "best_k",
