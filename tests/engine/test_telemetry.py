@@ -730,7 +730,7 @@ STATIONARY = [
     (0.5, 3.0, lambda r: 1.0),  # c = 0.3: only K = 1 pays (1.15×)
     (0.8, 0.5, lambda r: 1 + 0.1 * (r - 1)),  # verify cost grows 10 % per row: S peaks at K = 5
     (0.3, 0.0, lambda r: 1 + 0.05 * (r - 1)),  # free drafts, low acceptance: K = 2
-    (0.9, 0.0, lambda r: 1.0),  # free drafts, flat verify cost (DESIGN.md's figure): as long as possible
+    (0.9, 0.0, lambda r: 1.0),  # free drafts, flat verify cost (Leviathan et al.'s v = 1): as long as possible
     (0.95, 9.0, lambda r: 1.0),  # a draft almost as costly as the target: S(1) = 1.03 at best
     (0.9, 0.0, lambda r: 1 + 0.43 * (r - 1)),  # free drafts, v as measured here (17 rows = 7.9x): K ≈ 3
 ]
