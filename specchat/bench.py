@@ -16,12 +16,16 @@ baseline runs of the prompt.
 
 **Arithmetic** (the seed's "Step 5"; Leviathan et al. 2023, §3.3-3.4, with a measured verify cost):
 
-* target alone: median wall time of a single-row ``llama_decode`` at the suite's first prompt length;
-* draft alone: the same for a draft model (one single-row decode per drafted token), or the time of an
-  n-gram lookup per drafted token;
-* c = draft ms per token / target ms per token;
+* the engine's own calibration (:mod:`specchat.engine.calibration`) on a fresh
+  :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt: the same functions and the
+  same fit as auto-K and the sidebar, with every verify size 1..K_MAX+1 timed ``reps`` times (each right
+  after a single-row decode). So the bench's c and v(K) are the engine's:
+* target alone: the cost model's single-row decode time (median);
+* draft alone: a draft model's single-row decode, timed against the target's with both caches empty
+  (c = draft / target per token); a drafter that runs no model (n-gram) costs c = 0 until rounds time it -
+  its cost in the runs is printed per prompt;
 * v(K) = time of a (K+1)-row verify decode (logits on every row, as the speculative loop asks) / time of
-  a single-row decode measured right before it; the median over repetitions of these adjacent ratios;
+  a single-row decode, as the cost model fits it (row medians shrunk toward a line, made monotone);
 * α = Σ accepted / (Σ accepted + Σ rounds with a rejection) over the fixed-K runs of a prompt (the
   maximum-likelihood per-position acceptance, :class:`specchat.engine.telemetry.CostModel`);
 * E(α, K) and S(K) = E / (c·K + v(K)) from :mod:`specchat.engine.telemetry`, next to the measured tokens
@@ -49,7 +53,20 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
+from specchat.engine.calibration import calibrate_draft_cost, calibrate_verify_cost, draft_cost_ratios
+from specchat.engine.drafter_kinds import K_MAX, MODEL, NONE
+from specchat.engine.events import CostEstimate
+from specchat.engine.protocol import Message
+from specchat.engine.telemetry import (
+    CostModel,
+    best_k,
+    break_even_line,
+    expected_tokens,
+    natural_length,
+    predicted_speedup,
+    replay_speedups,
+    speedup_curve,
+)
 from specchat.errors import UserError
 
 ALL_PROMPTS = "(all prompts)"
@@ -545,134 +562,77 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
 
 
 # =================================================================================================
-# The arithmetic: micro-benchmarks of c and v(K), predictions vs measurements
+# The arithmetic: the engine's cost model calibrated on the pair, predictions vs measurements
 # =================================================================================================
 
 
 @dataclass(slots=True)
 class Calibration:
-    """Micro-benchmark results (ms are medians)."""
+    """The engine's cost model after :func:`calibrate`, and where it was measured."""
 
-    context_n: int = 0
-    target_ms: float = 0.0
-    draft_ms: float = 0.0  # per drafted token
-    draft_kind: str = NONE  # MODEL | NGRAM | NONE (specchat.engine.drafter_kinds)
-    c: float = 0.0
-    v: dict[int, float] = field(default_factory=dict)  # K -> v(K); v(0) = 1
-    reps: int = 0
+    cost_model: CostModel
+    drafter: str  # the drafter's name (NONE when there is none)
+    draft_kind: str  # MODEL | NGRAM | NONE (specchat.engine.drafter_kinds)
+    context_n: int  # tokens in the target's KV while timing
+    reps: int  # repetitions of the verify timings
+
+    @property
+    def target_ms(self) -> float:
+        return self.cost_model.target_ms() or 0.0
+
+    @property
+    def draft_ms(self) -> float:
+        return self.cost_model.draft_ms_per_token(self.drafter)
+
+    @property
+    def c(self) -> float:
+        return self.cost_model.c(self.drafter)
+
+    def v_table(self) -> list[float]:
+        """v(K) for K = 0..K_MAX, as auto-K and the sidebar read it."""
+        return [self.cost_model.v(k) for k in range(K_MAX + 1)]
 
 
-def _timed(fn: Callable[[], Any]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000.0
+def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | None = None) -> Calibration:
+    """Calibrate a fresh engine cost model on the pair, through the engine's own path.
 
-
-def calibrate(
-    session: Any,
-    prompt: str,
-    *,
-    k_max: int = K_MAX,
-    reps: int = 7,
-    progress: Callable[[int, int, str], None] | None = None,
-) -> Calibration:
-    """Measure target ms per single-row decode, v(K) for K = 1..k_max and the draft cost per token.
-
-    The target's KV holds the chat-formatted ``prompt`` (minus its last token); each measurement appends
-    rows at that position and trims them away, so every decode sees the same context length. v(K) is the
-    median over ``reps`` of t(K+1 rows) / t(1 row) measured back to back (pairs again, against drift).
+    The functions and the order of :meth:`SpeculativeDecoder.generate`'s first turn
+    (:mod:`specchat.engine.calibration`): the draft timed against the target with both KVs empty, then the
+    chat-formatted ``prompt`` (minus its last token) decoded into the target, then v(K). The bench times
+    every verify size 1..K_MAX+1 (the engine only a few), ``reps`` times over, each right after a
+    single-row batch so drift hits both; the cost model's fit turns the timings into v(K) and c - the same
+    estimator the sidebar and auto-K read, so the bench cannot disagree with them.
     """
-    from specchat.engine.drafters import ModelDrafter, NgramDrafter
-    from specchat.engine.protocol import Message
-
     dec = session.decoder
     target = dec.target
     dec.reset()
     session.reset()
     ctx = session.template.tokens([Message("user", prompt)])
     ctx = ctx[: max(2, min(len(ctx), target.n_ctx - K_MAX - 2))]
-    target.decode(ctx[:-1], logits_last=0)
-    base = len(target.tokens)
-    filler = [int(t) for t in (ctx * (K_MAX // max(1, len(ctx)) + 2))[: K_MAX + 1]]
-    last = int(ctx[-1])
-
-    def rows(n: int) -> float:
-        t = _timed(lambda: target.decode([last, *filler[: n - 1]], logits_last=n))
-        target.trim(base)
-        return t
-
-    for _ in range(3):  # warm-up: first decodes allocate buffers
-        rows(1)
-        rows(k_max + 1)
-    singles: list[float] = []
-    ratios: dict[int, list[float]] = {k: [] for k in range(1, k_max + 1)}
-    total = reps * k_max
-    for r in range(reps):
-        for k in range(1, k_max + 1):
-            if progress:
-                progress(r * k_max + k - 1, total, f"verify cost v({k})")
-            t1 = rows(1)
-            tk = rows(k + 1)
-            singles.append(t1)
-            if t1 > 0:
-                ratios[k].append(tk / t1)
-    cal = Calibration(context_n=len(ctx), reps=reps)
-    cal.target_ms = statistics.median(singles)
-    cal.v = {0: 1.0, **{k: statistics.median(v) for k, v in ratios.items() if v}}
-
     drafter = dec.drafter
-    if isinstance(drafter, ModelDrafter):
-        m = drafter.model
-        m.clear()
-        m.decode(ctx[:-1], logits_last=0)
-        mbase = len(m.tokens)
-        ts = []
-        for i in range(3 + 4 * reps):
-            t = _timed(lambda: m.decode([last], logits_last=1))
-            m.trim(mbase)
-            if i >= 3:
-                ts.append(t)
-        cal.draft_kind = MODEL
-        cal.draft_ms = statistics.median(ts)
-    elif drafter is not None:
-        # a model-free drafter: time its draft() calls over growing prefixes of a self-similar context
-        from specchat.engine.controls import SamplingParams
-
-        import numpy as np
-
-        sp = SamplingParams()
-        rng = np.random.default_rng(0)
-        seq = list(ctx) + list(ctx[-200:])
-        drafter.reset()
-        per_tok = []
-        for n in range(len(seq) - 64, len(seq)):
-            t0 = time.perf_counter()
-            d = drafter.draft(seq[:n], 8, sp, rng)
-            t = (time.perf_counter() - t0) * 1000.0
-            per_tok.append(t / max(1, len(d.tokens)))
-        drafter.reset()
-        cal.draft_kind = NGRAM if isinstance(drafter, NgramDrafter) else "other"
-        cal.draft_ms = statistics.median(per_tok)
-    cal.c = cal.draft_ms / cal.target_ms if cal.target_ms > 0 else 0.0
+    drafters = {drafter.name: drafter} if drafter is not None else {}
+    cm = CostModel()
+    ratios = draft_cost_ratios(target, drafters, int(ctx[0]))
+    target.decode(ctx[:-1], logits_last=0)
+    last = int(ctx[-1])
+    pairs = [rows for k in range(1, K_MAX + 1) for rows in (1, k + 1)]
+    for r in range(reps):
+        if progress:
+            progress(r, reps, "verify cost v(K)")
+        calibrate_verify_cost(target, cm, last, pairs, reps=1)
+    calibrate_draft_cost(cm, drafters, last, ratios)
     dec.reset()
     session.reset()
-    return cal
-
-
-def v_table(cal: Calibration) -> list[float]:
-    """v indexed by K for 0..K_MAX; K beyond the measured range continue the last measured slope."""
-    ks = sorted(cal.v)
-    top = ks[-1]
-    slope = (cal.v[top] - 1.0) / top if top else 0.0
-    return [cal.v[k] if k in cal.v else cal.v[top] + slope * (k - top) for k in range(K_MAX + 1)]
+    return Calibration(
+        cost_model=cm, drafter=drafter.name if drafter is not None else NONE,
+        draft_kind=drafter.kind if drafter is not None else NONE, context_n=len(ctx), reps=reps,
+    )  # fmt: skip
 
 
 def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
     """The rounds of the largest fixed K replayed at every K (auto-K's estimate, see
     :func:`specchat.engine.telemetry.replay_speedups`): exact up to what each round drafted, the
     geometric model with α only past it. None without logged rounds."""
-    from specchat.engine import telemetry
-
     logged = [r for r in fixed if r.round_log]
     if not logged:
         return None
@@ -680,28 +640,26 @@ def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Se
     log = top.round_log
     d = [int(x[1]) for x in log]
     a = [int(x[2]) for x in log]
-    n = [telemetry.natural_length(int(x[0]), int(x[1]), x[3]) for x in log]
-    curve = telemetry.replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
-    bk = telemetry.best_k(curve)
+    n = [natural_length(int(x[0]), int(x[1]), x[3]) for x in log]
+    curve = replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
+    bk = best_k(curve)
     return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
             "predicted_best_speedup": curve[bk]}  # fmt: skip
 
 
-def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> dict[str, Any]:
+def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
     """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
-    from specchat.engine.events import CostEstimate
-    from specchat.engine import telemetry
-
-    vt = v_table(cal)
+    vt = cal.v_table()
+    t1, c, draft_ms = cal.target_ms, cal.c, cal.draft_ms
     out: dict[str, Any] = {
-        "target_ms_per_token": cal.target_ms,
-        "target_tok_s": 1000.0 / cal.target_ms if cal.target_ms > 0 else None,
-        "draft": drafter,
+        "target_ms_per_token": t1,
+        "target_tok_s": 1000.0 / t1 if t1 > 0 else None,
+        "draft": cal.drafter,
         "draft_kind": cal.draft_kind,
-        "draft_ms_per_token": cal.draft_ms,
-        "draft_tok_s": 1000.0 / cal.draft_ms if cal.draft_ms > 0 else None,
-        "c": cal.c,
-        "v": {str(k): v for k, v in sorted(cal.v.items())},
+        "draft_ms_per_token": draft_ms,
+        "draft_tok_s": 1000.0 / draft_ms if draft_ms > 0 else None,
+        "c": c,
+        "v": {str(k): v for k, v in enumerate(vt)},
         "context_n": cal.context_n,
         "reps": cal.reps,
         "prompts": [],
@@ -724,25 +682,24 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
             alpha = alpha_mle(a_sum, rej_sum)
         entry: dict[str, Any] = {"prompt": name, "alpha": alpha, "rows": []}
         d_tok = [r.draft_ms_per_token for r in fixed if r.draft_ms_per_token > 0]
-        entry["c_in_runs"] = statistics.median(d_tok) / cal.target_ms if d_tok and cal.target_ms > 0 else None
+        entry["c_in_runs"] = statistics.median(d_tok) / t1 if d_tok and t1 > 0 else None
         if alpha is not None:
-            curve = telemetry.speedup_curve(alpha, cal.c, vt, K_MAX)
-            bk = telemetry.best_k(curve)
+            curve = speedup_curve(alpha, c, vt, K_MAX)
+            bk = best_k(curve)
             entry["best_k"] = bk
             entry["predicted_best_speedup"] = curve[bk]
             entry["curve"] = curve
             base = next((r for r in prs or [] if r.mode == "baseline"), None)
             o0 = base.overhead_per_round if base else 0.0
-            t1 = cal.target_ms
             for r in fixed:
                 k = int(r.k or 0)
-                e = telemetry.expected_tokens(alpha, k)
+                e = expected_tokens(alpha, k)
                 # the same S with the rounds' measured time outside llama_decode added to both sides:
                 # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
-                with_o = e * (t1 + o0) / (t1 * (cal.c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
+                with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
                 # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
                 # runs' own draft cost per token and overhead per round, against one token per plain round
-                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else cal.c
+                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
                 cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
                 from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
                 entry["rows"].append({
@@ -751,21 +708,21 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], drafter: str) -> di
                     "predicted_from_rounds": from_rounds,
                     "tokens_per_round": r.tokens_per_round,
                     "v": vt[k],
-                    "predicted_speedup": telemetry.predicted_speedup(alpha, k, cal.c, vt[k]),
+                    "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
                     "predicted_with_overhead": with_o,
                     "overhead_ms_per_round": r.overhead_per_round,
                     "measured_speedup": r.speedup,
                 })  # fmt: skip
-            replay = replay_of_rounds(fixed, alpha, cal.c, vt)
+            replay = replay_of_rounds(fixed, alpha, c, vt)
             if replay is not None:
                 entry["replay"] = replay
                 entry["geometric_best_k"], entry["geometric_best_speedup"] = bk, curve[bk]
                 entry["best_k"], entry["predicted_best_speedup"] = replay["best_k"], replay["predicted_best_speedup"]
                 entry["curve"] = replay["curve"]
             rk, rs = entry["best_k"], entry["predicted_best_speedup"]
-            entry["break_even"] = telemetry.break_even_line(
-                CostEstimate(alpha=alpha, c=cal.c, v=vt[rk], best_k=rk, predicted_speedup=rs,
-                             target_ms_per_token=cal.target_ms, draft_ms_per_token=cal.draft_ms)
+            entry["break_even"] = break_even_line(
+                CostEstimate(alpha=alpha, c=c, v=vt[rk], best_k=rk, predicted_speedup=rs,
+                             target_ms_per_token=t1, draft_ms_per_token=draft_ms)
             )  # fmt: skip
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
             if measured:
@@ -833,11 +790,11 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
     if ar["draft_kind"] == MODEL:
         lines.append(f"  draft alone:  {ar['draft_ms_per_token']:.2f} ms per token = {ar['draft_tok_s'] or 0:.1f} tok/s ({ar['draft']})")
     elif ar["draft_kind"] != NONE:
-        lines.append(f"  draft alone:  {ar['draft_ms_per_token'] * 1000:.1f} µs per drafted token ({ar['draft']} lookup: ~free)")
+        lines.append(f"  draft alone:  {ar['draft']} runs no model: c = 0 until rounds time its lookups ('in the runs' below)")
     lines.append(f"  cost ratio c = draft / target per token = {ar['c']:.4f}")
     v = ar["v"]
     ks = [k for k in sorted(int(k) for k in v) if k > 0]
-    lines.append("  verify cost v(K) = t(K+1 rows) / t(1 row), median of adjacent pairs:")
+    lines.append(f"  verify cost v(K) = t(K+1 rows) / t(1 row), the engine's fit of {ar['reps']} timings per size (as auto-K reads it):")
     for chunk in range(0, len(ks), 8):
         part = ks[chunk : chunk + 8]
         lines.append("    " + "  ".join(f"K={k:<2d} {v[str(k)]:.2f}" for k in part))
@@ -1089,7 +1046,7 @@ def main(
         cal: Calibration | None = None
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             try:
-                cal = calibrate(session, suite[0]["prompt"], k_max=K_MAX, progress=progress)
+                cal = calibrate(session, suite[0]["prompt"], progress=progress)
             except KeyboardInterrupt:
                 interrupted = True
         records: list[dict[str, Any]] = []
@@ -1099,7 +1056,7 @@ def main(
             interrupted = runner.interrupted
         progress.close()
         rows = summarize(records)
-        arith = arithmetic(cal, rows, drafter) if cal is not None else None
+        arith = arithmetic(cal, rows) if cal is not None else None
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
         if rows:

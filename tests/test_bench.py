@@ -197,6 +197,42 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
     assert "speedup vs K" in out and "K=2" in out and "auto" in out
 
 
+def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_path, tiny_pair, suite_file, monkeypatch):
+    """One calibration path: the bench times the pair only through the engine's calibration (the draft against
+    the target on equal footing, then verify batches of every size), and its c and v(K) are exactly what an
+    engine CostModel makes of those timings - the figures auto-K and the sidebar read. Recorded by wrapping
+    the real Model.time_scratch_decode (the decodes still run)."""
+    from specchat.engine.model import Model
+    from specchat.engine.telemetry import CostModel
+
+    target, draft = tiny_pair
+    calls: list[tuple[str, int, float]] = []
+    real = Model.time_scratch_decode
+
+    def recording(self, tokens):
+        ms = real(self, tokens)
+        calls.append((self.name, len(tokens), ms))
+        return ms
+
+    monkeypatch.setattr(Model, "time_scratch_decode", recording)
+    out_json = tmp_path / "one-path.json"
+    rc, _out, err = run_bench(bench_args(target, draft, suite_file, "--k", "0,2", "--runs", "1", "--json", str(out_json)))
+    assert rc == 0, err
+    ar = json.loads(out_json.read_text())["arithmetic"]
+    drafts = [ms for name, _, ms in calls if name == draft.name]
+    targets = [(rows, ms) for name, rows, ms in calls if name == target.name]
+    assert drafts and len(targets) > len(drafts), "the bench must time the pair through the engine's calibration"
+    # draft_cost_ratios: draft and target single rows interleaved, then the verify batches feed the model
+    ratios = sorted(d / t for d, (_, t) in zip(drafts, targets))
+    cm = CostModel()
+    for rows, ms in targets[len(drafts) :]:
+        cm.observe_verify(rows, ms)
+    assert {rows for rows, _ in targets[len(drafts) :]} == set(range(1, K_MAX + 2))
+    assert ar["target_ms_per_token"] == pytest.approx(cm.target_ms())
+    assert [ar["v"][str(k)] for k in range(K_MAX + 1)] == pytest.approx([cm.v(k) for k in range(K_MAX + 1)])
+    assert ar["c"] == pytest.approx(ratios[len(ratios) // 2])
+
+
 # -- Ctrl-C -------------------------------------------------------------------------------------------
 
 

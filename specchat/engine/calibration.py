@@ -15,11 +15,14 @@ from flat (README, "Auto-K": the bundled SmolLM2 here measured v(1) ≈ 1.8, v(8
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.drafters import Drafter
-from specchat.engine.model import Model
 from specchat.engine.telemetry import CostModel
+
+if TYPE_CHECKING:  # only annotations: the bench imports this module before it loads llama.cpp
+    from specchat.engine.drafters import Drafter
+    from specchat.engine.model import Model
 
 #: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX
 CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))

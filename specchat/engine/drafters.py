@@ -44,6 +44,8 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    #: its row in :data:`specchat.engine.drafter_kinds.DRAFTER_KINDS` (MODEL or NGRAM)
+    kind: str
     #: True when drafting costs (about) nothing next to a target decode (no model is run)
     free: bool
     #: the largest K it is asked for (its kind's cap in :data:`specchat.engine.drafter_kinds.DRAFTER_KINDS`)
@@ -77,6 +79,7 @@ class ModelDrafter:
     it samples from its warped distribution q and returns q for exact rejection sampling.
     """
 
+    kind = MODEL
     free = DRAFTER_KINDS[MODEL].free
     k_cap = DRAFTER_KINDS[MODEL].k_cap
 
@@ -184,6 +187,7 @@ class NgramDrafter:
     the speculative loop's).
     """
 
+    kind = NGRAM
     free = DRAFTER_KINDS[NGRAM].free
     k_cap = DRAFTER_KINDS[NGRAM].k_cap
     #: lower bounds of the match-length buckets
