@@ -339,7 +339,7 @@ def test_auto_k_with_ngram_warms_up_at_the_cap_and_replays_the_drafters_own_leng
     the free drafter warms up at K_MAX, proposes only what it trusts (often fewer than K), every round
     it was asked in reaches the cost model's replay with the length it chose, and the reply is exactly
     plain decoding's."""
-    from specchat.bench import DEFAULT_SUITE
+    from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.chat import ChatSession
     from specchat.engine.drafter_kinds import K_MAX
     from specchat.engine.telemetry import CostModel
