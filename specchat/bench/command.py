@@ -16,7 +16,7 @@ from specchat.bench.report import build_report, format_arithmetic, format_plot, 
 from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
 from specchat.bench.summary import summarize
-from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
 
 DEFAULT_KS = "0,1,2,3,5,8"
@@ -113,7 +113,7 @@ def main(
         speculative_modes = any(k > 0 for k in ks) or args.auto
         if speculative_modes and (dec.drafter is None or not dec.can_speculate):
             why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is configured"
-            raise UserError(f"cannot bench speculation: {why}; use --draft ngram or a draft .gguf, or --k 0 for the baseline alone")
+            raise UserError(f"cannot bench speculation: {why}; use --draft {NGRAM} or a draft .gguf, or --k 0 for the baseline alone")
         meta = {
             "target": dec.target.name,
             "drafter": drafter,

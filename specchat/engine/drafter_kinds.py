@@ -15,13 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: no drafter: every round is a plain single-row decode (the baseline)
-NONE = "none"
-#: prompt-lookup drafting over the conversation (:class:`specchat.engine.drafters.NgramDrafter`)
-NGRAM = "ngram"
-#: a draft GGUF with its own llama.cpp context (:class:`specchat.engine.drafters.ModelDrafter`)
-MODEL = "model"
-
 
 @dataclass(frozen=True, slots=True)
 class DrafterKind:
@@ -32,6 +25,14 @@ class DrafterKind:
     k_cap: int
     #: drafting costs about nothing next to a target decode (no model runs)
     free: bool
+
+
+#: no drafter: every round is a plain single-row decode (the baseline)
+NONE = "none"
+#: prompt-lookup drafting over the conversation (:class:`specchat.engine.drafters.NgramDrafter`)
+NGRAM = "ngram"
+#: a draft GGUF with its own llama.cpp context (:class:`specchat.engine.drafters.ModelDrafter`)
+MODEL = "model"
 
 
 DRAFTER_KINDS: dict[str, DrafterKind] = {
