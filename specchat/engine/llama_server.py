@@ -62,6 +62,7 @@ class ServerInfo:
     build_info: str  # the server's own "b<number>-<commit>" ("b0-unknown" for builds without git metadata)
     speculative: bool | None  # a slot speculates (/slots); None when /slots is off (--no-slots)
     metrics: bool  # /metrics is on (--metrics)
+    spec_types: str = ""  # the speculative types of the slot's last request, e.g. "draft-simple" ("" before one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,10 +309,12 @@ class LlamaServer:
         model = str(props.get("model_alias") or props.get("model_path") or "model")
         model = model.replace("\\", "/").rsplit("/", 1)[-1]
         speculative: bool | None = None
+        spec_types = ""
         if props.get("endpoint_slots", True):
-            slots = self._json("GET", "/slots")
-            if isinstance(slots, list) and slots and isinstance(slots[0], dict) and "speculative" in slots[0]:
+            slots = self.slots()
+            if slots and "speculative" in slots[0]:
                 speculative = bool(slots[0]["speculative"])
+                spec_types = spec_types_of(slots[0])
         return ServerInfo(
             url=self.url,
             model=model,
@@ -320,11 +323,12 @@ class LlamaServer:
             build_info=str(props.get("build_info") or ""),
             speculative=speculative,
             metrics=bool(props.get("endpoint_metrics", False)),
+            spec_types=spec_types,
         )
 
     def slots(self) -> list[dict[str, Any]]:
         data = self._json("GET", "/slots")
-        return data if isinstance(data, list) else []
+        return [slot for slot in data if isinstance(slot, dict)] if isinstance(data, list) else []
 
     def metrics(self) -> SpecMetrics:
         return SpecMetrics.parse(self._request("GET", "/metrics").text)
@@ -417,6 +421,13 @@ class LlamaServer:
         except httpx.HTTPError as exc:
             error = self._transport_error(exc, what)
             raise StreamBroken(str(error)) from None
+
+
+def spec_types_of(slot: dict[str, Any]) -> str:
+    """A slot's speculative types without "none" (``params["speculative.types"]``, e.g. "none,draft-simple"
+    -> "draft-simple"); the params are there once the slot has served a request."""
+    types = (slot.get("params") or {}).get("speculative.types", "")
+    return ",".join(t for t in str(types).split(",") if t and t != "none")
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -70,7 +70,7 @@ from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.detokenize import detokenize_pieces
 from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Piece, PieceKind, PromptDone, Step, Turn
-from specchat.engine.llama_server import Chunk, LlamaServer, ServerError, SpecMetrics, StreamBroken
+from specchat.engine.llama_server import Chunk, LlamaServer, ServerError, SpecMetrics, StreamBroken, spec_types_of
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.server_rounds import Round, RoundTracker
 from specchat.engine.telemetry import TurnCounters
@@ -139,7 +139,7 @@ class RemoteSession(Conversation):
         #: False: the server decodes every prompt in full (``specchat bench``: every run starts alike)
         self.cache_prompt = cache_prompt
         self._k: int | None = None  # the server's draft length, once known
-        self._spec_types = ""
+        self._spec_types = self.server_info.spec_types
         self._pieces: dict[tuple[str, bool], list[int]] = {}  # tokenized template pieces
         #: of the last reply: accepted draft tokens the server counted that are not in it (see _StreamedReply)
         self.accepted_not_shown = 0
@@ -295,7 +295,8 @@ class RemoteSession(Conversation):
         if reply.error is not None and not reply.tokens:
             yield EngineError(reply.error)
             return
-        yield from self._after_reply(reply, before)
+        if reply.error is None:  # a broken stream: the server is likely gone, ask it nothing more
+            yield from self._after_reply(reply, before)
         self.accepted_not_shown = reply.accepted_not_shown
         turn = reply.turn()
         if record:
@@ -311,10 +312,7 @@ class RemoteSession(Conversation):
         """The server's own view of the finished reply: its K, drafter, and /metrics' per-position counts."""
         try:
             slots = self.server.slots() if self.server_info.speculative is not None else []
-            types = (slots[0].get("params") or {}).get("speculative.types", "") if slots else ""
-            kinds = [t for t in str(types).split(",") if t and t != "none"]
-            if kinds:
-                self._spec_types = ",".join(kinds)
+            self._spec_types = (spec_types_of(slots[0]) if slots else "") or self._spec_types
             if self.server_info.metrics:
                 after = self._settled_metrics(before, reply) if reply.final is not None else self.server.metrics()
                 self._learn_k(after)
