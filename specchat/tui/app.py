@@ -510,6 +510,8 @@ class SpecChatApp(App[None]):
                 )
             )
         self._save_history()
+        if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
+            self._controls_changed()
         callbacks, self._after_turn = self._after_turn, []
         for callback in callbacks:
             callback()
