@@ -21,7 +21,7 @@ the slot (measured: idle within 1 s, ~20 tokens after the close, of a 400-token 
 **Timeouts and retries.** Connecting times out after ``connect_timeout`` (5 s); a read after
 ``read_timeout`` (120 s without a byte: prompt processing streams progress chunks, so a long prompt does
 not trip it). Requests without side effects are retried up to ``retries`` times on a refused or dropped
-connection (waits 0.25, 0.5, 1 s ...); a completion only when no byte of its reply arrived. A server
+connection (waits 0.25, 0.5, 1, 2, 2 s ...); a completion only when no byte of its reply arrived. A server
 still loading its model (``503``, "Loading model") is waited for up to ``loading_wait`` seconds. Every
 failure becomes a :class:`ServerError`: one line saying what failed, at which URL, and what to do.
 """
@@ -45,6 +45,7 @@ DEFAULT_READ_TIMEOUT_S = 120.0
 DEFAULT_RETRIES = 3
 DEFAULT_LOADING_WAIT_S = 120.0
 _RETRY_WAIT_S = 0.25
+_RETRY_WAIT_MAX_S = 2.0
 
 
 class ServerError(UserError):
@@ -261,7 +262,7 @@ class LlamaServer:
                 if attempt == self.retries:
                     raise self._transport_error(exc, what) from None
                 self._sleep(wait)
-                wait *= 2
+                wait = min(wait * 2, _RETRY_WAIT_MAX_S)
                 continue
             except httpx.HTTPError as exc:
                 raise self._transport_error(exc, what) from None
@@ -385,7 +386,7 @@ class LlamaServer:
                 if attempt == self.retries:
                     raise self._transport_error(exc, what) from None
                 self._sleep(wait)
-                wait *= 2
+                wait = min(wait * 2, _RETRY_WAIT_MAX_S)
             except httpx.HTTPError as exc:
                 raise self._transport_error(exc, what) from None
         assert response is not None

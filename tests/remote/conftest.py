@@ -67,9 +67,14 @@ class ServerProcess:
         self.args = args
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> ServerProcess:
+    def launch(self) -> ServerProcess:
+        """Start the process and return at once (the server is still binding its port and loading)."""
         self._log_file = open(self.log, "wb")
         self.proc = subprocess.Popen(self.args, stdout=self._log_file, stderr=subprocess.STDOUT, env=os.environ.copy())
+        return self
+
+    def start(self) -> ServerProcess:
+        self.launch()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -135,13 +140,14 @@ def skip_draft_server(
 
 @pytest.fixture
 def llama_server(bundled_model: Path, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
-    """Factory: ``llama_server(draft=None, spec_type=None, metrics=True)`` -> a started server of this test's own."""
+    """Factory: ``llama_server(draft=None, spec_type=None, metrics=True, wait=True)`` -> a server of this
+    test's own, ready (``wait=False``: just launched)."""
     started: list[ServerProcess] = []
 
-    def make(**kw) -> ServerProcess:
+    def make(wait: bool = True, **kw) -> ServerProcess:
         server = ServerProcess(bundled_model, tmp_path / f"server{len(started)}.log", **kw)
         started.append(server)
-        return server.start()
+        return server.start() if wait else server.launch()
 
     yield make
     for server in started:

@@ -99,6 +99,18 @@ def test_a_hung_server_times_out_with_one_line():
     assert "\n" not in message and "sent nothing for 0.5 s" in message and url in message
 
 
+def test_connecting_while_the_server_starts_waits_for_it(llama_server):
+    server = llama_server(wait=False)  # not listening yet, then answering 503 "Loading model"
+    seen: list[str] = []
+    session = connect(server.url, server=LlamaServer(server.url, retries=30), progress=lambda f, what: seen.append(what))
+    try:
+        assert seen[0].startswith("connecting to llama-server") and seen[-1] == "ready"
+        turn = [e for e in session.send("Hi") if isinstance(e, Turn)][0]
+        assert turn.tokens
+    finally:
+        session.close()
+
+
 def test_a_server_that_dies_mid_reply_keeps_the_partial_reply_and_the_history(llama_server, tmp_path):
     server = llama_server()
     session = connect(server.url, n_predict=400, sampling=SamplingParams(temperature=0.0))
