@@ -144,6 +144,7 @@ def test_esc_stops_the_generation_on_the_server(self_draft_server):
         generated = metrics(self_draft_server.url).minus(before).tokens_predicted
         assert len(turn.tokens) <= generated < 400
         # and the conversation goes on
+        session.n_predict = 16
         turn2, _ = run(session.send("Thanks."))
         assert turn2 is not None and turn2.stop_reason in ("eos", "length") and turn2.tokens
     finally:
