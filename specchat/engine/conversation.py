@@ -38,18 +38,20 @@ def spliced_prompt_tokens(
     messages: list[Message],
     render: Callable[[list[dict[str, str]]], str],
     tokenize: Callable[[str, bool], list[int]],
+    splice: Callable[[Message], bool] = lambda m: True,
 ) -> list[int]:
     """Token ids of ``messages`` followed by the assistant generation prompt, each reply's own ids spliced in.
 
     ``render(messages)`` renders the chat template (role/content dicts); ``tokenize(text, at_start)``
     tokenizes a piece of the rendered text (``at_start``: no token precedes it, so a BOS may be added). A
-    reply is spliced only if it kept all its ids (none negative). If the template rewrote the sentinels,
+    reply is spliced only if it kept all its ids (none negative) and ``splice(reply)`` (whose ids are in
+    this vocabulary); other replies are tokenized as text. If the template rewrote the sentinels,
     everything is rendered and tokenized as text instead.
     """
     rendered_input = []
     replies: dict[int, list[int]] = {}
     for i, m in enumerate(messages):
-        if m.role == "assistant" and m.tokens and min(m.tokens) >= 0:
+        if m.role == "assistant" and m.tokens and min(m.tokens) >= 0 and splice(m):
             replies[i] = m.tokens
             rendered_input.append({"role": m.role, "content": _SENTINEL.format(i)})
         else:

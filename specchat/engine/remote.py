@@ -15,7 +15,8 @@ metadata), with SmolLM2-135M-Instruct Q4_1 as target and as draft (self-draft) a
   gives both. So the server renders the model's chat template (``POST /apply-template``), specchat splits
   it around each old reply and tokenizes the pieces with ``POST /tokenize`` (``add_special`` on the first
   piece, as ``/completion`` does with a text prompt), splices the replies' own ids back in
-  (:func:`~specchat.engine.conversation.spliced_prompt_tokens`), and sends the prompt as token ids. The
+  (:func:`~specchat.engine.conversation.spliced_prompt_tokens`; only replies this session generated, a
+  reopened conversation's replies may be another model's ids), and sends the prompt as token ids. The
   server's prompt cache then reuses the whole previous conversation, and the context limit is applied
   here exactly as for the local engine.
 * **Per-token fates.** Each chunk's cumulative ``draft_n`` / ``draft_n_accepted`` step once per verify
@@ -141,6 +142,7 @@ class RemoteSession(Conversation):
         self._k: int | None = None  # the server's draft length, once known
         self._spec_types = self.server_info.spec_types
         self._pieces: dict[tuple[str, bool], list[int]] = {}  # tokenized template pieces
+        self._own_replies: list[Message] = []  # replies generated here (their ids are the server's)
         #: of the last reply: accepted draft tokens the server counted that are not in it (see _StreamedReply)
         self.accepted_not_shown = 0
         speculative = bool(self.server_info.speculative)
@@ -159,7 +161,12 @@ class RemoteSession(Conversation):
         return self.server_info.n_ctx
 
     def prompt_tokens(self, messages: list[Message]) -> list[int]:
-        return spliced_prompt_tokens(messages, self.server.apply_template, self._tokenize_piece)
+        # only replies this session generated are spliced by id: a reopened or carried-over conversation may
+        # hold ids of another model's vocabulary (the local one, another server), so those go in as text
+        return spliced_prompt_tokens(
+            messages, self.server.apply_template, self._tokenize_piece,
+            lambda m: any(m is own for own in self._own_replies),
+        )  # fmt: skip
 
     def _tokenize_piece(self, text: str, at_start: bool) -> list[int]:
         key = (text, at_start)
@@ -168,6 +175,10 @@ class RemoteSession(Conversation):
         return self._pieces[key]
 
     # -- ChatEngine -----------------------------------------------------------------------------------
+    def reset(self, system_prompt: str | None = None) -> None:
+        super().reset(system_prompt)
+        self._own_replies = []
+
     def info(self) -> EngineInfo:
         si = self.server_info
         host = urlsplit(si.url).netloc or si.url
@@ -304,6 +315,7 @@ class RemoteSession(Conversation):
             if any(t < 0 for t in turn.tokens):  # an id the server never named: keep the text only
                 message.tokens, message.kinds = [], []
             self._messages.append(message)
+            self._own_replies.append(message)
         yield turn
         if reply.error is not None:
             yield EngineError(f"{reply.error} (the partial reply, {len(turn.tokens)} tokens, is kept)")

@@ -232,6 +232,21 @@ def test_history_keeps_a_remote_conversation_and_its_saved_replies_recolour(self
     assert turn3 is not None and turn3.tokens
 
 
+def test_replies_of_another_model_go_to_the_server_as_text_not_as_ids(self_session):
+    from specchat.engine.protocol import Message
+
+    foreign = Message("assistant", "Paris is the capital.", tokens=[7, 7, 7, 7], kinds=["plain"] * 4)
+    self_session.load([Message("user", "Capital of France?"), foreign, Message("user", "And of Italy?")])
+    tokens = self_session.prompt_tokens(self_session.messages)
+    as_text = self_session.server.tokenize("Paris is the capital.")
+    assert [7, 7, 7, 7] not in [tokens[i : i + 4] for i in range(len(tokens))]
+    assert any(tokens[i : i + len(as_text)] == as_text for i in range(len(tokens)))
+    # while a reply generated here is spliced by its ids
+    turn, _ = run(self_session.send("Thanks."))
+    tokens = self_session.prompt_tokens(self_session.messages)
+    assert any(tokens[i : i + len(turn.tokens)] == turn.tokens for i in range(len(tokens)))
+
+
 def test_an_ngram_server_that_drafted_nothing_says_not_reported(llama_server):
     server = llama_server(spec_type="ngram-simple", metrics=False)
     session = connect(server.url, n_predict=12, sampling=GREEDY)
