@@ -193,6 +193,10 @@ class RemoteSession(Conversation):
             note=self._note(st.speculative),
         )
 
+    def server_k(self, longest_draft: int = 0) -> int:
+        """The server's draft length: from /metrics once known, else the longest draft seen (0: none yet)."""
+        return self._k or longest_draft
+
     @property
     def drafter_label(self) -> str:
         """``server: <its speculative types>`` (known after the first reply), or ``server``."""
@@ -306,7 +310,7 @@ class RemoteSession(Conversation):
         if reply.error is not None and not reply.tokens:
             yield EngineError(reply.error)
             return
-        if reply.error is None:  # a broken stream: the server is likely gone, ask it nothing more
+        if reply.error is None:  # after a broken stream the server is likely gone: ask it nothing more
             yield from self._after_reply(reply, before)
         self.accepted_not_shown = reply.accepted_not_shown
         turn = reply.turn()
@@ -337,7 +341,7 @@ class RemoteSession(Conversation):
         except ServerError as exc:
             yield Notice(f"could not read llama-server's statistics after the reply: {exc}")
         if reply.tracker.draft_n > 0 or self._k:
-            self.controls.report_fixed(k=self._k or reply.longest_draft, speculative=True)
+            self.controls.report_fixed(k=self.server_k(reply.longest_draft), speculative=True)
         if self.controls.snapshot().speculative and reply.tracker.draft_n == 0 and reply.tokens:
             yield Notice(NO_DRAFT_NOTICE)
 
@@ -432,7 +436,7 @@ class _StreamedReply:
     def _step(self, r: Round) -> Step:
         self.longest_draft = max(self.longest_draft, r.drafted)
         st = self.session.controls.snapshot()
-        k = self.session._k or self.longest_draft
+        k = self.session.server_k(self.longest_draft)
         if self.counters is None:  # pragma: no cover - a token always comes after the prompt's chunk
             self.counters = TurnCounters()
         self.counters.add_step(
@@ -492,7 +496,7 @@ class _StreamedReply:
             counters.n_spec_steps = int(round(self._server_counts.drafts))
         st = self.session.controls.snapshot()
         return counters.to_turn(
-            k=(self.session._k or self.longest_draft) if st.speculative else 0,
+            k=self.session.server_k(self.longest_draft) if st.speculative else 0,
             drafter=self.session.drafter_label,
             speculative=st.speculative,
             predicted_ms=self.predicted_ms,

@@ -122,3 +122,39 @@ def test_specchat_server_in_a_real_terminal(tmp_path, self_draft_server, cols, r
         assert saved[-1].role == "assistant" and saved[-1].kinds and "accepted" in saved[-1].kinds
     finally:
         store.close()
+
+
+async def test_app_when_the_server_is_unreachable_or_dies_mid_reply(tmp_path, llama_server):
+    from .conftest import free_port
+
+    # unreachable at start: the app says so and stays up (saved chats stay readable)
+    settings = Settings(server_url=f"http://127.0.0.1:{free_port()}", data_dir=tmp_path, theme="specchat-dark")
+    app = SpecChatApp(make_factory(settings), settings, None, make_factory=make_factory, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.engine is None and "connection refused" in (app.engine_error or "")
+        assert any("connection refused" in n.text for n in app.query(ChatNotice))
+    # dies mid-reply: the partial reply stays on screen and in history, marked, with one error line
+    server = llama_server()
+    settings = Settings(server_url=server.url, n_predict=400, data_dir=tmp_path, theme="specchat-dark",
+                        sampling={"temperature": 0.0})  # fmt: skip
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        prompt = app.query_one(PromptInput)
+        prompt.text = "Write a very long story about a lighthouse keeper."
+        prompt.focus()
+        await pilot.press("enter")
+        deadline = time.monotonic() + 120
+        while not (app.assistant_messages() and app.assistant_messages()[-1].reply_text) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        server.kill()
+        await settle(pilot)
+        reply = app.assistant_messages()[-1]
+        assert reply.error and "closed the connection" in reply.error and reply.reply_text
+        errors = [n.text for n in app.query(ChatNotice) if "ended with an error" in n.text]
+        assert len(errors) == 1
+        _conv, saved = store.load(app.conversation_id)
+        assert saved[-1].role == "assistant" and saved[-1].stopped and saved[-1].content == reply.reply_text
+    store.close()
