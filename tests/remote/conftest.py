@@ -152,17 +152,3 @@ def llama_server(bundled_model: Path, tmp_path: Path) -> Iterator[Callable[..., 
     yield make
     for server in started:
         server.stop()
-
-
-@pytest.fixture
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No SPECCHAT_* settings from the environment and an empty config file; returns a data dir."""
-    for name in list(os.environ):
-        if name.startswith("SPECCHAT_"):
-            monkeypatch.delenv(name, raising=False)
-    config = tmp_path / "config.toml"
-    config.write_text("")
-    monkeypatch.setenv("SPECCHAT_CONFIG", str(config))
-    data = tmp_path / "data"
-    data.mkdir()
-    return data

@@ -13,7 +13,7 @@ from specchat.engine.events import Turn
 
 from .conftest import SERVER_K
 
-pytestmark = pytest.mark.usefixtures("isolated_env")
+pytestmark = pytest.mark.usefixtures("isolated_config")
 
 #: the keys of a local bench report's header (specchat.bench.command.main's meta) and its parts
 BENCH_KEYS = {"specchat_bench", "interrupted", "target", "drafter", "ks", "auto", "runs", "n_predict", "temperature",

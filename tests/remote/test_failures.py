@@ -20,7 +20,7 @@ from specchat.history import HistoryStore
 
 from .conftest import free_port
 
-pytestmark = pytest.mark.usefixtures("isolated_env")
+pytestmark = pytest.mark.usefixtures("isolated_config")
 
 
 def one_line_error(capsys, *argv: str) -> str:
@@ -154,7 +154,7 @@ def test_a_server_that_dies_mid_reply_keeps_the_partial_reply_and_the_history(ll
         store.close()
 
 
-def test_generate_prints_the_partial_reply_and_one_line_when_the_server_dies(llama_server, isolated_env):
+def test_generate_prints_the_partial_reply_and_one_line_when_the_server_dies(llama_server, isolated_config):
     server = llama_server()
     proc = subprocess.Popen(
         [sys.executable, "-m", "specchat.cli", "generate", "--server", server.url, "--n-predict", "400",
