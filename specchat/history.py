@@ -915,12 +915,6 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
                     f"{source}: messages[{i}].stats.stop_reason: {sanitize_line(message.stats.stop_reason)[:40]!r} "
                     f"is not a stop reason; use one of {', '.join(STOP_REASONS)}"
                 )
-            bad_kind = next((k for k in message.stats.kinds if k not in PIECE_KINDS), None)
-            if bad_kind is not None:
-                raise HistoryError(
-                    f"{source}: messages[{i}].stats.kinds: {sanitize_line(bad_kind)[:40]!r} is not a token kind; "
-                    f"use one of {', '.join(PIECE_KINDS)}"
-                )
             message.stats.drafter = sanitize_line(message.stats.drafter)
             if m.run is not None:
                 record.target, record.auto_k, record.sampling = m.run.target, m.run.auto_k, m.run.sampling

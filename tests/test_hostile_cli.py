@@ -136,7 +136,8 @@ BAD_FIELDS = [
     ("messages[2].stats.stop_reason", lambda d: d["messages"][2]["stats"].update(stop_reason=PAYLOADS["osc52-clipboard"]),
      "is not a stop reason; use one of eos, length, stopped, context, error"),
     ("messages[2].kinds", lambda d: d["messages"][2].update(kinds=["plain", PAYLOADS["csi"]]), "is not a token kind"),
-    ("messages[2].stats.kinds", lambda d: d["messages"][2]["stats"].update(kinds=["\x1b[1m", "plain"]), "is not a token kind"),
+    ("messages[2].stats.kinds", lambda d: d["messages"][2]["stats"].update(kinds=["\x1b[1m", "plain"]),
+     "messages[2].stats.kinds[0]: Input should be 'accepted', 'rejected', 'corrected', 'bonus' or 'plain'"),
     ("messages[0].role", lambda d: d["messages"][0].update(role="tool"), "messages[0].role"),
     ("lone surrogate", lambda d: d["messages"][1].update(content="\ud800"), "not valid Unicode text"),
     ("lone surrogate key", lambda d: d["conversation"].update({"\udcff": 1}), "not valid Unicode text"),
@@ -285,14 +286,57 @@ def test_a_non_utf8_system_prompt_for_the_app_is_one_line(tmp_path):
     assert "system_prompt" in err and "not valid UTF-8 text (a byte 0xff)" in err
 
 
-def test_generate_output_on_a_terminal_is_inert_and_json_escapes_controls(tmp_path):
-    """Model output reaches a terminal made inert; the JSON keeps the value, with \\uXXXX for what a terminal
-    would act on. (The model is the real engine; its reply is whatever it is, so the check is on bytes.)"""
-    from specchat.sanitize import json_text, sanitize
+class _HostileSession:
+    """Stands in for the loaded engine of ``generate`` (only the output path is under test here): the reply's
+    pieces and the Turn are hostile text. The real engine's replies are tested everywhere else."""
 
-    text = json_text({"t": HOSTILE})
-    assert raw_controls(text) == [] and json.loads(text) == {"t": HOSTILE}
-    assert raw_controls(sanitize(HOSTILE)) == []
+    def __init__(self) -> None:
+        from specchat.engine.controls import ControlState, Controls
+        from specchat.engine.protocol import EngineInfo
+
+        self.controls = Controls(ControlState(k=3))
+        self._info = EngineInfo(target_name="t", draft_name="ngram", drafters=("ngram",), n_ctx=64, k_max=16,
+                                can_speculate=True, note=f"note {HOSTILE}")
+
+    def info(self):
+        return self._info
+
+    def reset(self, system_prompt=None) -> None:
+        pass
+
+    def send(self, text: str):
+        from specchat.engine.events import Notice, Piece
+
+        yield Notice(f"notice {HOSTILE}")
+        for kind in ("accepted", "rejected", "corrected", "bonus", "plain"):
+            yield Piece(HOSTILE, kind, 1)
+        yield make_turn()
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["terminal", "terminal-json", "pipe"])
+def test_generate_reply_on_a_terminal_is_inert_and_its_json_escapes_controls(monkeypatch, capsys, isolated_config, mode):
+    """On a terminal the reply (plain or coloured) and every notice reach it with no raw control character; the
+    JSON is the same value with \\uXXXX escapes; piped, the reply is the model's text byte for byte."""
+    import specchat.engine.loader as loader
+
+    monkeypatch.setattr(loader, "load_engine", lambda settings, **kw: _HostileSession())
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: mode != "pipe")
+    extra = ["--json"] if mode == "terminal-json" else ["--color", "always"] if mode == "terminal" else []
+    rc, out, err = cli(capsys, "generate", "--prompt", "hi", *extra)
+    assert rc == 0, err
+    assert raw_controls(err) == []
+    if mode == "pipe":
+        assert out == HOSTILE * 4 + "\n"  # accepted, corrected, bonus, plain: exactly as generated
+        return
+    body = out.replace("\x1b[0m", "")  # specchat's own colour codes (ANSI) are the only escapes allowed
+    for code in ("\x1b[32m", "\x1b[33m", "\x1b[34;1m", "\x1b[2;9;31m"):
+        body = body.replace(code, "")
+    assert raw_controls(body) == [], body
+    if mode == "terminal-json":
+        assert json.loads(out)["text"] == HOSTILE
 
 
 # -- llama.cpp's log ----------------------------------------------------------------------------------------
