@@ -263,7 +263,9 @@ def read_toml(path: Path, origin: str) -> dict[str, Any]:
             f"or create it from config.example.toml"
         ) from None
     except IsADirectoryError:
-        raise ConfigError(f"config error: {path} is a directory, not a config file ({origin})") from None
+        raise ConfigError(
+            f"config error: {path} is a directory, not a config file ({origin}); remove it, or give a file with --config"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror or exc}") from None
     try:
