@@ -5,6 +5,20 @@ The app never imports llama_cpp or the engine's model code: it receives an *engi
 appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
 batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
 through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+
+Signals (``stop_signals=True``, as ``specchat`` runs it): SIGINT, SIGTERM and SIGHUP (the terminal window was
+closed) quit the way ctrl+q does: the reply stops, the partial reply is saved marked stopped, the engine
+closes, and the exit code is 128 + the signal number. They are handled by the event loop
+(``loop.add_signal_handler``), so the quit starts from an ordinary loop callback, never from an exception
+raised at an arbitrary point inside asyncio or Textual. SIGHUP usually means the terminal is gone (the window
+was closed: the kernel hangs up the tty and sends SIGHUP then SIGCONT), and then Textual cannot quit: every
+write to the tty fails with EIO, its SIGCONT handler restarts application mode on the dead tty and its driver
+blocks for ever on a full output queue (reproduced in a pty: the process never ended). So on SIGHUP the reply
+is stopped and saved first, synchronously in the signal's loop callback (:meth:`_stop_and_save_now`), then the
+app quits as usual, and a watchdog ends the process with ``os._exit(129)`` if that has not happened within
+:data:`HANGUP_EXIT_S`: there is nothing to restore on a dead terminal, and history is durable at every commit
+(see :mod:`specchat.history`). The tty cannot tell reliably in the signal handler whether it is dead yet (the
+kernel finishes the hang-up asynchronously: ``tcgetattr`` still succeeded there in the pty tests).
 """
 
 from __future__ import annotations
@@ -42,6 +56,8 @@ from specchat.tui.messages import (
     StatsUpdated,
     TurnFinished,
 )
+from specchat.tui.sanitize import sanitize, sanitize_line
+from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen, unique_path
 from specchat.tui.stats import LiveStats
@@ -52,6 +68,8 @@ from specchat.tui.widgets.sidebar import Sidebar
 
 #: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
 UI_NICE = 19
+#: after SIGHUP the process ends this many seconds later at the latest (a dead terminal blocks Textual's exit)
+HANGUP_EXIT_S = 10.0
 
 Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
@@ -101,8 +119,14 @@ class SpecChatApp(App[None]):
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
+        stop_signals: bool = False,
     ) -> None:
         super().__init__()
+        self.stop_signals = stop_signals
+        self._signals_added: list[int] = []
+        self._exit_code = 0
+        self._running_in_terminal = False
+        self._hangup_watchdog: threading.Timer | None = None
         self.engine_factory = engine_factory
         self.settings = settings
         self.history_store = history_store
@@ -135,6 +159,23 @@ class SpecChatApp(App[None]):
         self._engine_closed = False
         # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
         self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is shown as text: ``markup`` is ignored (never parsed) and control characters are
+        made visible (:mod:`specchat.sanitize`). Notifications carry file names, titles, model names and error
+        messages; a ``[/]`` in one must show as itself, not raise ``MarkupError``. Widgets' and screens'
+        ``notify`` come here too."""
+        super().notify(
+            sanitize(str(message)), title=sanitize_line(title), severity=severity, timeout=timeout, markup=False
+        )
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -181,6 +222,8 @@ class SpecChatApp(App[None]):
             pass
 
     def on_mount(self) -> None:
+        if self.stop_signals:
+            self._add_signal_handlers()
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
@@ -399,7 +442,7 @@ class SpecChatApp(App[None]):
         prompt.set_text(last.content)
         send = self.effective_keys.get("send", "enter").split(",")[0]
         cancel = self.effective_keys.get("stop", "escape").split(",")[0]
-        prompt.border_title = f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels"
+        prompt.border_title = inert(f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels")
         prompt.add_class("editing")
         prompt.focus()
 
@@ -463,7 +506,7 @@ class SpecChatApp(App[None]):
             chat.mount(UserMessage(user_text))
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
-        assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
+        assistant.border_subtitle = inert(f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops")
         chat.mount(assistant)
         chat.anchor()
         self._current = assistant
@@ -913,7 +956,56 @@ class SpecChatApp(App[None]):
         try:
             await self._shutdown_engine()
         finally:
-            self.exit()
+            self.exit(return_code=self._exit_code)
+
+    def _add_signal_handlers(self) -> None:
+        from specchat.signals import STOP_SIGNALS
+
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_stop_signal, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+                continue
+            self._signals_added.append(int(sig))
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGINT / SIGTERM / SIGHUP: quit like ctrl+q (the partial reply is saved, marked stopped)."""
+        import os
+        import signal
+
+        if not self._shutting_down:
+            self._exit_code = 128 + signum
+        if signum == getattr(signal, "SIGHUP", None):
+            self._stop_and_save_now()
+            if self._running_in_terminal and self._hangup_watchdog is None:
+                self._hangup_watchdog = threading.Timer(HANGUP_EXIT_S, os._exit, args=(128 + signum,))
+                self._hangup_watchdog.daemon = True
+                self._hangup_watchdog.start()
+        self.action_quit()
+
+    async def run_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Textual's ``run_async`` (what ``run`` runs in a terminal; Pilot tests do not), marking that a SIGHUP
+        may arm the exit watchdog, and disarming it once the app has ended normally."""
+        self._running_in_terminal = True
+        try:
+            return await super().run_async(*args, **kwargs)
+        finally:
+            if self._hangup_watchdog is not None:
+                self._hangup_watchdog.cancel()
+
+    def _stop_and_save_now(self) -> None:
+        """Stop the reply, wait for the engine thread to end the turn (one draft/verify round), save the
+        conversation: all before the event loop draws anything again (see the module docstring)."""
+        engine = self.engine or self._loaded_engine
+        if engine is not None and self._generating:
+            engine.controls.request_stop()
+            self._turn_done.wait(timeout=HANGUP_EXIT_S)
+            self._save_history()
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals_added:
+            loop.remove_signal_handler(sig)
+        self._signals_added.clear()
         await self._shutdown_engine()

@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from specchat.tui.sanitize import sanitize
+from specchat.tui.sanitize import cell
 
 
 def unique_path(directory: Path, stem: str, suffix: str) -> Path:
@@ -75,12 +75,12 @@ class HistoryScreen(ModalScreen[int | None]):
         table.clear()
         for conv in self.store.list_conversations():
             pair = " + ".join(p for p in (conv.target, conv.draft) if p)
-            table.add_row(
-                str(conv.id),
-                _short_time(conv.updated),
-                str(conv.n_messages),
-                sanitize(conv.title or "(untitled)")[:48],
-                sanitize(pair)[:30],
+            table.add_row(  # every cell as text: a title like "x [/bold] y" is not markup
+                cell(conv.id),
+                cell(_short_time(conv.updated)),
+                cell(conv.n_messages),
+                cell(conv.title or "(untitled)", 48),
+                cell(pair, 30),
                 key=str(conv.id),
             )
         if not table.row_count:
