@@ -11,7 +11,8 @@ refused instead of modified.
 
 Tables::
 
-    conversations (id, title, created, updated, target, draft, system_prompt)
+    conversations (id AUTOINCREMENT: never reused after a delete, title, created, updated, target, draft,
+                   system_prompt)
     messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created)
     turn_stats    (message_id, target, drafter, k, auto_k, speculative, sampling json, the Turn timings
                    (prompt_n ... stop_reason), accepted_per_pos json, extra json)
@@ -132,8 +133,32 @@ _V1 = (
     "CREATE INDEX conversations_by_updated ON conversations(updated)",
 )
 
+# v2: conversation ids are never reused. Without AUTOINCREMENT SQLite gives a new row max(id) + 1, so deleting
+# the newest conversation handed its id to the next one and old exports (``specchat-<id>-...``) pointed at a
+# new chat. AUTOINCREMENT keeps the largest id ever used in sqlite_sequence (https://sqlite.org/autoinc.html).
+# SQLite cannot add it to an existing table: the table is rebuilt and its rows copied with their ids
+# (https://sqlite.org/lang_altertable.html#otheralter; :func:`migrate` turns foreign keys off meanwhile, so
+# dropping the old table does not cascade to the messages). Ids deleted above the largest remaining one
+# before this upgrade are not known any more; every id given out after it is new.
+_V2 = (
+    """CREATE TABLE conversations_v2 (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        title         TEXT NOT NULL DEFAULT '',
+        created       TEXT NOT NULL,
+        updated       TEXT NOT NULL,
+        target        TEXT NOT NULL DEFAULT '',
+        draft         TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT ''
+    )""",
+    "INSERT INTO conversations_v2 (id, title, created, updated, target, draft, system_prompt)"
+    " SELECT id, title, created, updated, target, draft, system_prompt FROM conversations",
+    "DROP TABLE conversations",
+    "ALTER TABLE conversations_v2 RENAME TO conversations",
+    "CREATE INDEX conversations_by_updated ON conversations(updated)",
+)
+
 #: Migration i (0-based) takes the schema from user_version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -141,22 +166,35 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGR
     """Bring the database to ``len(migrations)``; each step is one transaction with its version bump.
 
     The connection must be in autocommit mode (``isolation_level=None``). Returns the final version.
+    Foreign keys are off during the steps (SQLite's procedure for schema changes: rebuilding a table must
+    not cascade deletes into the tables that reference it) and each step must leave ``PRAGMA
+    foreign_key_check`` clean, else it is rolled back; the connection's foreign-key setting is restored.
     """
     target = len(migrations)
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version >= target:
-                conn.execute("COMMIT")
-                return version
-            for statement in migrations[version]:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    foreign_keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
+    try:
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version >= target:
+                    conn.execute("COMMIT")
+                    return version
+                for statement in migrations[version]:
+                    conn.execute(statement)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+                if broken is not None:
+                    raise sqlite3.IntegrityError(
+                        f"schema migration {version + 1} broke a foreign key (table {broken[0]}, row {broken[1]})"
+                    )
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {int(foreign_keys)}")
 
 
 # -- records ------------------------------------------------------------------------------------------
