@@ -219,6 +219,7 @@ class SpeculativeDecoder:
             counters.add_step(
                 drafted=m, accepted=a, emitted=len(emitted) - (1 if ends_with_eog else 0),
                 t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+                k=k if k_eff > 0 else 0,  # the K chosen (control or auto-K), not its cap by the tokens left
             )
             if k_eff > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
                 self.cost_model.observe_step(
