@@ -316,7 +316,15 @@ class SpecChatApp(App[None]):
         finally:
             self._load_done.set()
 
+    def _ui_gone(self) -> bool:
+        """The app is closing (its screens may be gone already): messages posted by the engine thread are not
+        drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
+        (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
+        return self._shutting_down or not self.is_running
+
     def on_load_progress(self, message: LoadProgress) -> None:
+        if self._ui_gone():
+            return
         if self.engine is None and self.engine_error is None:
             self.sidebar.show_loading(message.fraction, message.what)
 
@@ -338,6 +346,8 @@ class SpecChatApp(App[None]):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
+        if self._ui_gone():
+            return
         self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
@@ -493,7 +503,7 @@ class SpecChatApp(App[None]):
             self._turn_done.set()
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None:
+        if message.turn_id != self._turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -501,10 +511,11 @@ class SpecChatApp(App[None]):
             self.chat.mount(ChatNotice(notice), before=self._current)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
-        self.sidebar.show_stats(message.snapshot)
+        if not self._ui_gone():
+            self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id:
+        if message.turn_id != self._turn_id or self._ui_gone():
             return
         assistant = self._current
         self._current = None
@@ -637,6 +648,8 @@ class SpecChatApp(App[None]):
         self.post_message(SavedRepliesDetokenized(results))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        if self._ui_gone():
+            return
         for reply, pieces in message.results:
             if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
                 reply.show_saved_pieces(pieces)
