@@ -40,7 +40,8 @@ import platformdirs
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
 
 APP_NAME = "specchat"
@@ -127,7 +128,7 @@ class Settings(BaseSettings):
     )
 
     target: str = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
-    draft: str = Field("ngram", min_length=1, description="path | preset or derived name | ngram | none")
+    draft: str = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {NONE}")
     k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
     auto_k: bool = Field(True, description="let the cost model choose K")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)

@@ -25,7 +25,8 @@ from specchat.config import (
     locate_config,
     settings_sources,
 )
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config.example.toml"
@@ -418,7 +419,7 @@ def test_config_show_with_a_bad_file_is_one_line_exit_2(isolated, monkeypatch, c
     path = write(isolated.tmp / "c.toml", "k = 40\n")
     code, out, err = run_cli(["--config", str(path), "config", "show"], monkeypatch, capsys)
     assert code == 2 and out == ""
-    assert err == f"specchat: error: config error: k = 40 in {path}: must be an integer in 0..16\n"
+    assert err == f"specchat: error: config error: k = 40 in {path}: must be an integer in 0..{K_MAX}\n"
 
 
 def test_config_show_with_malformed_toml_is_one_line_exit_2(isolated, monkeypatch, capsys):

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
 
 ANSI = {
@@ -29,8 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``specchat generate`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
-    p.add_argument("--draft", help="drafter: path to a draft .gguf, 'ngram' (default) or 'none'")
-    p.add_argument("--k", type=int, help="draft length K, 0..16 (0 = no speculation); default 3")
+    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default) or '{NONE}'")
+    p.add_argument("--k", type=int, help=f"draft length K, 0..{K_MAX} (0 = no speculation); default 3")
     p.add_argument("--auto-k", action="store_true", default=None, help="let the cost model choose K each step")
     p.add_argument("--temperature", type=float, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, dest="top_k")
@@ -74,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from specchat.config import load_settings
 
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
-    if args.k is not None and not (0 <= args.k <= 16):
-        raise UserError(f"--k {args.k} is out of range: K must be 0..16 (0 = no speculation)")
+    if args.k is not None and not (0 <= args.k <= K_MAX):
+        raise UserError(f"--k {args.k} is out of range: K must be 0..{K_MAX} (0 = no speculation)")
     if args.n_predict is not None and args.n_predict <= 0:
         raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))

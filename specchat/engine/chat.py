@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from specchat.engine.controls import Controls
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.detokenize import detokenize_pieces
 from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Turn
 from specchat.engine.model import DecodeError, Model
@@ -122,10 +123,10 @@ class ChatSession:
         d = self.decoder
         return EngineInfo(
             target_name=d.target.name,
-            draft_name=d.drafter_name or "none",
-            drafters=tuple(d.drafters) + ("none",),
+            draft_name=d.drafter_name or NONE,
+            drafters=tuple(d.drafters) + (NONE,),
             n_ctx=d.target.n_ctx,
-            k_max=16,
+            k_max=K_MAX,
             can_speculate=d.can_speculate,
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
         )
@@ -245,7 +246,7 @@ class ChatSession:
             yield EngineError(str(exc))
             return
         st = self.controls.snapshot()
-        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or "none", speculative=st.speculative)
+        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
         if record:
             self._messages.append(
                 Message(

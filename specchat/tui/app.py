@@ -26,7 +26,8 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from specchat.engine.controls import K_MAX, ControlState
+from specchat.engine.controls import ControlState
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.engine.protocol import ChatEngine, Message
 from specchat.errors import UserError
 from specchat.history import default_title, write_export
@@ -819,7 +820,7 @@ class SpecChatApp(App[None]):
         if engine is None:
             return
         engine.controls.set_drafter(name)
-        if name != "none" and not engine.controls.snapshot().speculative and engine.info().can_speculate:
+        if name != NONE and not engine.controls.snapshot().speculative and engine.info().can_speculate:
             engine.controls.set_speculative(True)
         self._controls_changed(f"drafter: {name}")
 
@@ -861,13 +862,13 @@ class SpecChatApp(App[None]):
         ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
         :mod:`specchat.models.registry`).
         """
-        choices = [("bundled SmolLM2 + ngram", "bundled", "ngram", "the default pair, no download")]
+        choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
         try:
             from specchat.models.presets import PRESET_PREFIX, PRESETS
         except ImportError:
             return choices
         for name, preset in PRESETS.items():
-            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", "ngram", preset.demonstrates))
+            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
         return choices
 
     def switch_model(self, target: str, draft: str, label: str) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from specchat.engine.controls import K_MAX
+from specchat.engine.drafter_kinds import K_MAX
 
 if TYPE_CHECKING:
     from specchat.tui.app import SpecChatApp

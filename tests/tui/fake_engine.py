@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from specchat.engine.controls import Controls, ControlState
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import (
     CostEstimate,
     Event,
@@ -113,7 +114,7 @@ class FakeEngine:
             draft_name=state.drafter or self._drafters[0],
             drafters=self._drafters,
             n_ctx=4096,
-            k_max=16,
+            k_max=K_MAX,
             can_speculate=True,
         )
 
