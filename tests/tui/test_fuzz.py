@@ -1,9 +1,9 @@
 """The state fuzz (see :mod:`fuzzkit`): random sequences of user actions with invariants after every one.
 
-In CI: :data:`SEQUENCES` sequences on the fake engine (~40 s on this 2-core machine when quiet), and
-:data:`REAL_SEQUENCES` on the bundled model
-(``--threads 1``). ``SPECCHAT_FUZZ_SEQUENCES=1000`` runs a thousand; ``SPECCHAT_FUZZ_SEED`` moves the seeds
-(sequence i uses seed SEED + i; a failure prints its seed); ``SPECCHAT_FUZZ_LENGTH`` sets the actions per
+In CI: :data:`SEQUENCES` sequences of :data:`LENGTH` actions on the fake engine (25-40 s on this 2-core
+machine shared with other work: load 2-3), and :data:`REAL_SEQUENCES` on the bundled model (``--threads 1``).
+``SPECCHAT_FUZZ_SEQUENCES=1000`` runs a thousand; ``SPECCHAT_FUZZ_SEED`` moves the seeds (sequence i uses
+seed SEED + i; a failure prints its seed and actions); ``SPECCHAT_FUZZ_LENGTH`` sets the actions per
 sequence; ``SPECCHAT_FUZZ_REAL_SEQUENCES`` the real-model count.
 """
 
@@ -20,7 +20,7 @@ from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
 
 SEED = int(os.environ.get("SPECCHAT_FUZZ_SEED", "0"))
-SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "150"))
+SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "100"))
 LENGTH = int(os.environ.get("SPECCHAT_FUZZ_LENGTH", "6"))
 REAL_SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_REAL_SEQUENCES", "5"))
 
