@@ -52,6 +52,7 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
 CONFIG_FILENAME = "config.toml"
 HISTORY_FILENAME = "history.sqlite3"
+EXPORTS_DIRNAME = "exports"
 
 
 class ConfigError(UserError):
@@ -192,6 +193,10 @@ class Settings(BaseSettings):
     def history_path(self) -> Path:
         """The conversation database: ``<data dir>/history.sqlite3``."""
         return self.effective_data_dir() / HISTORY_FILENAME
+
+    def exports_dir(self) -> Path:
+        """Where the app writes exports (ctrl+s, the history browser): ``<data dir>/exports``. Not created here."""
+        return self.effective_data_dir() / EXPORTS_DIRNAME
 
 
 # -- where the file is ------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ refused instead of modified.
 
 Tables::
 
-    conversations (id, title, created, updated, target, draft, system_prompt)
+    conversations (id AUTOINCREMENT: never reused after a delete, title, created, updated, target, draft,
+                   system_prompt)
     messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created)
     turn_stats    (message_id, target, drafter, k, auto_k, speculative, sampling json, the Turn timings
                    (prompt_n ... stop_reason), accepted_per_pos json, extra json)
@@ -34,8 +35,10 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sqlite3
 import threading
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -145,8 +148,32 @@ _V1 = (
     "CREATE INDEX conversations_by_updated ON conversations(updated)",
 )
 
+# v2: conversation ids are never reused. Without AUTOINCREMENT SQLite gives a new row max(id) + 1, so deleting
+# the newest conversation handed its id to the next one and old exports (``specchat-<id>-...``) pointed at a
+# new chat. AUTOINCREMENT keeps the largest id ever used in sqlite_sequence (https://sqlite.org/autoinc.html).
+# SQLite cannot add it to an existing table: the table is rebuilt and its rows copied with their ids
+# (https://sqlite.org/lang_altertable.html#otheralter; :func:`migrate` turns foreign keys off meanwhile, so
+# dropping the old table does not cascade to the messages). Ids deleted above the largest remaining one
+# before this upgrade are not known any more; every id given out after it is new.
+_V2 = (
+    """CREATE TABLE conversations_v2 (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        title         TEXT NOT NULL DEFAULT '',
+        created       TEXT NOT NULL,
+        updated       TEXT NOT NULL,
+        target        TEXT NOT NULL DEFAULT '',
+        draft         TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT ''
+    )""",
+    "INSERT INTO conversations_v2 (id, title, created, updated, target, draft, system_prompt)"
+    " SELECT id, title, created, updated, target, draft, system_prompt FROM conversations",
+    "DROP TABLE conversations",
+    "ALTER TABLE conversations_v2 RENAME TO conversations",
+    "CREATE INDEX conversations_by_updated ON conversations(updated)",
+)
+
 #: Migration i (0-based) takes the schema from user_version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -154,22 +181,35 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGR
     """Bring the database to ``len(migrations)``; each step is one transaction with its version bump.
 
     The connection must be in autocommit mode (``isolation_level=None``). Returns the final version.
+    Foreign keys are off during the steps (SQLite's procedure for schema changes: rebuilding a table must
+    not cascade deletes into the tables that reference it) and each step must leave ``PRAGMA
+    foreign_key_check`` clean, else it is rolled back; the connection's foreign-key setting is restored.
     """
     target = len(migrations)
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version >= target:
-                conn.execute("COMMIT")
-                return version
-            for statement in migrations[version]:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    foreign_keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
+    try:
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version >= target:
+                    conn.execute("COMMIT")
+                    return version
+                for statement in migrations[version]:
+                    conn.execute(statement)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+                if broken is not None:
+                    raise sqlite3.IntegrityError(
+                        f"schema migration {version + 1} broke a foreign key (table {broken[0]}, row {broken[1]})"
+                    )
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {int(foreign_keys)}")
 
 
 # -- records ------------------------------------------------------------------------------------------
@@ -185,6 +225,17 @@ class Conversation:
     draft: str
     system_prompt: str
     n_messages: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A conversation found by :meth:`HistoryStore.search_conversations` and where: the first message
+    (``role``, its ``text``) that contains the query, or ``role = None`` when only the title does (or no
+    query was given)."""
+
+    conversation: Conversation
+    role: str | None = None
+    text: str = ""
 
 
 @dataclass(slots=True)
@@ -229,6 +280,11 @@ def _sampling_dict(sampling: Any) -> dict[str, Any] | None:
 def _float_in(value: Any) -> float:
     # SQLite stores NaN as NULL; a timing that was NaN comes back as NaN.
     return math.nan if value is None else float(value)
+
+
+def _fold(text: Any) -> Any:
+    """Case folding for search (SQL ``specchat_fold``): whitespace runs become one space, like the query's."""
+    return " ".join(text.split()).casefold() if isinstance(text, str) else text
 
 
 def default_title(text: str, limit: int = 60) -> str:
@@ -284,6 +340,7 @@ class HistoryStore:
         except sqlite3.DatabaseError as exc:  # the read-only probe found no database
             raise HistoryError(f"{self.path} is not a usable history database ({exc}); give another path with --db") from None
         try:
+            self._conn.create_function("specchat_fold", 1, _fold, deterministic=True)  # search_conversations
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA busy_timeout = 10000")
             app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
@@ -439,6 +496,41 @@ class HistoryStore:
                 " FROM conversations c ORDER BY c.updated DESC, c.id DESC"
             ).fetchall()
         return [_conversation(row, row[7]) for row in rows]
+
+    def search_conversations(self, query: str = "") -> list[SearchHit]:
+        """Conversations whose title or any message contains ``query``, most recently updated first.
+
+        Case-insensitive for any script (Python's ``str.casefold``, registered as an SQL function: SQLite's own
+        LIKE folds ASCII only), a plain substring (no wildcards, no word boundaries: ``coun`` finds
+        ``merge_count``). A scan over the messages rather than an FTS5 index: FTS5 (in this machine's SQLite
+        3.40) matches whole tokens or their prefixes only, needs triggers and a migration to stay in sync, and
+        is not in every Python's sqlite3; a scan of a personal history is fast enough to run per keystroke.
+        An empty query lists every conversation.
+        """
+        needle = " ".join(query.split()).casefold()
+        if not needle:
+            return [SearchHit(c) for c in self.list_conversations()]
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM (SELECT c.id, c.title, c.created, c.updated, c.target, c.draft, c.system_prompt,"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id),"
+                " (SELECT m.idx FROM messages m WHERE m.conversation_id = c.id"
+                "  AND instr(specchat_fold(m.content), ?1) > 0 ORDER BY m.idx LIMIT 1) AS hit,"
+                " instr(specchat_fold(c.title), ?1) > 0 AS in_title"
+                " FROM conversations c) WHERE in_title OR hit IS NOT NULL ORDER BY updated DESC, id DESC",
+                (needle,),
+            ).fetchall()
+            out = []
+            for row in rows:
+                conv = _conversation(row, row[7])
+                if row[8] is None:
+                    out.append(SearchHit(conv))
+                    continue
+                role, content = self._conn.execute(
+                    "SELECT role, content FROM messages WHERE conversation_id = ? AND idx = ?", (conv.id, row[8])
+                ).fetchone()
+                out.append(SearchHit(conv, role, content))
+        return out
 
     def delete(self, conv_id: int) -> None:
         """Delete a conversation with its messages and stats (foreign keys cascade)."""
@@ -965,6 +1057,49 @@ def messages_from_export(data: Any, *, source: str = "conversation file") -> tup
     return conv, [r.message for r in records]
 
 
+# -- export files -------------------------------------------------------------------------------------
+
+
+def export_slug(title: str, limit: int = 40) -> str:
+    """A file-name-safe slug of a title: accents dropped (NFKD), every other run of characters that is not an
+    ASCII letter or digit becomes one ``-``, lower case, at most ``limit`` characters; ``chat`` if nothing is left.
+    """
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_title.lower()).strip("-")
+    if len(slug) > limit:
+        slug = slug[:limit].rsplit("-", 1)[0] if "-" in slug[:limit] else slug[:limit]
+    return slug.strip("-") or "chat"
+
+
+def export_filename(conv_id: int | None, title: str, suffix: str = ".md", n: int = 1) -> str:
+    """The one naming scheme of exports written by the app: ``specchat-<id>-<slug>.md`` (``specchat-unsaved-...``
+    for a chat that is not in the history database); ``n`` > 1 adds ``-n`` before the suffix."""
+    stem = f"specchat-{conv_id if conv_id is not None else 'unsaved'}-{export_slug(title)}"
+    return f"{stem}{'' if n <= 1 else f'-{n}'}{suffix}"
+
+
+def write_export(directory: str | Path, conv_id: int | None, title: str, text: str, suffix: str = ".md") -> Path:
+    """Write ``text`` to a new file named by :func:`export_filename` in ``directory`` (created if needed).
+
+    Never overwrites: the file is created exclusively (``open(..., "x")``), and a taken name gets ``-2``,
+    ``-3``... Returns the full path written; raises :class:`HistoryError` with one line if it cannot write.
+    """
+    directory = Path(directory).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            path = directory / export_filename(conv_id, title, suffix, n)
+            try:
+                with open(path, "x", encoding="utf-8") as f:
+                    f.write(text)
+                return path.absolute()
+            except FileExistsError:
+                n += 1
+    except OSError as exc:
+        raise HistoryError(f"cannot write the export to {directory}: {exc.strerror or exc}") from None
+
+
 # -- Markdown -----------------------------------------------------------------------------------------
 
 
@@ -987,6 +1122,16 @@ def _num(x: float, fmt: str) -> str:
     return "–" if x is None or not math.isfinite(x) else format(x, fmt)
 
 
+def k_used(turn: Turn) -> str:
+    """The K a turn's drafting rounds used: ``4``, or the range ``2–16`` when it changed (auto-K, a key).
+
+    Turns saved before :class:`Turn` recorded the range (``k_max`` = 0) show the K control they stored.
+    """
+    if turn.k_max <= 0:
+        return str(turn.k)
+    return str(turn.k_max) if turn.k_min == turn.k_max else f"{turn.k_min}\u2013{turn.k_max}"
+
+
 def _stat_cells(record: StoredMessage) -> dict[str, str]:
     t = record.message.stats
     assert t is not None
@@ -995,7 +1140,7 @@ def _stat_cells(record: StoredMessage) -> dict[str, str]:
         mean_len = _num(t.mean_len, ".2f")
     else:
         acceptance, mean_len = "–", "–"
-    k = str(t.k) + (" auto" if record.auto_k else "")
+    k = k_used(t) + (" auto" if record.auto_k else "")
     drafter = t.drafter if t.speculative or t.draft_n else (t.drafter + " (off)" if t.drafter else "off")
     return {
         "tok/s": _num(t.predicted_per_second, ".1f"),

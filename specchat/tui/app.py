@@ -44,6 +44,7 @@ from specchat.engine.controls import ControlState
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.engine.protocol import ChatEngine, Message
 from specchat.errors import UserError
+from specchat.history import default_title, write_export
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.generation import describe_exception, pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
@@ -59,7 +60,7 @@ from specchat.tui.messages import (
 from specchat.tui.sanitize import sanitize, sanitize_line
 from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
-from specchat.tui.screens.history import HistoryScreen, unique_path
+from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
@@ -78,6 +79,16 @@ EngineFactory = Callable[[Progress], ChatEngine]
 
 def _setting(settings: Any, name: str, default: Any) -> Any:
     return getattr(settings, name, default) if settings is not None else default
+
+
+def _exports_dir(settings: Any) -> Path:
+    """``<data dir>/exports`` of these settings (never the current directory: it is wherever the app started)."""
+    fn = getattr(settings, "exports_dir", None)
+    if callable(fn):
+        return fn()
+    from specchat.config import Settings
+
+    return Settings().exports_dir()
 
 
 @dataclass
@@ -132,7 +143,7 @@ class SpecChatApp(App[None]):
         self.history_store = history_store
         self.make_factory = make_factory
         self.user_theme_dir = user_theme_dir
-        self.export_dir = export_dir or Path.cwd()
+        self.export_dir = export_dir or _exports_dir(settings)
         self.history_note = history_note
         self._clock = clock
         self.engine: ChatEngine | None = None
@@ -153,6 +164,7 @@ class SpecChatApp(App[None]):
         self._load_done.set()
         self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
         self._pending_messages: list[Message] | None = None
+        self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
         self._shutting_down = False
@@ -348,7 +360,15 @@ class SpecChatApp(App[None]):
         finally:
             self._load_done.set()
 
+    def _ui_gone(self) -> bool:
+        """The app is closing (its screens may be gone already): messages posted by the engine thread are not
+        drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
+        (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
+        return self._shutting_down or not self.is_running
+
     def on_load_progress(self, message: LoadProgress) -> None:
+        if self._ui_gone():
+            return
         if self.engine is None and self.engine_error is None:
             self.sidebar.show_loading(message.fraction, message.what)
 
@@ -370,6 +390,8 @@ class SpecChatApp(App[None]):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
+        if self._ui_gone():
+            return
         self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
@@ -525,7 +547,7 @@ class SpecChatApp(App[None]):
             self._turn_done.set()
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None:
+        if message.turn_id != self._turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -533,10 +555,11 @@ class SpecChatApp(App[None]):
             self.chat.mount(ChatNotice(notice), before=self._current)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
-        self.sidebar.show_stats(message.snapshot)
+        if not self._ui_gone():
+            self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id:
+        if message.turn_id != self._turn_id or self._ui_gone():
             return
         assistant = self._current
         self._current = None
@@ -561,7 +584,7 @@ class SpecChatApp(App[None]):
     def _save_history(self, messages: list[Message] | None = None) -> None:
         """Make the saved conversation equal ``messages`` (default: the engine's) and create it if needed."""
         store, engine = self.history_store, self.engine
-        if store is None or engine is None:
+        if store is None or engine is None or self._conversation_deleted:
             return
         messages = list(engine.messages) if messages is None else messages
         if not any(m.role == "user" for m in messages):
@@ -591,8 +614,13 @@ class SpecChatApp(App[None]):
         )
 
     def _on_conversation_deleted(self, conv_id: int) -> None:
-        if conv_id == self.conversation_id:
-            self.conversation_id = None
+        """The open conversation was deleted in the browser: start a new chat, as chat apps do (a reply being
+        generated is stopped first), and never save it again under a new id meanwhile (:meth:`_save_history`)."""
+        if conv_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        self._conversation_deleted = True
+        self.action_new_chat()
 
     def _open_conversation(self, conv_id: int | None) -> None:
         if conv_id is None:
@@ -615,7 +643,7 @@ class SpecChatApp(App[None]):
         else:
             self._pending_messages = messages
             hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
-        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History")
+        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History", markup=False)
 
     def _show_messages(self, messages: list[Message]) -> None:
         chat = self.chat
@@ -664,6 +692,8 @@ class SpecChatApp(App[None]):
         self.post_message(SavedRepliesDetokenized(results))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        if self._ui_gone():
+            return
         for reply, pieces in message.results:
             if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
                 reply.show_saved_pieces(pieces)
@@ -715,6 +745,7 @@ class SpecChatApp(App[None]):
         self._new_chat_now()
 
     def _new_chat_now(self) -> None:
+        self._conversation_deleted = False
         self._end_edit(restore=True)
         if self.engine is not None:
             self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
@@ -733,22 +764,23 @@ class SpecChatApp(App[None]):
         return "\n".join(lines)
 
     def action_export(self) -> None:
+        """Write this chat as Markdown into the exports directory (:func:`specchat.history.write_export`)."""
         try:
             if self.history_store is not None and self.conversation_id is not None:
-                text = self.history_store.export_markdown(self.conversation_id)
-                stem = f"specchat-{self.conversation_id}"
+                conv_id = self.conversation_id
+                text = self.history_store.export_markdown(conv_id)
+                title = self.history_store.get_conversation(conv_id).title
             else:
-                if not any(isinstance(w, UserMessage) for w in self.chat.children):
+                users = [w for w in self.chat.children if isinstance(w, UserMessage)]
+                if not users:
                     self.notify("Nothing to export yet.")
                     return
-                text = self._chat_markdown()
-                stem = "specchat-chat"
-            path = unique_path(self.export_dir, stem, ".md")
-            path.write_text(text, encoding="utf-8")
+                conv_id, text, title = None, self._chat_markdown(), default_title(users[0].text)
+            path = write_export(self.export_dir, conv_id, title, text)
         except Exception as exc:
-            self.notify(f"Could not export: {describe_exception(exc)}", severity="error")
+            self.notify(f"Could not export: {describe_exception(exc)}", severity="error", markup=False)
             return
-        self.notify(f"Exported to {path}", title="Export")
+        self.notify(f"Exported to {path}", title="Export", markup=False)
 
     def action_copy_reply(self) -> None:
         replies = [r for r in self.assistant_messages() if r.reply_text]

@@ -69,6 +69,11 @@ class AssistantMessage(Vertical):
     def compose(self):
         yield self.tokens
 
+    def on_mount(self) -> None:
+        # a reply finished before it was mounted (reopened from history) with the Markdown view on
+        if self._want_markdown and self.finished:
+            self.set_markdown(True)
+
     # -- streaming -----------------------------------------------------------------------------------
     def append(self, pieces: list[tuple[str, str]]) -> None:
         self.tokens.append_pieces(pieces)
@@ -134,8 +139,10 @@ class AssistantMessage(Vertical):
         return self._markdown is not None and self._markdown.display
 
     def set_markdown(self, on: bool) -> None:
+        """Show the finished reply as Markdown (``on``) or as tokens; before the reply is finished or mounted,
+        only remember the choice (:meth:`finish` and :meth:`on_mount` apply it)."""
         self._want_markdown = on
-        if not self.finished:
+        if not self.finished or not self.is_attached:
             return
         if on:
             if self._markdown is None:
