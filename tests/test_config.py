@@ -212,7 +212,11 @@ FILE_ERRORS = [
     ("k = true\n", r"k = true in {path}: must be an integer in 0\.\.16$"),
     ('k = "three"\n', r'k = "three" in {path}: must be an integer in 0\.\.16$'),
     ("auto_k = 3\n", r"auto_k = 3 in {path}: must be true or false$"),
-    ("threads = 0\n", r"threads = 0 in {path}: must be an integer >= 1$"),
+    (
+        "threads = 0\n",
+        r"threads = 0 in {path}: must be an integer in 1\.\.\d+ \(at most 4 x the \d+ CPUs here: more threads only "
+        r"wait for each other\)$",
+    ),
     ("n_ctx = 32\n", r"n_ctx = 32 in {path}: must be an integer >= 64$"),
     ("n_predict = 0\n", r"n_predict = 0 in {path}: must be an integer >= 1$"),
     ('target = ""\n', r'target = "" in {path}: must be a non-empty string$'),

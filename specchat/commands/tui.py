@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         make_factory=make_factory,
         user_theme_dir=user_theme_dir(config_path),
         history_note=note,
+        stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
     )
     try:
         app.run()

@@ -5,14 +5,27 @@ across turns, stop.
 sandboxed :class:`~llama_cpp.llama_chat_format.Jinja2ChatFormatter`) is rendered with every assistant
 reply replaced by a sentinel; the text between sentinels is tokenized (``add_bos=False, special=True``:
 the rendered text already carries BOS) and the exact generated ids of each reply are spliced back in
-(:func:`~specchat.engine.conversation.spliced_prompt_tokens`). So old replies are never re-tokenized, and turn n+1's tokens start with turn n's tokens: the target and
-draft KV caches keep their common prefix and a new turn decodes only what is new (``prompt_n`` counts
-only those tokens). A model without a template gets a plain ``### Role:`` fallback, announced once by a
-:class:`~specchat.engine.events.Notice`.
+(:func:`~specchat.engine.conversation.spliced_prompt_tokens`). So old replies are never re-tokenized, and
+turn n+1's tokens start with turn n's tokens: the target and draft KV caches keep their common prefix and
+a new turn decodes only what is new (``prompt_n`` counts only those tokens). A model without a template gets
+a plain ``### Role:`` fallback, announced once by a :class:`~specchat.engine.events.Notice`.
 
 The message list, regenerate / edit and the context-limit policy are the shared
 :class:`~specchat.engine.conversation.Conversation`'s; when old turns are dropped for the context, the
 caches rebuild from the new common prefix.
+
+**Greedy replies and batch sizes.** At temperature 0 every emitted token is the argmax of the logits it was
+verified with, but the same tokens decoded in other batch splits give slightly different logits, so a
+conversation continued on a reused cache and the same messages on a fresh one can reply differently at a
+near-tie. Measured on the bundled SmolLM2 Q4_1 (issue 10: a reply stopped, regenerated, then a new message,
+against a fresh engine loaded with the same messages): both caches held the same token ids, both replies
+were their own argmax at every token, and they parted at token 12 where run A preferred " offering" by 0.25
+and run B " with" by 0.19. Decoding those 112 tokens in a fresh model reproduces each run from its batch split
+alone: one token at a time or batches of up to 48 give run A's +0.2530 exactly, the prompt in one batch then
+one token at a time gives run B's -0.1882, one batch of all 112 gives -0.2292; logits differ by up to 0.86
+between splits (batches of 64 and more take another path in llama.cpp's CPU kernels). This is numerics, not a
+cache defect: tests compare a reused-cache reply with the argmax of the logits each token was verified with,
+and with another run only up to a near-tie (``tests/enginekit.py``: ``VerifiedRows``).
 """
 
 from __future__ import annotations

@@ -129,9 +129,13 @@ class Turn:
     text: str
     tokens: list[int] = field(default_factory=list)
     kinds: list[PieceKind] = field(default_factory=list)
-    k: int = 0
+    k: int = 0  # the K control when the turn ended (auto-K chooses its own K per round: see k_min/k_max)
     drafter: str = ""
     speculative: bool = False
+    #: the smallest and largest K the turn's drafting rounds asked for (auto-K's choices, or a K changed
+    #: mid-reply); both 0 when no round drafted, and in turns saved before these fields existed
+    k_min: int = 0
+    k_max: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

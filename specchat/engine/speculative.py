@@ -234,7 +234,7 @@ class SpeculativeDecoder:
         overhead = max(0.0, t_step - in_decode)
         counters.add_step(
             drafted=drafted, accepted=accepted, emitted=emitted - int(eog),
-            t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+            t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, k=k,
         )  # fmt: skip
         name = drafter.name if drafter is not None else NONE
         if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)

@@ -5,6 +5,20 @@ The app never imports llama_cpp or the engine's model code: it receives an *engi
 appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
 batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
 through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+
+Signals (``stop_signals=True``, as ``specchat`` runs it): SIGINT, SIGTERM and SIGHUP (the terminal window was
+closed) quit the way ctrl+q does: the reply stops, the partial reply is saved marked stopped, the engine
+closes, and the exit code is 128 + the signal number. They are handled by the event loop
+(``loop.add_signal_handler``), so the quit starts from an ordinary loop callback, never from an exception
+raised at an arbitrary point inside asyncio or Textual. SIGHUP usually means the terminal is gone (the window
+was closed: the kernel hangs up the tty and sends SIGHUP then SIGCONT), and then Textual cannot quit: every
+write to the tty fails with EIO, its SIGCONT handler restarts application mode on the dead tty and its driver
+blocks for ever on a full output queue (reproduced in a pty: the process never ended). So on SIGHUP the reply
+is stopped and saved first, synchronously in the signal's loop callback (:meth:`_stop_and_save_now`), then the
+app quits as usual, and a watchdog ends the process with ``os._exit(129)`` if that has not happened within
+:data:`HANGUP_EXIT_S`: there is nothing to restore on a dead terminal, and history is durable at every commit
+(see :mod:`specchat.history`). The tty cannot tell reliably in the signal handler whether it is dead yet (the
+kernel finishes the hang-up asynchronously: ``tcgetattr`` still succeeded there in the pty tests).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ from specchat.engine.controls import ControlState
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.engine.protocol import ChatEngine, Message
 from specchat.errors import UserError
+from specchat.history import default_title, write_export
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.generation import describe_exception, pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
@@ -42,8 +57,10 @@ from specchat.tui.messages import (
     StatsUpdated,
     TurnFinished,
 )
+from specchat.tui.sanitize import sanitize, sanitize_line
+from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
-from specchat.tui.screens.history import HistoryScreen, unique_path
+from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
@@ -52,6 +69,8 @@ from specchat.tui.widgets.sidebar import Sidebar
 
 #: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
 UI_NICE = 19
+#: after SIGHUP the process ends this many seconds later at the latest (a dead terminal blocks Textual's exit)
+HANGUP_EXIT_S = 10.0
 
 Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
@@ -60,6 +79,16 @@ EngineFactory = Callable[[Progress], ChatEngine]
 
 def _setting(settings: Any, name: str, default: Any) -> Any:
     return getattr(settings, name, default) if settings is not None else default
+
+
+def _exports_dir(settings: Any) -> Path:
+    """``<data dir>/exports`` of these settings (never the current directory: it is wherever the app started)."""
+    fn = getattr(settings, "exports_dir", None)
+    if callable(fn):
+        return fn()
+    from specchat.config import Settings
+
+    return Settings().exports_dir()
 
 
 @dataclass
@@ -101,14 +130,20 @@ class SpecChatApp(App[None]):
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
+        stop_signals: bool = False,
     ) -> None:
         super().__init__()
+        self.stop_signals = stop_signals
+        self._signals_added: list[int] = []
+        self._exit_code = 0
+        self._running_in_terminal = False
+        self._hangup_watchdog: threading.Timer | None = None
         self.engine_factory = engine_factory
         self.settings = settings
         self.history_store = history_store
         self.make_factory = make_factory
         self.user_theme_dir = user_theme_dir
-        self.export_dir = export_dir or Path.cwd()
+        self.export_dir = export_dir or _exports_dir(settings)
         self.history_note = history_note
         self._clock = clock
         self.engine: ChatEngine | None = None
@@ -129,12 +164,30 @@ class SpecChatApp(App[None]):
         self._load_done.set()
         self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
         self._pending_messages: list[Message] | None = None
+        self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
         self._shutting_down = False
         self._engine_closed = False
         # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
         self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is shown as text: ``markup`` is ignored (never parsed) and control characters are
+        made visible (:mod:`specchat.sanitize`). Notifications carry file names, titles, model names and error
+        messages; a ``[/]`` in one must show as itself, not raise ``MarkupError``. Widgets' and screens'
+        ``notify`` come here too."""
+        super().notify(
+            sanitize(str(message)), title=sanitize_line(title), severity=severity, timeout=timeout, markup=False
+        )
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -181,6 +234,8 @@ class SpecChatApp(App[None]):
             pass
 
     def on_mount(self) -> None:
+        if self.stop_signals:
+            self._add_signal_handlers()
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
@@ -305,7 +360,15 @@ class SpecChatApp(App[None]):
         finally:
             self._load_done.set()
 
+    def _ui_gone(self) -> bool:
+        """The app is closing (its screens may be gone already): messages posted by the engine thread are not
+        drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
+        (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
+        return self._shutting_down or not self.is_running
+
     def on_load_progress(self, message: LoadProgress) -> None:
+        if self._ui_gone():
+            return
         if self.engine is None and self.engine_error is None:
             self.sidebar.show_loading(message.fraction, message.what)
 
@@ -327,6 +390,8 @@ class SpecChatApp(App[None]):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
+        if self._ui_gone():
+            return
         self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
@@ -399,7 +464,7 @@ class SpecChatApp(App[None]):
         prompt.set_text(last.content)
         send = self.effective_keys.get("send", "enter").split(",")[0]
         cancel = self.effective_keys.get("stop", "escape").split(",")[0]
-        prompt.border_title = f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels"
+        prompt.border_title = inert(f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels")
         prompt.add_class("editing")
         prompt.focus()
 
@@ -463,7 +528,7 @@ class SpecChatApp(App[None]):
             chat.mount(UserMessage(user_text))
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
-        assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
+        assistant.border_subtitle = inert(f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops")
         chat.mount(assistant)
         chat.anchor()
         self._current = assistant
@@ -482,7 +547,7 @@ class SpecChatApp(App[None]):
             self._turn_done.set()
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None:
+        if message.turn_id != self._turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -490,10 +555,11 @@ class SpecChatApp(App[None]):
             self.chat.mount(ChatNotice(notice), before=self._current)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
-        self.sidebar.show_stats(message.snapshot)
+        if not self._ui_gone():
+            self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id:
+        if message.turn_id != self._turn_id or self._ui_gone():
             return
         assistant = self._current
         self._current = None
@@ -520,7 +586,7 @@ class SpecChatApp(App[None]):
     def _save_history(self, messages: list[Message] | None = None) -> None:
         """Make the saved conversation equal ``messages`` (default: the engine's) and create it if needed."""
         store, engine = self.history_store, self.engine
-        if store is None or engine is None:
+        if store is None or engine is None or self._conversation_deleted:
             return
         messages = list(engine.messages) if messages is None else messages
         if not any(m.role == "user" for m in messages):
@@ -550,8 +616,13 @@ class SpecChatApp(App[None]):
         )
 
     def _on_conversation_deleted(self, conv_id: int) -> None:
-        if conv_id == self.conversation_id:
-            self.conversation_id = None
+        """The open conversation was deleted in the browser: start a new chat, as chat apps do (a reply being
+        generated is stopped first), and never save it again under a new id meanwhile (:meth:`_save_history`)."""
+        if conv_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        self._conversation_deleted = True
+        self.action_new_chat()
 
     def _open_conversation(self, conv_id: int | None) -> None:
         if conv_id is None:
@@ -574,7 +645,7 @@ class SpecChatApp(App[None]):
         else:
             self._pending_messages = messages
             hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
-        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History")
+        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History", markup=False)
 
     def _show_messages(self, messages: list[Message]) -> None:
         chat = self.chat
@@ -623,6 +694,8 @@ class SpecChatApp(App[None]):
         self.post_message(SavedRepliesDetokenized(results))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        if self._ui_gone():
+            return
         for reply, pieces in message.results:
             if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
                 reply.show_saved_pieces(pieces)
@@ -674,6 +747,7 @@ class SpecChatApp(App[None]):
         self._new_chat_now()
 
     def _new_chat_now(self) -> None:
+        self._conversation_deleted = False
         self._end_edit(restore=True)
         if self.engine is not None:
             self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
@@ -692,22 +766,23 @@ class SpecChatApp(App[None]):
         return "\n".join(lines)
 
     def action_export(self) -> None:
+        """Write this chat as Markdown into the exports directory (:func:`specchat.history.write_export`)."""
         try:
             if self.history_store is not None and self.conversation_id is not None:
-                text = self.history_store.export_markdown(self.conversation_id)
-                stem = f"specchat-{self.conversation_id}"
+                conv_id = self.conversation_id
+                text = self.history_store.export_markdown(conv_id)
+                title = self.history_store.get_conversation(conv_id).title
             else:
-                if not any(isinstance(w, UserMessage) for w in self.chat.children):
+                users = [w for w in self.chat.children if isinstance(w, UserMessage)]
+                if not users:
                     self.notify("Nothing to export yet.")
                     return
-                text = self._chat_markdown()
-                stem = "specchat-chat"
-            path = unique_path(self.export_dir, stem, ".md")
-            path.write_text(text, encoding="utf-8")
+                conv_id, text, title = None, self._chat_markdown(), default_title(users[0].text)
+            path = write_export(self.export_dir, conv_id, title, text)
         except Exception as exc:
-            self.notify(f"Could not export: {describe_exception(exc)}", severity="error")
+            self.notify(f"Could not export: {describe_exception(exc)}", severity="error", markup=False)
             return
-        self.notify(f"Exported to {path}", title="Export")
+        self.notify(f"Exported to {path}", title="Export", markup=False)
 
     def action_copy_reply(self) -> None:
         replies = [r for r in self.assistant_messages() if r.reply_text]
@@ -924,7 +999,56 @@ class SpecChatApp(App[None]):
         try:
             await self._shutdown_engine()
         finally:
-            self.exit()
+            self.exit(return_code=self._exit_code)
+
+    def _add_signal_handlers(self) -> None:
+        from specchat.signals import STOP_SIGNALS
+
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_stop_signal, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+                continue
+            self._signals_added.append(int(sig))
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGINT / SIGTERM / SIGHUP: quit like ctrl+q (the partial reply is saved, marked stopped)."""
+        import os
+        import signal
+
+        if not self._shutting_down:
+            self._exit_code = 128 + signum
+        if signum == getattr(signal, "SIGHUP", None):
+            self._stop_and_save_now()
+            if self._running_in_terminal and self._hangup_watchdog is None:
+                self._hangup_watchdog = threading.Timer(HANGUP_EXIT_S, os._exit, args=(128 + signum,))
+                self._hangup_watchdog.daemon = True
+                self._hangup_watchdog.start()
+        self.action_quit()
+
+    async def run_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Textual's ``run_async`` (what ``run`` runs in a terminal; Pilot tests do not), marking that a SIGHUP
+        may arm the exit watchdog, and disarming it once the app has ended normally."""
+        self._running_in_terminal = True
+        try:
+            return await super().run_async(*args, **kwargs)
+        finally:
+            if self._hangup_watchdog is not None:
+                self._hangup_watchdog.cancel()
+
+    def _stop_and_save_now(self) -> None:
+        """Stop the reply, wait for the engine thread to end the turn (one draft/verify round), save the
+        conversation: all before the event loop draws anything again (see the module docstring)."""
+        engine = self.engine or self._loaded_engine
+        if engine is not None and self._generating:
+            engine.controls.request_stop()
+            self._turn_done.wait(timeout=HANGUP_EXIT_S)
+            self._save_history()
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals_added:
+            loop.remove_signal_handler(sig)
+        self._signals_added.clear()
         await self._shutdown_engine()

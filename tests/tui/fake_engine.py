@@ -309,6 +309,8 @@ class FakeEngine:
             k=self.controls.snapshot().k,
             drafter=self.controls.snapshot().drafter or "",
             speculative=self.controls.snapshot().speculative,
+            k_min=min((s.k for s in steps if s.k), default=0),  # as TurnCounters: the rounds that drafted
+            k_max=max((s.k for s in steps if s.k), default=0),
         )
         self._messages.append(
             Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")

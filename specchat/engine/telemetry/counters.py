@@ -32,13 +32,16 @@ class TurnCounters:
       :meth:`finish` (llama-server's ``t_token_generation``), else the sum of step times;
       ``predicted_per_second`` = predicted_n / predicted_ms · 1000;
     * ``draft_ms_per_step`` and ``verify_ms_per_step`` are means over *all* steps, so that
-      draft + verify + overhead per step = step time per step.
+      draft + verify + overhead per step = step time per step;
+    * ``k_min``/``k_max`` = the range of the K of the rounds that asked the drafter (``k`` of
+      :meth:`add_step`, the :class:`Step`'s K; 0/0 when none did): the K a turn used when it changed
+      (auto-K, a key).
     """
 
     __slots__ = (
         "prompt_n", "prompt_ms", "n_steps", "n_spec_steps", "draft_n", "draft_n_accepted",
         "acc_per_pos", "drafted_per_pos", "draft_ms", "verify_ms", "overhead_ms", "step_ms",
-        "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last",
+        "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last", "k_min", "k_max",
     )  # fmt: skip
 
     def __init__(self, prompt_n: int = 0, prompt_ms: float = 0.0) -> None:
@@ -61,6 +64,8 @@ class TurnCounters:
         self.tokens: list[int] = []
         self.kinds: list[PieceKind] = []
         self.last: int | None = None
+        self.k_min = 0
+        self.k_max = 0
 
     def add_step(
         self,
@@ -72,15 +77,20 @@ class TurnCounters:
         t_verify_ms: float = 0.0,
         t_overhead_ms: float = 0.0,
         t_step_ms: float = 0.0,
+        k: int = 0,
     ) -> None:
         """Count one draft/verify round (or one plain decode: ``drafted = 0``).
 
         ``emitted`` = tokens this round added to the reply. Accepted positions are the prefix
-        0..accepted-1 of the draft (the acceptance rule stops at the first rejection).
+        0..accepted-1 of the draft (the acceptance rule stops at the first rejection). ``k`` = the K this
+        round asked the drafter for (0 = it was not asked).
         """
         if drafted < 0 or not (0 <= accepted <= drafted) or emitted < 0:
             raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted} emitted={emitted}")
         self.n_steps += 1
+        if k > 0:
+            self.k_min = min(self.k_min, k) if self.k_min else k
+            self.k_max = max(self.k_max, k)
         if drafted > 0:
             self.n_spec_steps += 1
             self.draft_n += drafted
@@ -104,7 +114,7 @@ class TurnCounters:
         self.add_step(
             drafted=step.drafted, accepted=step.accepted, emitted=step.emitted,
             t_draft_ms=step.t_draft_ms, t_verify_ms=step.t_verify_ms,
-            t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms,
+            t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms, k=step.k,
         )  # fmt: skip
 
     def finish(
@@ -192,6 +202,8 @@ class TurnCounters:
             k=k,
             drafter=drafter,
             speculative=speculative,
+            k_min=self.k_min,
+            k_max=self.k_max,
         )
 
 
