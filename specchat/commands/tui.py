@@ -17,6 +17,8 @@ from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 
 # (flag, dest, type, settings key, help)
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
+    ("--server", "tui_server", str, "server_url",
+     "a llama-server's URL (http://host:port): it generates the replies with its own models and speculation"),
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
     ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
     ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
@@ -30,6 +32,9 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
     ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
 )
+#: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
+LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),
+                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))  # fmt: skip
 #: the app's on/off flags: (flag, dest, the value when not given)
 _SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 
@@ -120,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, overrides_from_args(args))
+    if settings.server_url:
+        from specchat.commands.arguments import refuse_local_flags
+
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
     app = SpecChatApp(
         make_factory(settings),

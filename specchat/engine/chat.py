@@ -1,20 +1,18 @@
-"""Conversations: messages -> tokens with the model's own chat template, KV reuse across turns,
-the context-limit policy, regenerate / edit / stop.
+"""A conversation on the local engine: messages -> tokens with the model's own chat template, KV reuse
+across turns, stop.
 
 **Tokens of a conversation.** The GGUF's ``tokenizer.chat_template`` (Jinja, rendered in llama-cpp-python's
 sandboxed :class:`~llama_cpp.llama_chat_format.Jinja2ChatFormatter`) is rendered with every assistant
 reply replaced by a sentinel; the text between sentinels is tokenized (``add_bos=False, special=True``:
-the rendered text already carries BOS) and the exact generated ids of each reply are spliced back in.
-So old replies are never re-tokenized, and turn n+1's tokens start with turn n's tokens: the target and
-draft KV caches keep their common prefix and a new turn decodes only what is new (``prompt_n`` counts
-only those tokens). A model without a template gets a plain ``### Role:`` fallback, announced once by a
-:class:`~specchat.engine.events.Notice`.
+the rendered text already carries BOS) and the exact generated ids of each reply are spliced back in
+(:func:`~specchat.engine.conversation.spliced_prompt_tokens`). So old replies are never re-tokenized, and
+turn n+1's tokens start with turn n's tokens: the target and draft KV caches keep their common prefix and
+a new turn decodes only what is new (``prompt_n`` counts only those tokens). A model without a template gets
+a plain ``### Role:`` fallback, announced once by a :class:`~specchat.engine.events.Notice`.
 
-**Context limit.** If the rendered conversation plus a reply reserve (``min(n_predict, n_ctx/4)``) does
-not fit ``n_ctx``, the oldest messages after the system prompt are dropped from what the model sees
-(they stay in :attr:`ChatSession.messages` and in history) and a :class:`ContextTrimmed` is emitted;
-the caches then rebuild from the new common prefix. A last user message that alone does not fit is a
-clear error.
+The message list, regenerate / edit and the context-limit policy are the shared
+:class:`~specchat.engine.conversation.Conversation`'s; when old turns are dropped for the context, the
+caches rebuild from the new common prefix.
 
 **Greedy replies and batch sizes.** At temperature 0 every emitted token is the argmax of the logits it was
 verified with, but the same tokens decoded in other batch splits give slightly different logits, so a
@@ -32,12 +30,12 @@ and with another run only up to a near-tie (``tests/enginekit.py``: ``VerifiedRo
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from specchat.engine.controls import Controls
+from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.detokenize import detokenize_pieces
 from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Turn
@@ -45,9 +43,6 @@ from specchat.engine.model import DecodeError, Model
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
-
-_SENTINEL = "\u2063SPECCHAT-REPLY-{}\u2063"
-_SENTINEL_RE = re.compile("\u2063SPECCHAT-REPLY-(\\d+)\u2063")
 
 FALLBACK_NOTICE = (
     "{name} has no chat template: using the plain fallback '### System/User/Assistant:' format"
@@ -79,32 +74,16 @@ class ChatTemplate:
         return "".join(parts)
 
     def tokens(self, messages: list[Message]) -> list[int]:
-        """Token ids of ``messages`` followed by the assistant generation prompt."""
-        rendered_input = []
-        replies: dict[int, list[int]] = {}
-        for i, m in enumerate(messages):
-            if m.role == "assistant" and m.tokens:
-                replies[i] = m.tokens
-                rendered_input.append({"role": m.role, "content": _SENTINEL.format(i)})
-            else:
-                rendered_input.append({"role": m.role, "content": m.content})
-        text = self._render_text(rendered_input)
-        out: list[int] = []
-        pos = 0
+        """Token ids of ``messages`` followed by the assistant generation prompt (replies spliced in by id)."""
         add_bos = self._formatter is None and self.model.add_bos
-        for match in _SENTINEL_RE.finditer(text):
-            out += self.model.tokenize(text[pos : match.start()], add_bos=add_bos and not out, special=True)
-            out += replies[int(match.group(1))]
-            pos = match.end()
-        out += self.model.tokenize(text[pos:], add_bos=add_bos and not out, special=True)
-        if len(replies) != len(_SENTINEL_RE.findall(text)):
-            # the template rewrote the replies: fall back to re-tokenizing everything
-            plain = [{"role": m.role, "content": m.content} for m in messages]
-            return self.model.tokenize(self._render_text(plain), add_bos=add_bos, special=True)
-        return out
+        return spliced_prompt_tokens(
+            messages,
+            self._render_text,
+            lambda text, at_start: self.model.tokenize(text, add_bos=add_bos and at_start, special=True),
+        )
 
 
-class ChatSession:
+class ChatSession(Conversation):
     """A conversation on a :class:`SpeculativeDecoder`: implements :class:`~specchat.engine.protocol.ChatEngine`."""
 
     def __init__(
@@ -116,22 +95,24 @@ class ChatSession:
         seed: int | None = None,
         draft_label: str = "",
     ) -> None:
+        super().__init__(system_prompt=system_prompt, n_predict=n_predict)
         self.decoder = decoder
         self.controls: Controls = decoder.controls
         self.template = ChatTemplate(decoder.target)
-        self.n_predict = n_predict
         self.seed = seed
         self.draft_label = draft_label
-        self._messages: list[Message] = []
-        self._window_start = 0  # first non-system message the model still sees
         self._notice_pending = not self.template.has_template
         self.reset(system_prompt)
 
-    # -- ChatEngine -----------------------------------------------------------------------------
+    # -- Conversation ---------------------------------------------------------------------------------
     @property
-    def messages(self) -> list[Message]:
-        return self._messages
+    def context_size(self) -> int:
+        return self.decoder.target.n_ctx
 
+    def prompt_tokens(self, messages: list[Message]) -> list[int]:
+        return self.template.tokens(messages)
+
+    # -- ChatEngine -----------------------------------------------------------------------------
     def info(self) -> EngineInfo:
         d = self.decoder
         return EngineInfo(
@@ -145,39 +126,10 @@ class ChatSession:
         )
 
     def reset(self, system_prompt: str | None = None) -> None:
-        if system_prompt is None:
-            system_prompt = self.system_prompt
-        self.system_prompt = system_prompt
-        self._messages = [Message("system", system_prompt)] if system_prompt else []
-        self._window_start = 0
+        super().reset(system_prompt)
         sp = self.controls.snapshot().sampling
         seed = sp.seed if sp.seed is not None else self.seed
         self.rng = np.random.default_rng(seed)
-
-    def load(self, messages: list[Message]) -> None:
-        self._messages = list(messages)
-        sys_msgs = [m for m in messages if m.role == "system"]
-        self.system_prompt = sys_msgs[0].content if sys_msgs else ""
-        self._window_start = 0
-
-    def send(self, user_text: str) -> Iterator[Event]:
-        self._messages.append(Message("user", user_text))
-        return self._reply()
-
-    def regenerate(self) -> Iterator[Event]:
-        if self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
-        if not self._messages or self._messages[-1].role != "user":
-            raise UserError("nothing to regenerate: send a message first")
-        return self._reply()
-
-    def edit_last(self, user_text: str) -> Iterator[Event]:
-        while self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
-        if not self._messages or self._messages[-1].role != "user":
-            raise UserError("no user message to edit: send a message first")
-        self._messages[-1] = Message("user", user_text)
-        return self._reply()
 
     def detokenize_pieces(self, tokens: Sequence[int]) -> list[str]:
         """Per-token text of a reply, decoded the way :meth:`SpeculativeDecoder.generate` streams it
@@ -199,36 +151,6 @@ class ChatSession:
         self.decoder.close()
 
     # -- generation -----------------------------------------------------------------------------
-    def _visible(self) -> list[Message]:
-        head = [m for m in self._messages[:1] if m.role == "system"]
-        body = self._messages[len(head) :]
-        return head + body[self._window_start :]
-
-    def _fit_context(self) -> tuple[list[int], int]:
-        """Tokens of the conversation that fit ``n_ctx`` with a reply reserve; and how many were dropped now."""
-        n_ctx = self.decoder.target.n_ctx
-        reserve = max(1, min(self.n_predict, n_ctx // 4))
-        dropped = 0
-        while True:
-            visible = self._visible()
-            tokens = self.template.tokens(visible)
-            if len(tokens) + reserve <= n_ctx:
-                return tokens, dropped
-            head = 1 if visible and visible[0].role == "system" else 0
-            if len(visible) - head <= 1:
-                raise UserError(
-                    f"the message is too long: {len(tokens)} tokens with the system prompt, but the context "
-                    f"holds {n_ctx} and {reserve} are kept for the reply; shorten it or raise n_ctx"
-                )
-            # drop the oldest user turn together with the reply that followed it
-            self._window_start += 1
-            dropped += 1
-            body = self._visible()[head:]
-            while body and body[0].role != "user" and len(body) > 1:
-                self._window_start += 1
-                dropped += 1
-                body = self._visible()[head:]
-
     def raw(self, prompt: str) -> Iterator[Event]:
         """Continue ``prompt`` as is, no chat template (``specchat generate --raw``)."""
         target = self.decoder.target
@@ -238,10 +160,6 @@ class ChatSession:
         if len(tokens) + 1 > target.n_ctx:
             raise UserError(f"the prompt is {len(tokens)} tokens but the context holds {target.n_ctx}; raise --n-ctx")
         return self._run(tokens, record=False)
-
-    def _reply(self) -> Iterator[Event]:
-        tokens, dropped = self._fit_context()
-        return self._run(tokens, record=True, dropped=dropped)
 
     def _run(self, tokens: list[int], *, record: bool, dropped: int = 0) -> Iterator[Event]:
         self.controls.clear_stop()
@@ -261,14 +179,5 @@ class ChatSession:
         st = self.controls.snapshot()
         turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
         if record:
-            self._messages.append(
-                Message(
-                    "assistant",
-                    turn.text,
-                    tokens=list(turn.tokens),
-                    kinds=list(turn.kinds),
-                    stats=turn,
-                    stopped=turn.stop_reason == "stopped",
-                )
-            )
+            self._messages.append(reply_message(turn))
         yield turn

@@ -2,7 +2,8 @@
 
 A turn yields, in order: optional :class:`ContextTrimmed`, :class:`PromptDone`, then for every
 draft/verify round some :class:`Piece` events followed by one :class:`Step`, and finally one
-:class:`Turn`. Names of the timing fields follow llama-server's ``timings`` object
+:class:`Turn` - or an :class:`EngineError` instead when the turn failed; a remote engine whose server
+failed mid-reply yields the partial reply's Turn (``stop_reason`` "error") and then the EngineError. Names of the timing fields follow llama-server's ``timings`` object
 (``tools/server/server-common.cpp``: ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``,
 ``predicted_per_second``, ``draft_n``, ``draft_n_accepted``).
 """

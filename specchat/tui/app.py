@@ -576,6 +576,8 @@ class SpecChatApp(App[None]):
                 )
             )
         self._save_history()
+        if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
+            self._controls_changed()
         callbacks, self._after_turn = self._after_turn, []
         for callback in callbacks:
             callback()
@@ -805,8 +807,17 @@ class SpecChatApp(App[None]):
         if note:
             self.notify(note + (" (from the next step)" if self._generating else ""), timeout=2)
 
-    def set_k(self, k: int) -> None:
+    def _speculation_engine(self) -> ChatEngine | None:
+        """The engine, if its speculation settings can change here; else None, having said why (a
+        llama-server sets them with its own flags: :attr:`Controls.fixed`)."""
         engine = self._engine_or_explain()
+        if engine is not None and engine.controls.fixed:
+            self.notify(engine.controls.fixed, severity="warning", timeout=6)
+            return None
+        return engine
+
+    def set_k(self, k: int) -> None:
+        engine = self._speculation_engine()
         if engine is None:
             return
         k = max(0, min(K_MAX, int(k)))
@@ -819,27 +830,27 @@ class SpecChatApp(App[None]):
         self._controls_changed(note)
 
     def action_k_up(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k >= K_MAX:
             self.notify(f"K is at its maximum ({K_MAX}).", timeout=2)
             return
         self.set_k(state.k + 1)
 
     def action_k_down(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k <= 0:
             self.notify("K is 0 already (no drafting).", timeout=2)
             return
         self.set_k(state.k - 1)
 
     def action_toggle_speculation(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -851,7 +862,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"speculation {'off' if state.speculative else 'on'}")
 
     def action_toggle_auto_k(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -859,7 +870,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"auto-K {'off' if state.auto_k else 'on'}")
 
     def set_drafter(self, name: str) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         engine.controls.set_drafter(name)
