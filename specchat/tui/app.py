@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual import on
 from textual.app import App, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -130,6 +129,7 @@ class SpecChatApp(App[None]):
         self._pending_messages: list[Message] | None = None
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
+        self._queued: list[UserMessage] = []  # messages sent during a reply, in order (see submit_prompt)
         self._shutting_down = False
         self._engine_closed = False
         # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
@@ -141,7 +141,7 @@ class SpecChatApp(App[None]):
             with Vertical(id="chat-column"):
                 yield Static(legend_content(True), id="legend")
                 yield ChatLog(id="chat")
-                yield PromptInput(id="prompt")
+                yield PromptInput(id="prompt", submit=self.submit_prompt)
             yield Sidebar(id="sidebar")
         yield Footer()
 
@@ -346,22 +346,62 @@ class SpecChatApp(App[None]):
             self.notify("The model is still loading; try again in a moment.", severity="warning")
         return None
 
-    @on(PromptInput.Submitted)
-    def _on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text
+    def submit_prompt(self, text: str) -> bool:
+        """Send ``text`` (the prompt's whole text when the send key was pressed); True if it was taken.
+
+        Called by :class:`PromptInput` in its own message queue, after every key typed before the send key
+        (see :mod:`specchat.tui.widgets.prompt`); the prompt clears itself only when this returns True, so a
+        refused message stays in the prompt, whole.
+
+        A message sent while a reply is being generated is *queued*: shown at the end of the chat marked
+        "queued", sent as is when the reply ends (by itself or by Esc), in the order sent. Refusing it instead
+        left it in the prompt, and whatever was typed next was appended to it: two messages typed back to back
+        were sent merged into one (issue 9).
+        """
         if not text.strip():
-            return
+            return False
         engine = self._engine_or_explain()
         if engine is None:
-            return
+            return False
         if self._generating:
-            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
-            return
+            self._queue_message(text)
+            return True
         if self.editing is not None:
             self._send_edit(engine, text)
-            return
-        event.prompt.clear()
+            return True
         self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_text=text)
+        return True
+
+    def _queue_message(self, text: str) -> None:
+        widget = UserMessage(text)
+        widget.add_class("queued")
+        widget.border_title = "you \u00b7 queued: sent when this reply ends"
+        self._queued.append(widget)
+        self.chat.mount(widget)
+        self.chat.anchor()
+
+    def _send_next_queued(self) -> None:
+        """Start the reply to the oldest queued message (its widget stays where it is, now a sent message)."""
+        engine = self.engine
+        if not self._queued or engine is None or self._generating or self._shutting_down:
+            return
+        widget = self._queued.pop(0)
+        widget.remove_class("queued")
+        widget.border_title = "you"
+        text = widget.text
+        self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_widget=widget)
+
+    def _unqueue_to_prompt(self) -> int:
+        """Take the queued messages off the chat and put their text back in the prompt (before what it holds)."""
+        if not self._queued:
+            return 0
+        texts = [w.text for w in self._queued]
+        for widget in self._queued:
+            widget.remove()
+        self._queued = []
+        prompt = self.prompt
+        prompt.set_text("\n\n".join([*texts, prompt.text] if prompt.text.strip() else texts))
+        return len(texts)
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
@@ -420,14 +460,12 @@ class SpecChatApp(App[None]):
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
         self._end_edit(restore=False)
         if last_user is None:  # the conversation changed under the edit (e.g. a new chat): send it as new
-            self.prompt.clear()
             self._start_turn(partial(engine.send, text), [*messages, Message("user", text)], user_text=text)
             return
         children = list(self.chat.children)
         first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
         for widget in children[first:]:  # the old message, its reply and the notices about that turn
             widget.remove()
-        self.prompt.clear()
         # _start_turn saves first: if the app dies during the new reply, the old one is not left saved as current
         kept = [*messages[:last_user], Message("user", text)]
         self._start_turn(partial(engine.edit_last, text), kept, user_text=text)
@@ -444,7 +482,12 @@ class SpecChatApp(App[None]):
         return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
 
     def _start_turn(
-        self, start: Callable[[], Any], prompt_messages: list[Message], user_text: str | None = None
+        self,
+        start: Callable[[], Any],
+        prompt_messages: list[Message],
+        user_text: str | None = None,
+        *,
+        user_widget: UserMessage | None = None,
     ) -> None:
         """Save ``prompt_messages`` to history, then have the engine generate the reply (``start()``).
 
@@ -452,7 +495,8 @@ class SpecChatApp(App[None]):
         ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
         the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
         :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
-        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first.
+        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
+        ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.
         """
         if self._shutting_down:
             return
@@ -463,7 +507,10 @@ class SpecChatApp(App[None]):
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
         assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
-        chat.mount(assistant)
+        if user_widget is not None and user_widget.is_attached:
+            chat.mount(assistant, after=user_widget)
+        else:
+            chat.mount(assistant)
         chat.anchor()
         self._current = assistant
         self._turn_id += 1
@@ -512,6 +559,7 @@ class SpecChatApp(App[None]):
         callbacks, self._after_turn = self._after_turn, []
         for callback in callbacks:
             callback()
+        self._send_next_queued()
 
     # -- history ---------------------------------------------------------------------------------------------
     def _save_history(self, messages: list[Message] | None = None) -> None:
@@ -663,12 +711,27 @@ class SpecChatApp(App[None]):
             self.notify("Nothing to regenerate yet: send a message first.")
 
     def action_new_chat(self) -> None:
-        if self._generating:
-            if self.engine is not None:
-                self.engine.controls.request_stop()
-            self._after_turn.append(self._new_chat_now)
+        """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).
+
+        A notice, not a confirmation: nothing is lost (the conversation, with its partial reply, stays in
+        history, and messages queued for after the reply go back to the prompt), and a dialog would put a
+        step in front of an action the user asked for by name.
+        """
+        if not self._generating:
+            self._new_chat_now()
             return
-        self._new_chat_now()
+        if self._new_chat_now in self._after_turn:
+            return  # already stopping for a new chat
+        if self.engine is not None:
+            self.engine.controls.request_stop()
+        if self._current is not None:
+            self._current.border_subtitle = "stopping\u2026 then a new chat"
+        note = "Stopping the reply, then starting a new chat; this one stays in history (ctrl+o)."
+        queued = self._unqueue_to_prompt()
+        if queued:
+            note += f" {queued} queued message{'s' if queued > 1 else ''} went back to the prompt."
+        self.notify(note, title="New chat", timeout=6)
+        self._after_turn.append(self._new_chat_now)
 
     def _new_chat_now(self) -> None:
         self._end_edit(restore=True)
@@ -682,7 +745,7 @@ class SpecChatApp(App[None]):
     def _chat_markdown(self) -> str:
         lines = ["# specchat conversation", ""]
         for widget in self.chat.children:
-            if isinstance(widget, UserMessage):
+            if isinstance(widget, UserMessage) and widget not in self._queued:
                 lines += ["## You", "", widget.text, ""]
             elif isinstance(widget, AssistantMessage):
                 lines += ["## Assistant" + (" (stopped)" if widget.stopped else ""), "", widget.reply_text, ""]
