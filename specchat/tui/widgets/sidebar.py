@@ -183,6 +183,8 @@ class Sidebar(VerticalScroll):
             return
         drafter = (state.drafter if state and state.drafter else None) or info.draft_name
         lines = [f"target  {info.target_name}", f"drafter {drafter}"]
+        if not info.chat_template:
+            lines.append("format  fallback '### Role:' (the model has no chat template)")
         if not info.can_speculate and info.note:
             lines.append(info.note)
         self._put("pair", "\n".join(lines), rewraps=True)
