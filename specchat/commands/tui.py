@@ -9,7 +9,8 @@ imports llama_cpp at start-up.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,21 @@ def user_theme_dir(config_path: str | None) -> Path | None:
         return None
 
 
+#: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
+#: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
+#: the engine's round. 50 ms is Neovim's default ``ttimeoutlen`` for the same ambiguity; terminals send a
+#: key's whole sequence in one write, so only a link slower than that splits one. A user's ``ESCDELAY``
+#: (the ncurses variable Textual reads) wins.
+ESCAPE_DELAY_MS = 50
+
+
+def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set ``ESCDELAY`` to :data:`ESCAPE_DELAY_MS` unless the user set it (before Textual is imported)."""
+    environ.setdefault("ESCDELAY", str(ESCAPE_DELAY_MS))
+
+
 def run(args: argparse.Namespace) -> int:
+    set_escape_delay()
     from specchat.config import load_settings
     from specchat.tui.app import SpecChatApp
 

@@ -48,7 +48,8 @@ from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, Use
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.widgets.sidebar import Sidebar
 
-#: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
+#: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
+#: see SpecChatApp.ui_needs_to_yield)
 UI_NICE = 19
 
 Progress = Callable[[float, str], None]
@@ -155,22 +156,39 @@ class SpecChatApp(App[None]):
             defaults["token-plain"] = foreground
         return defaults
 
-    def _yield_cpu_to_engine(self) -> None:
-        """Give the UI thread the lowest CPU priority, below the engine's threads (Linux; a no-op elsewhere).
+    def ui_needs_to_yield(self) -> bool:
+        """Lower the UI thread's priority only when llama.cpp's threads take every core.
 
-        llama.cpp runs one compute thread per core; a UI thread that wakes up to draw preempts one of them
-        and the others wait at their barrier. At nice 19 the UI draws in the gaps between two decodes
-        instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens, one process per run,
-        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice 19,
-        0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0. The engine thread is created first, so it
-        and the llama.cpp threads it starts keep the normal priority. With autogroup scheduling (the default
-        on desktop Linux) niceness only ranks the threads of this session, so other programs do not starve
-        the UI any more than before. Lowering a priority cannot be undone without privileges.
+        With ``threads`` = the core count (the default), llama.cpp's compute threads meet at a barrier after
+        every operation: a UI thread that wakes up to draw preempts one of them and the others wait. At nice
+        19 the UI draws in the gaps instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens,
+        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice
+        19, 0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0.
+
+        With fewer threads than cores there is a core for the UI, and nice 19 only starves it whenever
+        anything else runs: measured through a pty (tests/perf/ui_latency.py, ``--threads 1``, 2 cores,
+        load average ~2 from other processes) keystroke-to-screen while a reply streams was p50 1.9 s,
+        p95 2.9 s at nice 19 and p50 19 ms at nice 0 in the same conditions. So then the UI keeps nice 0.
+        """
+        import os
+
+        threads = _setting(self.settings, "threads", None)
+        cores = os.cpu_count() or 1
+        return threads is None or int(threads) >= cores
+
+    def _yield_cpu_to_engine(self) -> None:
+        """Give the UI thread the lowest CPU priority, below the engine's threads, when
+        :meth:`ui_needs_to_yield` (Linux; a no-op elsewhere).
+
+        The engine thread is created first, so it and the llama.cpp threads it starts keep the normal
+        priority. With autogroup scheduling (the default on desktop Linux) niceness only ranks the threads
+        of this session, so other programs do not starve the UI any more than before. Lowering a priority
+        cannot be undone without privileges.
         """
         import os
         import sys
 
-        if not sys.platform.startswith("linux") or UI_NICE <= 0:
+        if not sys.platform.startswith("linux") or UI_NICE <= 0 or not self.ui_needs_to_yield():
             return
         self._engine_executor.submit(lambda: None).result()  # the engine thread now exists, at nice 0
         try:

@@ -101,3 +101,15 @@ async def test_ctrl_n_during_a_reply_says_it_stops_and_starts_a_new_chat(make_ap
         # the stopped chat is kept, its partial reply marked stopped; the queued message was never sent
         _, saved = history_store.load(conv)
         assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].stopped
+
+
+def test_the_escape_delay_is_shortened_unless_the_user_set_one():
+    """Esc is the stop key; Textual waits ESCDELAY ms (100 by default) before a lone Esc counts (issue 9)."""
+    from specchat.commands.tui import ESCAPE_DELAY_MS, set_escape_delay
+
+    env: dict[str, str] = {}
+    set_escape_delay(env)
+    assert env == {"ESCDELAY": str(ESCAPE_DELAY_MS)} and ESCAPE_DELAY_MS < 100
+    env = {"ESCDELAY": "300"}
+    set_escape_delay(env)
+    assert env == {"ESCDELAY": "300"}
