@@ -113,6 +113,24 @@ def user_theme_dir(config_path: str | None) -> Path | None:
         return None
 
 
+def remembered_state(config_path: str | None, theme_flag: str | None) -> tuple[Any, Path | None, str | None]:
+    """The app's remembered theme and sidebar (:mod:`specchat.tui.state`), its file, and a problem to report.
+
+    A ``--theme`` flag beats the remembered theme for this run (what is remembered is not changed by it).
+    """
+    from specchat.config import state_path
+    from specchat.tui.state import UiState, load_state
+
+    try:
+        path = state_path(config_path)
+    except Exception:
+        return UiState(), None, None
+    state, problem = load_state(path)
+    if theme_flag:
+        state.theme = None
+    return state, path, problem
+
+
 #: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
 #: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
 #: the engine's round. 50 ms is Neovim's default ``ttimeoutlen`` for the same ambiguity; terminals send a
@@ -134,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, overrides_from_args(args))
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
+    ui_state, state_file, state_note = remembered_state(config_path, theme_flag=getattr(args, "tui_theme", None))
     app = SpecChatApp(
         make_factory(settings),
         settings,
@@ -141,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
         make_factory=make_factory,
         user_theme_dir=user_theme_dir(config_path),
         history_note=note,
+        ui_state=ui_state,
+        state_path=state_file,
+        state_note=state_note,
     )
     try:
         app.run()

@@ -46,11 +46,16 @@ from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.state import UiState, save_state
 from specchat.tui.widgets.sidebar import Sidebar
 
 #: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
 #: see SpecChatApp.ui_needs_to_yield)
 UI_NICE = 19
+
+#: below this terminal width the sidebar (36 columns) hides by itself and a one-line status bar replaces it:
+#: at 100 columns the chat keeps 64 (a reply box of ~60), at 80 it would keep 44 and at 60 only ~22
+SIDEBAR_MIN_WIDTH = 100
 
 Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
@@ -100,6 +105,9 @@ class SpecChatApp(App[None]):
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
+        ui_state: UiState | None = None,
+        state_path: Path | None = None,
+        state_note: str | None = None,
     ) -> None:
         super().__init__()
         self.engine_factory = engine_factory
@@ -109,6 +117,11 @@ class SpecChatApp(App[None]):
         self.user_theme_dir = user_theme_dir
         self.export_dir = export_dir or Path.cwd()
         self.history_note = history_note
+        #: remembered between runs (specchat.tui.state); written to ``state_path`` when it changes
+        self.ui_state = ui_state or UiState()
+        self.state_path = state_path
+        self._state_note = state_note
+        self._state_write_failed = False
         self._clock = clock
         self.engine: ChatEngine | None = None
         self.engine_error: str | None = None
@@ -144,6 +157,7 @@ class SpecChatApp(App[None]):
                 yield ChatLog(id="chat")
                 yield PromptInput(id="prompt", submit=self.submit_prompt)
             yield Sidebar(id="sidebar")
+        yield Static(id="status-bar")
         yield Footer()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
@@ -201,6 +215,10 @@ class SpecChatApp(App[None]):
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
+        self.sidebar.on_change = self._update_status_bar
+        self._apply_sidebar()
+        if self._state_note:
+            self.notify(f"UI state: {self._state_note}", severity="warning", timeout=10)
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         if self.history_note:
@@ -214,7 +232,7 @@ class SpecChatApp(App[None]):
         self.theme_errors = list(result.errors)
         for error in result.errors:
             self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
-        wanted = _setting(self.settings, "theme", DEFAULT_THEME)
+        wanted = self.ui_state.theme or _setting(self.settings, "theme", DEFAULT_THEME)
         if wanted not in self.available_themes:
             self.notify(
                 f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
@@ -223,6 +241,57 @@ class SpecChatApp(App[None]):
             )
             wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+
+    # -- remembered UI state: theme and sidebar ------------------------------------------------------
+    def _on_theme_changed(self, theme: Any) -> None:
+        name = getattr(theme, "name", None)
+        if name and name != self.ui_state.theme:
+            self.ui_state.theme = name
+            self._save_ui_state()
+
+    def _save_ui_state(self) -> None:
+        if self.state_path is None:
+            return
+        try:
+            save_state(self.state_path, self.ui_state)
+        except OSError as exc:
+            if not self._state_write_failed:  # once per session: the choice still holds until quit
+                self._state_write_failed = True
+                self.notify(
+                    f"Could not remember the theme and sidebar in {self.state_path} "
+                    f"({exc.strerror or exc}); they hold until you quit.", severity="warning", timeout=10,
+                )
+
+    def sidebar_visible(self, width: int | None = None) -> bool:
+        """Shown unless hidden with its key, or the terminal is narrower than :data:`SIDEBAR_MIN_WIDTH`."""
+        width = self.size.width if width is None else width
+        return self.ui_state.sidebar is not False and width >= SIDEBAR_MIN_WIDTH
+
+    def _apply_sidebar(self, width: int | None = None) -> None:
+        visible = self.sidebar_visible(width)
+        self.sidebar.display = visible
+        self.query_one("#status-bar", Static).display = not visible
+        self._update_status_bar()
+
+    def _update_status_bar(self) -> None:
+        bar = self.query_one("#status-bar", Static)
+        if bar.display:
+            bar.update(Content(self.sidebar.summary()))
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_sidebar(event.size.width)
+
+    def action_toggle_sidebar(self) -> None:
+        if self.size.width < SIDEBAR_MIN_WIDTH:
+            self.notify(
+                f"The terminal is {self.size.width} columns wide; the sidebar needs {SIDEBAR_MIN_WIDTH}. "
+                "The status bar shows tok/s, acceptance and K.", timeout=5,
+            )
+            return
+        self.ui_state.sidebar = not self.sidebar_visible()
+        self._apply_sidebar()
+        self._save_ui_state()
 
     def _setup_keymap(self) -> None:
         keymap, problems = resolve_keymap(_setting(self.settings, "keymap", {}) or {})
@@ -694,7 +763,7 @@ class SpecChatApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # "stop" stays enabled when idle (a no-op): toggling it would re-compose the footer twice per turn,
         # each a layout pass of the whole screen while the engine runs
-        if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
+        if action in APP_ACTIONS and action not in ("help", "quit") and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor

@@ -666,13 +666,13 @@ def test_ui_thread_yields_cpu_to_the_engine_thread_only_when_llama_takes_every_c
 
 
 async def test_keymap_can_move_the_prompt_keys_too(make_app):
-    app, engine = make_app(settings=fake_settings(keymap={"newline": "ctrl+l", "ctrl+g": "send"}))
+    app, engine = make_app(settings=fake_settings(keymap={"newline": "ctrl+l", "ctrl+f": "send"}))
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         app.query_one(PromptInput).focus()
         await pilot.press("a", "ctrl+l", "b")
         assert app.query_one(PromptInput).text == "a\nb"
-        await pilot.press("ctrl+g")
+        await pilot.press("ctrl+f")
         await settle(pilot)
         assert engine.calls == ["send:a\nb"]
 

@@ -42,7 +42,7 @@ class PromptInput(TextArea):
             tab_behavior="focus",
             show_line_numbers=False,
             compact=True,
-            placeholder="Message (Enter sends, ctrl+j new line, F1 help)",
+            placeholder="Message (Enter sends, ctrl+j new line, ctrl+g help)",
         )
         self.submit = submit
 
