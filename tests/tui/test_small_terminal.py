@@ -127,3 +127,24 @@ async def test_the_non_f_keys_work(make_app, key):
         after = (engine.controls.snapshot(), app.show_ghosts, app.markdown_view, app.query_one(Sidebar).display,
                  type(app.screen).__name__)
         assert after != before, key
+
+
+@pytest.mark.parametrize("size", [(60, 20), (80, 24)])
+async def test_the_palette_is_usable_in_a_small_terminal(make_app, size):
+    """Not a snapshot: the palette fills its hit list asynchronously, so its frames differ run to run."""
+    from textual.command import CommandPalette
+
+    app, engine = make_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        assert app.screen.region.right <= size[0]
+        await pilot.press(*"K = 5")
+        for _ in range(3):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert engine.controls.snapshot().k == 5

@@ -54,6 +54,9 @@ def _small_app(tmp_path, history=False):
         from specchat.engine.protocol import Message
 
         store.sync(conv, [Message("user", "What is speculative decoding?"), Message("assistant", "A way to go faster.")])
+        with store._conn:  # a fixed date: the browser shows it
+            store._conn.execute("UPDATE conversations SET created = ?, updated = ?", ("2025-01-02T03:04:05", "2025-01-02T03:04:05"))
+            store._conn.execute("UPDATE messages SET created = ?", ("2025-01-02T03:04:05",))
     app = SpecChatApp(lambda progress: engine, fake_settings(), store, clock=FakeClock(), export_dir=tmp_path)
     return app, engine
 
@@ -73,7 +76,7 @@ def test_small_chat_mid_reply(snap_compare, size, tmp_path):
 
 
 @pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("screen", ["help", "history", "palette"])
+@pytest.mark.parametrize("screen", ["help", "history"])  # the palette: test_small_terminal.py
 def test_small_screens(snap_compare, size, screen, tmp_path):
     app, _ = _small_app(tmp_path, history=screen == "history")
     keys = {"help": "ctrl+g", "history": "ctrl+o", "palette": "ctrl+p"}
@@ -82,7 +85,14 @@ def test_small_screens(snap_compare, size, screen, tmp_path):
         await wait_ready(pilot)
         app.query_one(PromptInput).cursor_blink = False
         await pilot.press(keys[screen])
-        await pilot.pause()
-        await pilot.pause()
+        for _ in range(3):  # the palette searches in a worker
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        if screen == "palette":
+            from textual.command import CommandInput
+
+            for field in app.screen.query(CommandInput):
+                field.cursor_blink = False
+            await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
