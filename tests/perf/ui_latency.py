@@ -162,7 +162,7 @@ def main() -> int:
         root = Path(tmp)
         s = Session(root, args)
         with s.app:
-            s.app.wait_for("ready", timeout=300)
+            s.app.wait_ready(timeout=300)
             first = f"R0a: {MESSAGES[0]}"
             s.type_while(first, lambda: False, idle)
             for r in range(args.rounds):

@@ -171,6 +171,14 @@ class PtyApp:
                 raise ScreenTimeout(f"no {what or condition!r} within {timeout:.0f} s; the screen:\n{screen}")
             self.pump(min(left, 0.05))
 
+    def wait_ready(self, timeout: float = 120.0) -> str:
+        """Until the model is loaded: the sidebar's "ready \u00b7 loaded in" or the status bar's "\u00b7 ready"
+        (not the loader's own progress text, "loading 100 %: ready", shown just before)."""
+        return self.wait_for(
+            lambda screen: "ready \u00b7 loaded" in screen or any(line.endswith("\u00b7 ready") for line in self.lines()),
+            timeout=timeout, what="the model loaded",
+        )
+
     # -- lifetime ------------------------------------------------------------------------------------
     @property
     def alive(self) -> bool:

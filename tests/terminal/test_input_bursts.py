@@ -92,7 +92,7 @@ def test_bursts_arrive_whole_on_the_fake_engine(tmp_path):
     bursts = [[MESSAGES[i % len(MESSAGES)] + f" #{i}"] for i in range(24)]
     bursts += [[f"back to back {i}a", f"back to back {i}b", f"back to back {i}c"] for i in range(4)]
     with PtyApp(tmp_path, ["--db", str(db)], command=[sys.executable, str(FAKE_APP)], cols=100, rows=30) as app:
-        app.wait_for("ready", timeout=60)
+        app.wait_ready(timeout=60)
         type_and_check(app, db, bursts, timeout=60)
         assert app.quit() == 0
 
@@ -101,7 +101,7 @@ def test_newline_key_in_a_burst_keeps_its_place(tmp_path):
     """ctrl+j (LF) typed between characters in one burst: the newline lands where it was typed."""
     db = tmp_path / "history.sqlite3"
     with PtyApp(tmp_path, ["--db", str(db)], command=[sys.executable, str(FAKE_APP)], cols=100, rows=30) as app:
-        app.wait_for("ready", timeout=60)
+        app.wait_ready(timeout=60)
         for i in range(6):
             app.write(f"line one {i}\nline two {i}\r")
             wait_settled(app, db, i + 1, timeout=60)
@@ -114,6 +114,6 @@ def test_bursts_arrive_whole_on_the_bundled_model(tmp_path):
     db = tmp_path / "data" / "specchat" / "history.sqlite3"
     bursts = [[text] for text in MESSAGES[:6]] + [["Say hi", "Say bye"]]
     with PtyApp(tmp_path, ["--n-predict", "6", "--k", "3"], cols=100, rows=30) as app:
-        app.wait_for("ready", timeout=180)
+        app.wait_ready(timeout=180)
         type_and_check(app, db, bursts, timeout=180)
         assert app.quit() == 0
