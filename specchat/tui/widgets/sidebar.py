@@ -1,7 +1,7 @@
 """The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
 
 It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the generation
-worker posts at most ~30 times a second (and which coalesce when the UI is busy), plus the current
+worker posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
 pure ``format_*`` functions below, which the tests call directly.
 """
@@ -175,7 +175,7 @@ class Sidebar(VerticalScroll):
     def _put(self, widget_id: str, text: str, *, rewraps: bool = False) -> None:
         """Update one text only if it changed; lay out again only if its height can change.
 
-        A stats message arrives up to ~30 times a second: a layout pass for every line of the sidebar each
+        A stats message arrives up to ~4 times a second: a layout pass for every line of the sidebar each
         time would cost the engine CPU on a small machine.
         """
         old = self._texts.get(widget_id)
