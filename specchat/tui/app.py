@@ -160,6 +160,17 @@ class SpecChatApp(App[None]):
         yield Static(id="status-bar")
         yield Footer()
 
+    def get_driver_class(self):
+        """Textual's driver, except on Linux terminals: :class:`specchat.tui.driver.FastEscapeLinuxDriver`."""
+        driver_class = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+
+            from specchat.tui.driver import FastEscapeLinuxDriver
+        except ImportError:  # not on Linux (or another Textual): Textual's own driver
+            return driver_class
+        return FastEscapeLinuxDriver if driver_class is LinuxDriver else driver_class
+
     def get_theme_variable_defaults(self) -> dict[str, str]:
         defaults = dict(TOKEN_DEFAULTS)
         try:
@@ -492,9 +503,14 @@ class SpecChatApp(App[None]):
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
-        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning."""
+        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning.
+
+        "Empty" includes the keys still queued for the prompt: typed fast, "x" then up reaches this check
+        (an App priority binding) before the prompt has inserted the "x" (see :mod:`specchat.tui.widgets.prompt`);
+        with keys pending, up goes to the prompt behind them and moves its cursor.
+        """
         focused = self.focused
-        return isinstance(focused, PromptInput) and not focused.text.strip()
+        return isinstance(focused, PromptInput) and not focused.text.strip() and focused.message_queue_size == 0
 
     def action_edit_last(self) -> None:
         """The ``edit_last`` key: see :meth:`start_edit` (enabled by :meth:`check_action`)."""

@@ -12,8 +12,10 @@ alternates, round by round, with ``specchat generate --json`` on the same messag
 - **Esc-to-stopped**: Esc 1-2 s into a reply; the time until the reply's border says ``stopped``, next to
   one round's duration (the stopped turn's mean step time, from the history database): the goal is
   at most one step + 100 ms.
-- **tok/s ratio**: the app's reply rate (``predicted_per_second`` of the reply, from the history database,
-  a reply typed over as above) divided by ``specchat generate``'s on the same message, pair by pair.
+- **tok/s ratio**: the app's reply rate (``predicted_per_second`` of the reply, from the history database)
+  divided by ``specchat generate``'s on the same message, pair by pair: for a reply left alone (its output
+  read, and emulated only after it ends, so this script's terminal emulator takes no CPU from the app
+  meanwhile; the goal's figure) and for a reply typed over (the emulator's CPU included).
 
 Prints medians, p95 and the ratio of each pair, and the load average (other processes change every figure:
 quote a run on a quiet machine; ratios are within one run). Why a script and not ``specchat bench --ui``: it
@@ -38,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pexpect
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "terminal"))
 
 from ptyapp import PtyApp, isolated_env, specchat_command  # noqa: E402
@@ -55,7 +59,10 @@ GOAL_RATIO = 0.97
 
 
 def prompt_text(lines: list[str]) -> str:
-    """The text in the prompt box: the last box on screen (rows between the last '\u256d' and '\u2570' lines)."""
+    """The text in the prompt box: the last box on screen (rows between the last '\u256d' and '\u2570' lines).
+
+    A notification toast may cover the box's right part (e.g. "New chat." for 2 s after ctrl+n), so callers
+    compare the *start* of this text (:func:`shows`), never its end."""
     bottom = max((i for i, line in enumerate(lines) if line.startswith("\u2570")), default=None)
     if bottom is None:
         return ""
@@ -68,6 +75,11 @@ def prompt_text(lines: list[str]) -> str:
         end = inner.find("\u2502")
         out.append((inner[:end] if end >= 0 else inner).strip())
     return " ".join(part for part in out if part)
+
+
+def shows(lines: list[str], typed: str) -> bool:
+    """Does the prompt on screen begin with ``typed`` (spaces ignored: soft wrapping moves them)?"""
+    return prompt_text(lines).replace(" ", "").startswith(typed.replace(" ", ""))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -106,7 +118,7 @@ class Session:
         self.app.write(ch)
         while True:
             self.app.pump(0.002)
-            if prompt_text(self.app.lines()).replace(" ", "").endswith(want.replace(" ", "")):
+            if shows(self.app.lines(), want):
                 return (time.perf_counter() - t0) * 1000.0
             if time.perf_counter() - t0 > 30:
                 raise RuntimeError(f"the prompt never showed {want!r}:\n{self.app.text()}")
@@ -122,6 +134,29 @@ class Session:
         self.typed = ""
         self.app.wait_for("generating", timeout=120, what="the reply to start")
 
+    def replies(self) -> int:
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT count(*) FROM messages WHERE role = 'assistant'").fetchone()[0]
+        finally:
+            con.close()
+
+    def quiet_reply(self) -> None:
+        """Send what the prompt holds and let the reply stream untouched: the output is read but only fed to
+        the emulator once the reply is saved (so the emulator's CPU does not compete with the app meanwhile)."""
+        before = self.replies()
+        self.app.write("\r")
+        self.typed = ""
+        held = bytearray()
+        while self.replies() <= before:
+            try:
+                held += self.app.child.read_nonblocking(1 << 20, timeout=0.1)
+            except pexpect.TIMEOUT:
+                pass
+        self.app.output += held
+        self.app.stream.feed(bytes(held))
+        self.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=60, what="the reply on screen")
+
     def type_while(self, text: str, until, samples: list[float]) -> None:
         """Type ``text`` one key at a time while ``until()`` is false; the rest in one write (not measured)."""
         i = 0
@@ -134,8 +169,7 @@ class Session:
         if i < len(text):
             self.typed += text[i:]
             self.app.write(text[i:])
-            self.app.wait_for(lambda s: prompt_text(self.app.lines()).replace(" ", "").endswith(
-                self.typed.replace(" ", "")), timeout=30, what="the typed message")
+            self.app.wait_for(lambda _s: shows(self.app.lines(), self.typed), timeout=30, what="the typed message")
 
 
 def generate_tok_s(root: Path, message: str, args: argparse.Namespace) -> float:
@@ -157,31 +191,35 @@ def main() -> int:
     streaming: list[float] = []
     idle: list[float] = []
     escs: list[tuple[float, float]] = []  # (Esc-to-stopped ms, step ms)
-    pairs: list[tuple[float, float]] = []  # (app tok/s, generate tok/s)
+    pairs: list[tuple[float, float]] = []  # (app tok/s, generate tok/s), the app's reply untouched
+    typed_pairs: list[tuple[float, float]] = []  # the same, the app's reply typed over
     with tempfile.TemporaryDirectory(prefix="specchat-ui-latency-") as tmp:
         root = Path(tmp)
         s = Session(root, args)
         with s.app:
             s.app.wait_ready(timeout=300)
-            first = f"R0a: {MESSAGES[0]}"
-            s.type_while(first, lambda: False, idle)
+            s.type_while(f"R0a: {MESSAGES[0]}", lambda: False, idle)
             for r in range(args.rounds):
-                full = f"R{r}a: {MESSAGES[r % len(MESSAGES)]}"
-                esc_msg = f"R{r}b: {MESSAGES[(r + 1) % len(MESSAGES)]}"
-                nxt = f"R{r + 1}a: {MESSAGES[(r + 1) % len(MESSAGES)]}"
-                # 1. a whole reply, typed over
+                msg_a = f"R{r}a: {MESSAGES[r % len(MESSAGES)]}"
+                msg_b = f"R{r}b: {MESSAGES[(r + 1) % len(MESSAGES)]}"
+                msg_c = f"R{r}c: {MESSAGES[(r + 2) % len(MESSAGES)]}"
+                next_a = f"R{r + 1}a: {MESSAGES[(r + 1) % len(MESSAGES)]}"
+                # 1. a whole reply to A, typed over (B, key by key); then A through specchat generate
                 s.new_chat()
                 s.send_typed()
-                s.type_while(esc_msg, lambda: bool(FINISHED.search(s.app.text())), streaming)
+                s.type_while(msg_b, lambda: bool(FINISHED.search(s.app.text())), streaming)
                 s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=600, what="the reply to end")
-                turn = s.last_turn()
-                # 2. the same message through specchat generate (the app idles meanwhile)
-                pairs.append((turn["tok_s"], generate_tok_s(root / "generate", full, args)))
-                # 3. Esc 1-2 s into a reply
+                typed_pairs.append((s.last_turn()["tok_s"], generate_tok_s(root / "generate", msg_a, args)))
+                # 2. a whole reply to B, untouched; then B through specchat generate
                 s.new_chat()
+                s.quiet_reply()
+                pairs.append((s.last_turn()["tok_s"], generate_tok_s(root / "generate", msg_b, args)))
+                # 3. C typed while idle, sent, Esc 1-2 s into its reply (the next A typed meanwhile)
+                s.new_chat()
+                s.type_while(msg_c, lambda: False, idle)
                 s.send_typed()
                 stop_at = time.perf_counter() + random.uniform(1.0, 2.0)
-                s.type_while(nxt, lambda: time.perf_counter() >= stop_at, streaming)
+                s.type_while(next_a, lambda: time.perf_counter() >= stop_at, streaming)
                 while time.perf_counter() < stop_at:
                     s.app.pump(0.01)
                 if FINISHED.search(s.app.text()):
@@ -194,9 +232,9 @@ def main() -> int:
                     s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=60)
                     escs.append((esc_ms, s.last_turn()["step_ms"]))
                 s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=600)
-                s.type_while(nxt[len(s.typed):] if nxt.startswith(s.typed) else "", lambda: False, idle)
-                print(f"round {r + 1}/{args.rounds}: app {pairs[-1][0]:.1f} tok/s, generate {pairs[-1][1]:.1f} "
-                      f"tok/s; keys so far {len(streaming)} streaming / {len(idle)} idle", file=sys.stderr)
+                print(f"round {r + 1}/{args.rounds}: quiet {pairs[-1][0]:.1f}/{pairs[-1][1]:.1f} tok/s, typed over "
+                      f"{typed_pairs[-1][0]:.1f}/{typed_pairs[-1][1]:.1f}; keys {len(streaming)} streaming / "
+                      f"{len(idle)} idle", file=sys.stderr)
             status = s.app.quit()
     load_after = os.getloadavg()
 
@@ -214,9 +252,14 @@ def main() -> int:
     if escs:
         print(f"Esc-to-stopped minus one step: median {statistics.median(esc_over):.0f} ms, "
               f"max {max(esc_over):.0f} ms")
-    print("tok/s app / generate per pair: " + ", ".join(f"{a:.1f}/{g:.1f}={a / g:.3f}" for a, g in pairs))
+    print("tok/s app / generate per pair, reply untouched: " + ", ".join(f"{a:.1f}/{g:.1f}={a / g:.3f}" for a, g in pairs))
     if ratios:
-        print(f"tok/s ratio: median {statistics.median(ratios):.3f}")
+        print(f"tok/s ratio, reply untouched: median {statistics.median(ratios):.3f}")
+    typed = [a / g for a, g in typed_pairs]
+    print("tok/s app / generate per pair, typing during the reply: "
+          + ", ".join(f"{a:.1f}/{g:.1f}={a / g:.3f}" for a, g in typed_pairs))
+    if typed:
+        print(f"tok/s ratio, typing during the reply (the emulator's CPU included): median {statistics.median(typed):.3f}")
     ok = (
         streaming and percentile(streaming, 0.95) <= GOAL_KEY_P95_MS
         and escs and max(esc_over) <= GOAL_ESC_EXTRA_MS

@@ -113,3 +113,25 @@ def test_the_escape_delay_is_shortened_unless_the_user_set_one():
     env = {"ESCDELAY": "300"}
     set_escape_delay(env)
     assert env == {"ESCDELAY": "300"}
+
+
+async def test_up_right_after_typing_moves_the_cursor_instead_of_editing(make_app):
+    """Typed fast, "x" then up: the prompt is not empty (the "x" is still queued), so up does not start an edit."""
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        await settle(pilot)
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.pause()
+        app.post_message(events.Key("x", "x"))
+        app.post_message(events.Key("up", None))
+        await settle(pilot)
+        assert app.editing is None and prompt.text == "x"
+        await pilot.press("end", "backspace")  # up moved the cursor to the start of the line
+        await settle(pilot)
+        assert prompt.text == ""
+        await pilot.press("up")  # a really empty prompt (nothing queued): up edits the last message
+        await pilot.pause()
+        assert app.editing is not None and prompt.text == "first"
