@@ -11,6 +11,7 @@ from tuikit import (
     SIZE,
     drawn_spans,
     fake_settings,
+    notifications,
     reopen_first_saved,
     reply_spans,
     saved_messages,
@@ -36,10 +37,6 @@ def _figures(app) -> str:
     return str(app.sidebar.query_one("#figures").render())
 
 
-def _notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
-
-
 async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(make_app):
     gate = threading.Event()
     engine = FakeEngine()
@@ -57,7 +54,7 @@ async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(ma
         assert "loading 25 %" in str(app.sidebar.query_one("#status").render())
         await send(pilot, "too early")
         assert app.query_one(PromptInput).text == "too early"  # kept, not lost
-        assert any("still loading" in n for n in _notifications(app))
+        assert any("still loading" in n for n in notifications(app))
         gate.set()
         await wait_ready(pilot)
         assert app.engine is engine
@@ -239,7 +236,7 @@ async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
         assert "download it again" in notice.text and "ctrl+o" in notice.text
         assert "model error" in str(app.sidebar.query_one("#status").render())
         await send(pilot, "hello?")
-        assert any("No model is loaded" in n for n in _notifications(app))
+        assert any("No model is loaded" in n for n in notifications(app))
         await pilot.press("ctrl+o")
         await pilot.pause()
         assert isinstance(app.screen, HistoryScreen)
@@ -389,7 +386,7 @@ async def test_broken_user_theme_is_reported_and_skipped(make_app, tmp_path):
         await wait_ready(pilot)
         assert app.theme == "mine"
         assert len(app.theme_errors) == 1 and "broken.toml" in app.theme_errors[0]
-        assert any("broken.toml" in n for n in _notifications(app))
+        assert any("broken.toml" in n for n in notifications(app))
         assert app.get_css_variables()["token-accepted"] == "#123456"
         # a theme without token colours still works: defaults fill in
         app.set_theme("textual-light")
@@ -402,7 +399,7 @@ async def test_unknown_theme_falls_back_with_a_notice(make_app):
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         assert app.theme == "specchat-dark"
-        assert any("no-such-theme" in n for n in _notifications(app))
+        assert any("no-such-theme" in n for n in notifications(app))
 
 
 async def test_keymap_from_settings_remaps_bindings(make_app):
@@ -546,7 +543,7 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         app.switch_model("preset:qwen2.5-1.5b", "ngram", "preset qwen2.5-1.5b")  # files not on this machine
         await pilot.pause()
         assert built == [] and app.engine is first
-        assert any("specchat models pull qwen2.5-1.5b" in n for n in _notifications(app))
+        assert any("specchat models pull qwen2.5-1.5b" in n for n in notifications(app))
         app.switch_model("bundled", "ngram", "bundled SmolLM2 + ngram")
         await wait_ready(pilot)
         assert built == ["bundled"] and app.engine is second and first.closed
@@ -709,7 +706,7 @@ async def test_up_on_an_empty_prompt_edits_the_last_message_and_sending_replaces
         assert prompt.text == "" and app.editing is None and not prompt.border_title
         await pilot.press("up")  # not while a reply is being generated
         assert prompt.text == "" and app.editing is None
-        assert any("still being generated" in n for n in _notifications(app))
+        assert any("still being generated" in n for n in notifications(app))
         engine.release()
         await settle(pilot)
         assert [r.reply_text for r in app.assistant_messages()] == ["one", "three"]
@@ -733,7 +730,7 @@ async def test_escape_cancels_an_edit_and_puts_the_prompt_back(make_app):
         prompt = app.query_one(PromptInput)
         prompt.focus()
         await pilot.press("up")  # nothing to edit yet
-        assert app.editing is None and any("Nothing to edit" in n for n in _notifications(app))
+        assert app.editing is None and any("Nothing to edit" in n for n in notifications(app))
         await send(pilot, "question")
         await settle(pilot)
         prompt.set_text("a\nb")

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from fake_engine import FakeEngine
 from textual import events
-from tuikit import SIZE, saved_messages, send, settle, wait_hold, wait_ready
+from tuikit import SIZE, notifications, saved_messages, send, settle, wait_hold, wait_ready
 
 from specchat.tui.widgets.chat import UserMessage
 from specchat.tui.widgets.prompt import PromptInput
-
-
-def _notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def _type_burst(app, text: str) -> None:
@@ -89,7 +85,7 @@ async def test_ctrl_n_during_a_reply_says_it_stops_and_starts_a_new_chat(make_ap
         conv = app.conversation_id
         await pilot.press("ctrl+n")
         await pilot.pause()
-        notes = _notifications(app)
+        notes = notifications(app)
         assert any("Stopping the reply, then starting a new chat" in n for n in notes), notes
         assert any("1 queued message went back to the prompt" in n for n in notes), notes
         assert app.query_one(PromptInput).text == "queued one"

@@ -7,16 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from tuikit import SIZE, send, settle, wait_ready
+from tuikit import SIZE, notifications, send, settle, wait_ready
 
 from specchat.tui.app import SIDEBAR_MIN_WIDTH
 from specchat.tui.keys import APP_KEYS
 from specchat.tui.state import UiState, load_state
 from specchat.tui.widgets.sidebar import Sidebar
-
-
-def _notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def _status(app) -> str:
@@ -35,7 +31,7 @@ async def test_below_the_minimum_width_a_status_bar_replaces_the_sidebar(make_ap
         assert "tok/s" in status and "acceptance" in status and "K 3" in status, status
         assert app.query_one("#status-bar").region.width == size[0]
         await pilot.press("ctrl+b")  # too narrow: it says why instead of squeezing the chat
-        assert any("needs" in n and str(SIDEBAR_MIN_WIDTH) in n for n in _notifications(app))
+        assert any("needs" in n and str(SIDEBAR_MIN_WIDTH) in n for n in notifications(app))
         assert not app.query_one(Sidebar).display
 
 
@@ -86,7 +82,7 @@ async def test_an_unwritable_state_file_is_reported_once_and_the_choice_holds(ma
         await pilot.pause()
         app.set_theme("specchat-light")
         await pilot.pause()
-        notes = [n for n in _notifications(app) if "Could not remember" in n]
+        notes = [n for n in notifications(app) if "Could not remember" in n]
         assert len(notes) == 1 and str(blocker / "ui-state.json") in notes[0] and "\n" not in notes[0]
         assert not app.query_one(Sidebar).display and app.theme == "specchat-light"
 
