@@ -37,11 +37,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
+from specchat.sanitize import json_text
 
 APP_NAME = "specchat"
 ENV_PREFIX = "SPECCHAT_"
@@ -49,6 +52,7 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
 CONFIG_FILENAME = "config.toml"
 HISTORY_FILENAME = "history.sqlite3"
+EXPORTS_DIRNAME = "exports"
 STATE_FILENAME = "ui-state.json"  # the app's remembered theme and sidebar (specchat.tui.state)
 
 
@@ -68,6 +72,22 @@ def _reject_bool(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_reject_bool)]
 Float = Annotated[float, BeforeValidator(_reject_bool)]
+
+
+def _valid_unicode(value: str) -> str:
+    # A command-line argument or environment variable that is not UTF-8 reaches Python as lone surrogates
+    # (surrogateescape): no tokenizer, file or terminal can encode them.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PydanticCustomError(
+            "not_utf8", "not valid UTF-8 text (a byte {byte}); give UTF-8 text",
+            {"byte": f"0x{ord(value[exc.start]) & 0xFF:02x}"},
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
 
 
 class SamplingSettings(BaseModel):
@@ -108,6 +128,17 @@ def _default_threads() -> int:
     return os.cpu_count() or 1
 
 
+#: llama.cpp's own ceiling (``GGML_MAX_N_THREADS`` in ggml.h): more threads overrun its fixed-size arrays
+GGML_MAX_N_THREADS = 512
+#: The most CPU threads a setting may ask for: 4 x the CPU count, at most GGML_MAX_N_THREADS. llama.cpp starts
+#: exactly that many compute threads, which meet at a barrier after every operation, so threads beyond the
+#: cores only wait for each other (README: with threads = cores, one other busy process already collapses
+#: the speed); 4 x still allows oversubscription experiments and CPU counts that undercount (cgroups). The
+#: issue's tester measured the failure modes: --threads 4096 took ~108 s for 2 tokens, --threads 100000
+#: segfaulted with no message.
+MAX_THREADS = min(GGML_MAX_N_THREADS, 4 * _default_threads())
+
+
 #: the two forms of a ``keymap`` entry (see :mod:`specchat.tui.keys`), for its description and its errors
 KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,ctrl+k") or "key" = "binding-id" ("ctrl+k" = "k_up")'
 
@@ -126,18 +157,21 @@ class Settings(BaseSettings):
         validate_assignment=True,
     )
 
-    target: str = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
-    draft: str = Field("ngram", min_length=1, description="path | preset or derived name | ngram | none")
+    target: Text = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
+    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {NONE}")
     k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
     auto_k: bool = Field(True, description="let the cost model choose K")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     ngram: NgramSettings = Field(default_factory=NgramSettings)
-    threads: Int = Field(default_factory=_default_threads, ge=1, description="CPU threads for llama.cpp")
+    threads: Int = Field(
+        default_factory=_default_threads, ge=1, le=MAX_THREADS,
+        description=f"CPU threads for llama.cpp (at most 4 x the {_default_threads()} CPUs here)",
+    )
     n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
-    system_prompt: str = Field("", description="system message of a new conversation")
-    theme: str = Field("specchat-dark", min_length=1, description="TUI theme name")
-    keymap: dict[str, str] = Field(
+    system_prompt: Text = Field("", description="system message of a new conversation")
+    theme: Text = Field("specchat-dark", min_length=1, description="TUI theme name")
+    keymap: dict[Text, Text] = Field(
         default_factory=dict,
         description=f"the TUI's key overrides, each entry either {KEYMAP_FORMS}; binding ids: F1 in the app",
     )
@@ -160,6 +194,10 @@ class Settings(BaseSettings):
     def history_path(self) -> Path:
         """The conversation database: ``<data dir>/history.sqlite3``."""
         return self.effective_data_dir() / HISTORY_FILENAME
+
+    def exports_dir(self) -> Path:
+        """Where the app writes exports (ctrl+s, the history browser): ``<data dir>/exports``. Not created here."""
+        return self.effective_data_dir() / EXPORTS_DIRNAME
 
 
 # -- where the file is ------------------------------------------------------------------------------
@@ -236,7 +274,9 @@ def read_toml(path: Path, origin: str) -> dict[str, Any]:
             f"or create it from config.example.toml"
         ) from None
     except IsADirectoryError:
-        raise ConfigError(f"config error: {path} is a directory, not a config file ({origin})") from None
+        raise ConfigError(
+            f"config error: {path} is a directory, not a config file ({origin}); remove it, or give a file with --config"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror or exc}") from None
     try:
@@ -279,7 +319,8 @@ def _label(layer: Layer, data: Any, prefix: Key, label: str, where: str) -> None
 
 def _file_layer(location: ConfigLocation) -> Layer | None:
     if not location.exists:
-        if location.explicit:
+        # a missing default file is fine; anything else there (a directory...) is an error, never "missing"
+        if location.explicit or os.path.lexists(location.path):
             read_toml(location.path, location.describe_origin())  # raises "not found" / "is a directory"
         return None
     data = read_toml(location.path, location.describe_origin())
@@ -471,6 +512,8 @@ def allowed_values(key: Key) -> str:
         text = f"{kind} {'<' if hi_open else '<='} {_fmt_number(hi)}"
     else:
         text = kind
+    if key == ("threads",):
+        text += f" (at most 4 x the {_default_threads()} CPUs here: more threads only wait for each other)"
     return f"must be {text}" + (" (or unset)" if optional else "")
 
 
@@ -529,6 +572,8 @@ def _describe_error(err: dict, layers: list[Layer]) -> str:
     is_table = info is not None and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     if is_table and err["type"] == "value_error":  # a rule across the table's keys
         return f"config error: [{dotted}] {where}: {err['msg'].removeprefix('Value error, ')}"
+    if err["type"] == "not_utf8":  # the validator's own sentence
+        allowed = err["msg"]
     if not allowed:
         allowed = err["msg"]
     return f"config error: {dotted} = {value} {where}: {allowed}"
@@ -641,13 +686,13 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, Path):
         value = str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):  # a JSON string is a TOML basic string; C1/bidi as \uXXXX: safe on a terminal
+        return json_text(value)
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        return "{ " + ", ".join(f"{json_text(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
     raise TypeError(f"no TOML form for {value!r}")
 
 
 def toml_key(key: Key) -> str:
     bare = re.compile(r"^[A-Za-z0-9_-]+$")
-    return ".".join(part if bare.match(part) else json.dumps(part) for part in key)
+    return ".".join(part if bare.match(part) else json_text(part) for part in key)

@@ -11,10 +11,18 @@ refused instead of modified.
 
 Tables::
 
-    conversations (id, title, created, updated, target, draft, system_prompt)
+    conversations (id AUTOINCREMENT: never reused after a delete, title, created, updated, target, draft,
+                   system_prompt)
     messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created)
     turn_stats    (message_id, target, drafter, k, auto_k, speculative, sampling json, the Turn timings
                    (prompt_n ... stop_reason), accepted_per_pos json, extra json)
+
+Untrusted text: an import file or a hand-edited database may hold anything. Imports are validated field by field
+(:func:`parse_export`: dates are ISO 8601 dates, roles, token kinds and stop reasons come from their known sets,
+every string is valid Unicode) and their one-line labels (title, model names, drafter) are cleaned with
+:func:`specchat.sanitize.sanitize_line`; labels read back from the database are cleaned the same way. Message
+text is stored exactly as written (a reply's text must stay consistent with its tokens) and made inert where
+it is shown: :func:`render_markdown` and every CLI and TUI display go through :mod:`specchat.sanitize`.
 
 Timestamps are ISO 8601 UTC strings. Export formats: :meth:`HistoryStore.export_json` (lossless; imported
 by :meth:`HistoryStore.import_json` and readable with :func:`messages_from_export` for
@@ -26,25 +34,33 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import re
 import sqlite3
 import threading
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator
 
-from specchat.engine.events import Turn
+from specchat.engine.events import PIECE_KINDS, StopReason, Turn
 from specchat.engine.protocol import Message
 from specchat.errors import UserError
+from specchat.sanitize import read_stdin_text, sanitize, sanitize_line
 
 APPLICATION_ID = 0x53504354  # "SPCT"
 EXPORT_FORMAT = "specchat-conversation"
 EXPORT_VERSION = 1
 ROLES = ("system", "user", "assistant")
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+#: the largest id SQLite can hold (a signed 64-bit INTEGER)
+MAX_ID = 2**63 - 1
 
 
 class HistoryError(UserError):
@@ -132,8 +148,32 @@ _V1 = (
     "CREATE INDEX conversations_by_updated ON conversations(updated)",
 )
 
+# v2: conversation ids are never reused. Without AUTOINCREMENT SQLite gives a new row max(id) + 1, so deleting
+# the newest conversation handed its id to the next one and old exports (``specchat-<id>-...``) pointed at a
+# new chat. AUTOINCREMENT keeps the largest id ever used in sqlite_sequence (https://sqlite.org/autoinc.html).
+# SQLite cannot add it to an existing table: the table is rebuilt and its rows copied with their ids
+# (https://sqlite.org/lang_altertable.html#otheralter; :func:`migrate` turns foreign keys off meanwhile, so
+# dropping the old table does not cascade to the messages). Ids deleted above the largest remaining one
+# before this upgrade are not known any more; every id given out after it is new.
+_V2 = (
+    """CREATE TABLE conversations_v2 (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        title         TEXT NOT NULL DEFAULT '',
+        created       TEXT NOT NULL,
+        updated       TEXT NOT NULL,
+        target        TEXT NOT NULL DEFAULT '',
+        draft         TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT NOT NULL DEFAULT ''
+    )""",
+    "INSERT INTO conversations_v2 (id, title, created, updated, target, draft, system_prompt)"
+    " SELECT id, title, created, updated, target, draft, system_prompt FROM conversations",
+    "DROP TABLE conversations",
+    "ALTER TABLE conversations_v2 RENAME TO conversations",
+    "CREATE INDEX conversations_by_updated ON conversations(updated)",
+)
+
 #: Migration i (0-based) takes the schema from user_version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -141,22 +181,35 @@ def migrate(conn: sqlite3.Connection, migrations: Sequence[Sequence[str]] = MIGR
     """Bring the database to ``len(migrations)``; each step is one transaction with its version bump.
 
     The connection must be in autocommit mode (``isolation_level=None``). Returns the final version.
+    Foreign keys are off during the steps (SQLite's procedure for schema changes: rebuilding a table must
+    not cascade deletes into the tables that reference it) and each step must leave ``PRAGMA
+    foreign_key_check`` clean, else it is rolled back; the connection's foreign-key setting is restored.
     """
     target = len(migrations)
-    while True:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version >= target:
-                conn.execute("COMMIT")
-                return version
-            for statement in migrations[version]:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {version + 1}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    foreign_keys = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
+    try:
+        while True:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                if version >= target:
+                    conn.execute("COMMIT")
+                    return version
+                for statement in migrations[version]:
+                    conn.execute(statement)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchone()
+                if broken is not None:
+                    raise sqlite3.IntegrityError(
+                        f"schema migration {version + 1} broke a foreign key (table {broken[0]}, row {broken[1]})"
+                    )
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+    finally:
+        conn.execute(f"PRAGMA foreign_keys = {int(foreign_keys)}")
 
 
 # -- records ------------------------------------------------------------------------------------------
@@ -174,6 +227,17 @@ class Conversation:
     n_messages: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A conversation found by :meth:`HistoryStore.search_conversations` and where: the first message
+    (``role``, its ``text``) that contains the query, or ``role = None`` when only the title does (or no
+    query was given)."""
+
+    conversation: Conversation
+    role: str | None = None
+    text: str = ""
+
+
 @dataclass(slots=True)
 class StoredMessage:
     """A message as saved: the :class:`Message` plus what the database knows around it."""
@@ -185,6 +249,16 @@ class StoredMessage:
     target: str | None = None  # the target model of the turn (assistant messages with stats)
     auto_k: bool | None = None
     sampling: dict[str, Any] | None = None
+
+
+def _conversation(row: Sequence[Any], n_messages: int) -> Conversation:
+    """A conversation read from the database, its one-line labels (title, model names, dates) made inert: the
+    file may have been written by something other than specchat."""
+    conv_id, title, created, updated, target, draft, system_prompt = row[:7]
+    return Conversation(
+        conv_id, sanitize_line(title), sanitize_line(created), sanitize_line(updated), sanitize_line(target),
+        sanitize_line(draft), system_prompt, n_messages=n_messages,
+    )
 
 
 def now_iso() -> str:
@@ -208,6 +282,11 @@ def _float_in(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def _fold(text: Any) -> Any:
+    """Case folding for search (SQL ``specchat_fold``): whitespace runs become one space, like the query's."""
+    return " ".join(text.split()).casefold() if isinstance(text, str) else text
+
+
 def default_title(text: str, limit: int = 60) -> str:
     """First non-empty line of a user message, whitespace collapsed, cut at ``limit`` characters."""
     for line in text.splitlines():
@@ -224,10 +303,14 @@ class HistoryStore:
     """Conversations, messages and turn statistics in one SQLite file. Thread-safe (one lock).
 
     ``HistoryStore(path)`` creates the file (and its directory) if needed and migrates it;
-    ``create=False`` refuses a missing file instead (for read-only commands).
+    ``create=False`` refuses a missing file instead; ``readonly=True`` (implies ``create=False``) opens it for
+    reading only (``specchat history list/show/export``), so a database in a read-only directory can be read:
+    see :meth:`_connect_readonly`. A read-only store whose schema is older than this specchat's is opened
+    for writing instead, to migrate it.
     """
 
-    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+    def __init__(self, path: str | Path, *, create: bool = True, readonly: bool = False) -> None:
+        create = create and not readonly
         self.path = Path(path) if str(path) != ":memory:" else Path(":memory:")
         memory = str(path) == ":memory:"
         if not memory:
@@ -244,13 +327,20 @@ class HistoryStore:
                 except OSError as exc:
                     raise HistoryError(f"cannot create {self.path.parent}: {exc.strerror or exc}") from None
         self._lock = threading.RLock()
+        self.readonly = readonly and not memory
         try:
-            self._conn = sqlite3.connect(
-                str(self.path), isolation_level=None, check_same_thread=False, timeout=10.0
-            )
-        except sqlite3.Error as exc:
+            if self.readonly:
+                self._conn = self._connect_readonly()
+            else:
+                self._conn = sqlite3.connect(
+                    str(self.path), isolation_level=None, check_same_thread=False, timeout=10.0
+                )
+        except sqlite3.OperationalError as exc:
             raise HistoryError(f"cannot open history database {self.path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:  # the read-only probe found no database
+            raise HistoryError(f"{self.path} is not a usable history database ({exc}); give another path with --db") from None
         try:
+            self._conn.create_function("specchat_fold", 1, _fold, deterministic=True)  # search_conversations
             self._conn.execute("PRAGMA foreign_keys = ON")
             self._conn.execute("PRAGMA busy_timeout = 10000")
             app_id = self._conn.execute("PRAGMA application_id").fetchone()[0]
@@ -265,6 +355,16 @@ class HistoryStore:
                     f"{self.path} has schema version {version}, newer than this specchat understands "
                     f"({SCHEMA_VERSION}); upgrade specchat or use another --db"
                 )
+            if self.readonly:
+                if version == SCHEMA_VERSION:
+                    return
+                self._conn.close()  # an older schema: open for writing, which migrates it (or says why not)
+                self.readonly = False
+                self._conn = sqlite3.connect(
+                    str(self.path), isolation_level=None, check_same_thread=False, timeout=10.0
+                )
+                self._conn.execute("PRAGMA foreign_keys = ON")
+                self._conn.execute("PRAGMA busy_timeout = 10000")
             if not memory:
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = FULL")
@@ -275,6 +375,24 @@ class HistoryStore:
         except BaseException:
             self._conn.close()
             raise
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A read-only connection (``mode=ro``). Reading a WAL database needs its ``-shm`` file; in a directory
+        this process cannot write, with no ``-wal`` file left (so every committed transaction is in the main
+        file and no writer can be running: a writer would need to create one), SQLite can only read it as
+        ``immutable=1`` (https://www.sqlite.org/uri.html#uriimmutable)."""
+        uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=10.0)
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.exists() or os.access(self.path.parent, os.W_OK):
+                raise
+        return sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
 
     # -- plumbing -------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -294,15 +412,29 @@ class HistoryStore:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; rolled back entirely if anything inside raises."""
+        """One write transaction; rolled back entirely if anything inside raises.
+
+        A failure to write (a full disk, a read-only file, an I/O error; at any statement or at COMMIT) is a
+        :class:`HistoryError` naming the file: what was saved before is intact (SQLite's rollback journal).
+        """
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        try:
+                            self._conn.execute("ROLLBACK")
+                        except sqlite3.Error:  # pragma: no cover - SQLite rolled back already
+                            pass
+                    raise
+            except sqlite3.OperationalError as exc:
+                raise HistoryError(
+                    f"cannot write the history database {self.path}: {exc}; nothing of this change was saved "
+                    "(what was saved before is intact)"
+                ) from None
 
     def _require(self, conn: sqlite3.Connection, conv_id: int) -> sqlite3.Row | tuple:
         row = conn.execute(
@@ -353,7 +485,7 @@ class HistoryStore:
         with self._lock:
             row = self._require(self._conn, conv_id)
             n = self._conn.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (conv_id,)).fetchone()[0]
-        return Conversation(*row, n_messages=n)
+        return _conversation(row, n)
 
     def list_conversations(self) -> list[Conversation]:
         """Most recently updated first."""
@@ -363,7 +495,42 @@ class HistoryStore:
                 " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
                 " FROM conversations c ORDER BY c.updated DESC, c.id DESC"
             ).fetchall()
-        return [Conversation(*row[:7], n_messages=row[7]) for row in rows]
+        return [_conversation(row, row[7]) for row in rows]
+
+    def search_conversations(self, query: str = "") -> list[SearchHit]:
+        """Conversations whose title or any message contains ``query``, most recently updated first.
+
+        Case-insensitive for any script (Python's ``str.casefold``, registered as an SQL function: SQLite's own
+        LIKE folds ASCII only), a plain substring (no wildcards, no word boundaries: ``coun`` finds
+        ``merge_count``). A scan over the messages rather than an FTS5 index: FTS5 (in this machine's SQLite
+        3.40) matches whole tokens or their prefixes only, needs triggers and a migration to stay in sync, and
+        is not in every Python's sqlite3; a scan of a personal history is fast enough to run per keystroke.
+        An empty query lists every conversation.
+        """
+        needle = " ".join(query.split()).casefold()
+        if not needle:
+            return [SearchHit(c) for c in self.list_conversations()]
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM (SELECT c.id, c.title, c.created, c.updated, c.target, c.draft, c.system_prompt,"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id),"
+                " (SELECT m.idx FROM messages m WHERE m.conversation_id = c.id"
+                "  AND instr(specchat_fold(m.content), ?1) > 0 ORDER BY m.idx LIMIT 1) AS hit,"
+                " instr(specchat_fold(c.title), ?1) > 0 AS in_title"
+                " FROM conversations c) WHERE in_title OR hit IS NOT NULL ORDER BY updated DESC, id DESC",
+                (needle,),
+            ).fetchall()
+            out = []
+            for row in rows:
+                conv = _conversation(row, row[7])
+                if row[8] is None:
+                    out.append(SearchHit(conv))
+                    continue
+                role, content = self._conn.execute(
+                    "SELECT role, content FROM messages WHERE conversation_id = ? AND idx = ?", (conv.id, row[8])
+                ).fetchone()
+                out.append(SearchHit(conv, role, content))
+        return out
 
     def delete(self, conv_id: int) -> None:
         """Delete a conversation with its messages and stats (foreign keys cascade)."""
@@ -686,11 +853,30 @@ def export_messages(
     return data
 
 
+def _iso_date(value: str | None) -> str | None:
+    """An ISO 8601 date or date-time (as :func:`now_iso` writes them), else ValueError."""
+    if value is None:
+        return None
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            f"{sanitize_line(value)[:40]!r} is not a date; expected ISO 8601 like 2024-05-01T12:00:00+00:00"
+        ) from None
+    return value
+
+
+def _label(value: str | None) -> str | None:
+    return None if value is None else sanitize_line(value)
+
+
 class _RunIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
     target: str | None = None
     auto_k: bool | None = None
     sampling: dict[str, Any] | None = None
+
+    _clean_target = field_validator("target")(_label)
 
 
 class _MessageIn(BaseModel):
@@ -704,6 +890,16 @@ class _MessageIn(BaseModel):
     stats: dict[str, Any] | None = None
     run: _RunIn | None = None
 
+    _check_created = field_validator("created")(_iso_date)
+
+    @field_validator("kinds")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        for kind in kinds:
+            if kind not in PIECE_KINDS:
+                raise ValueError(f"{sanitize_line(kind)[:40]!r} is not a token kind; use one of {', '.join(PIECE_KINDS)}")
+        return kinds
+
 
 class _ConversationIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -713,6 +909,9 @@ class _ConversationIn(BaseModel):
     target: str = ""
     draft: str = ""
     system_prompt: str = ""
+
+    _check_dates = field_validator("created", "updated")(_iso_date)
+    _clean_labels = field_validator("title", "target", "draft")(_label)
 
 
 class _ExportIn(BaseModel):
@@ -733,10 +932,43 @@ def _loc(loc: Sequence[Any]) -> str:
     return out
 
 
+def _check_unicode(data: Any, source: str) -> None:
+    """Every string (and key) in ``data`` must be valid Unicode: JSON's ``"\\ud800"`` decodes to a lone surrogate,
+    which no file, terminal or SQLite text can hold. Walked without recursion (the input may nest deeply)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            texts = [value]
+        elif isinstance(value, dict):
+            texts = [k for k in value if isinstance(k, str)]
+            stack.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            texts = []
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+        else:
+            continue
+        for text in texts:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = f"U+{ord(text[exc.start]):04X}"
+                raise HistoryError(
+                    f"{source}: {sanitize_line(where) or 'the data'}: not valid Unicode text (a lone surrogate "
+                    f"{bad}); export the conversation again"
+                ) from None
+
+
 def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversation, list[StoredMessage]]:
-    """Validate export data; raise :class:`HistoryError` with one line naming ``source`` and the bad field."""
+    """Validate export data; raise :class:`HistoryError` with one line naming ``source`` and the bad field.
+
+    Beyond the types: dates must be dates, roles, token kinds and stop reasons from their known sets, every
+    string valid Unicode; the one-line labels (title, model names, drafter) are cleaned of control characters.
+    """
+    source = sanitize_line(source)
     if not isinstance(data, dict):
         raise HistoryError(f"{source}: not a specchat conversation export (expected a JSON object)")
+    _check_unicode(data, source)
     version = data.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version > EXPORT_VERSION:
         raise HistoryError(
@@ -752,7 +984,7 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
             raise HistoryError(
                 f"{source}: not a specchat conversation export (\"format\" must be \"{EXPORT_FORMAT}\")"
             ) from None
-        raise HistoryError(f"{source}: {where}: {err['msg']}") from None
+        raise HistoryError(f"{source}: {where}: {err['msg'].removeprefix('Value error, ')}") from None
     stamp = now_iso()
     c = parsed.conversation
     created = c.created or stamp
@@ -770,6 +1002,12 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
             except ValidationError as exc:
                 err = exc.errors()[0]
                 raise HistoryError(f"{source}: messages[{i}].stats.{_loc(err['loc'])}: {err['msg']}") from None
+            if message.stats.stop_reason not in STOP_REASONS:
+                raise HistoryError(
+                    f"{source}: messages[{i}].stats.stop_reason: {sanitize_line(message.stats.stop_reason)[:40]!r} "
+                    f"is not a stop reason; use one of {', '.join(STOP_REASONS)}"
+                )
+            message.stats.drafter = sanitize_line(message.stats.drafter)
             if m.run is not None:
                 record.target, record.auto_k, record.sampling = m.run.target, m.run.auto_k, m.run.sampling
         records.append(record)
@@ -781,7 +1019,11 @@ def read_export_file(path: str | Path) -> dict[str, Any]:
     import sys
 
     if str(path) == "-":
-        text, source = sys.stdin.read(), "stdin"
+        source = "stdin"
+        try:
+            text = read_stdin_text()
+        except UnicodeDecodeError:
+            raise HistoryError("stdin: not UTF-8 text; give a JSON export from 'specchat history export --format json'") from None
     else:
         p = Path(path).expanduser()
         source = str(p)
@@ -802,12 +1044,60 @@ def read_export_file(path: str | Path) -> dict[str, Any]:
             f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}; "
             "give a file from 'specchat history export --format json'"
         ) from None
+    except RecursionError:  # json.loads recurses once per nesting level
+        raise HistoryError(
+            f"{source}: JSON nested too deeply to be a conversation export; "
+            "give a file from 'specchat history export --format json'"
+        ) from None
 
 
 def messages_from_export(data: Any, *, source: str = "conversation file") -> tuple[Conversation, list[Message]]:
     """Messages (with rebuilt Turn stats) of export data, e.g. for ``specchat generate --conversation``."""
     conv, records = parse_export(data, source=source)
     return conv, [r.message for r in records]
+
+
+# -- export files -------------------------------------------------------------------------------------
+
+
+def export_slug(title: str, limit: int = 40) -> str:
+    """A file-name-safe slug of a title: accents dropped (NFKD), every other run of characters that is not an
+    ASCII letter or digit becomes one ``-``, lower case, at most ``limit`` characters; ``chat`` if nothing is left.
+    """
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii")
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_title.lower()).strip("-")
+    if len(slug) > limit:
+        slug = slug[:limit].rsplit("-", 1)[0] if "-" in slug[:limit] else slug[:limit]
+    return slug.strip("-") or "chat"
+
+
+def export_filename(conv_id: int | None, title: str, suffix: str = ".md", n: int = 1) -> str:
+    """The one naming scheme of exports written by the app: ``specchat-<id>-<slug>.md`` (``specchat-unsaved-...``
+    for a chat that is not in the history database); ``n`` > 1 adds ``-n`` before the suffix."""
+    stem = f"specchat-{conv_id if conv_id is not None else 'unsaved'}-{export_slug(title)}"
+    return f"{stem}{'' if n <= 1 else f'-{n}'}{suffix}"
+
+
+def write_export(directory: str | Path, conv_id: int | None, title: str, text: str, suffix: str = ".md") -> Path:
+    """Write ``text`` to a new file named by :func:`export_filename` in ``directory`` (created if needed).
+
+    Never overwrites: the file is created exclusively (``open(..., "x")``), and a taken name gets ``-2``,
+    ``-3``... Returns the full path written; raises :class:`HistoryError` with one line if it cannot write.
+    """
+    directory = Path(directory).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            path = directory / export_filename(conv_id, title, suffix, n)
+            try:
+                with open(path, "x", encoding="utf-8") as f:
+                    f.write(text)
+                return path.absolute()
+            except FileExistsError:
+                n += 1
+    except OSError as exc:
+        raise HistoryError(f"cannot write the export to {directory}: {exc.strerror or exc}") from None
 
 
 # -- Markdown -----------------------------------------------------------------------------------------
@@ -818,10 +1108,11 @@ def _cell(text: Any) -> str:
 
 
 def format_time(stamp: str) -> str:
+    """``YYYY-MM-DD HH:MM UTC``; a stamp that is not a date is shown as inert text."""
     try:
         dt = datetime.fromisoformat(stamp)
-    except ValueError:
-        return stamp
+    except (TypeError, ValueError):
+        return sanitize_line(stamp)
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc)
     return dt.strftime("%Y-%m-%d %H:%M UTC")
@@ -829,6 +1120,16 @@ def format_time(stamp: str) -> str:
 
 def _num(x: float, fmt: str) -> str:
     return "–" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def k_used(turn: Turn) -> str:
+    """The K a turn's drafting rounds used: ``4``, or the range ``2–16`` when it changed (auto-K, a key).
+
+    Turns saved before :class:`Turn` recorded the range (``k_max`` = 0) show the K control they stored.
+    """
+    if turn.k_max <= 0:
+        return str(turn.k)
+    return str(turn.k_max) if turn.k_min == turn.k_max else f"{turn.k_min}\u2013{turn.k_max}"
 
 
 def _stat_cells(record: StoredMessage) -> dict[str, str]:
@@ -839,38 +1140,42 @@ def _stat_cells(record: StoredMessage) -> dict[str, str]:
         mean_len = _num(t.mean_len, ".2f")
     else:
         acceptance, mean_len = "–", "–"
-    k = str(t.k) + (" auto" if record.auto_k else "")
+    k = k_used(t) + (" auto" if record.auto_k else "")
     drafter = t.drafter if t.speculative or t.draft_n else (t.drafter + " (off)" if t.drafter else "off")
     return {
         "tok/s": _num(t.predicted_per_second, ".1f"),
         "acceptance": acceptance,
         "mean len": mean_len,
         "K": k if t.speculative or t.draft_n else "–",
-        "drafter": drafter,
+        "drafter": sanitize_line(drafter),
         "tokens": str(t.predicted_n),
         "prompt": f"{t.prompt_n} tok / {_num(t.prompt_ms, '.0f')} ms",
-        "stop": t.stop_reason,
+        "stop": sanitize_line(t.stop_reason),
     }
 
 
 def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str:
-    """A conversation as Markdown readable on its own: title, model pair, messages, per-turn stats table."""
-    title = " ".join(conv.title.split()) or f"Conversation {conv.id}"
+    """A conversation as Markdown readable on its own: title, model pair, messages, per-turn stats table.
+
+    For people (``specchat history show`` prints it on the terminal): every text in it is made inert
+    (:mod:`specchat.sanitize`); the JSON export is the lossless form.
+    """
+    title = sanitize_line(conv.title) or f"Conversation {conv.id}"
     lines = [f"# {title}", ""]
-    pair = f"target `{conv.target or '?'}`, draft `{conv.draft or '?'}`"
+    pair = f"target `{sanitize_line(conv.target) or '?'}`, draft `{sanitize_line(conv.draft) or '?'}`"
     lines += [
         f"- **Model pair:** {pair}",
         f"- **Created:** {format_time(conv.created)} · **updated:** {format_time(conv.updated)}",
         f"- **Messages:** {len(records)}",
     ]
     if conv.system_prompt and not any(r.message.role == "system" for r in records):
-        lines.append(f"- **System prompt:** {' '.join(conv.system_prompt.split())}")
+        lines.append(f"- **System prompt:** {sanitize_line(conv.system_prompt)}")
     lines.append("")
     turns: list[tuple[int, StoredMessage]] = []
     for number, record in enumerate(records, start=1):
         m = record.message
         lines += ["---", "", f"### {number}. {m.role.capitalize()}", ""]
-        lines.append(m.content if m.content else "*(empty)*")
+        lines.append(sanitize(m.content) if m.content else "*(empty)*")
         lines.append("")
         if m.stopped:
             lines += ["*(stopped before the end)*", ""]

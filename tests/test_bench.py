@@ -1,5 +1,5 @@
-"""``specchat bench``: records, interleaving, pair-ratio speedups, the arithmetic, Ctrl-C, bad input; and the
-n-gram drafter's learned draft length.
+"""``specchat bench``: records, interleaving, pair-ratio speedups, the arithmetic (one calibration path with
+the engine), Ctrl-C, bad input.
 
 Real runs use the tiny GGUF fixtures with one thread and a few tokens per run; nothing here asserts on time.
 """
@@ -12,13 +12,19 @@ import os
 import statistics
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from specchat import bench
+import specchat.bench.command as bench_command
+import specchat.bench.runner as bench_runner
+from specchat.bench.arithmetic import ALL_PROMPTS
+from specchat.bench.command import parse_k_list
+from specchat.bench.progress import ProgressLine
+from specchat.bench.report import format_plot, noise_warnings
+from specchat.bench.runner import RECORD_FIELDS, BenchRunner, RunStats, make_plan
+from specchat.bench.suite import _COPY_CODE, load_suite
+from specchat.bench.summary import SummaryRow, summarize
 from specchat.cli import build_parser, main
-from specchat.engine.controls import K_MAX, SamplingParams
-from specchat.engine.drafters import Draft, NgramDrafter
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.telemetry import speedup_curve
 
 TIMING_NAMES = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"}
@@ -47,7 +53,7 @@ def run_bench(argv: list[str], on_record=None) -> tuple[int, str, str]:
     """Run ``specchat bench`` in-process through the real parser; returns (rc, stdout, stderr)."""
     args = build_parser().parse_args(argv)
     out, err = io.StringIO(), io.StringIO()
-    rc = bench.main(args, out=out, err=err, on_record=on_record)
+    rc = bench_command.main(args, out=out, err=err, on_record=on_record)
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -81,7 +87,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
     # 2 prompts x 2 runs x 3 speculative modes, each paired with its own baseline run
     assert len(recs) == 2 * 2 * 3 * 2
     for r in recs:
-        assert set(bench.RECORD_FIELDS) <= r.keys(), sorted(set(bench.RECORD_FIELDS) - r.keys())
+        assert set(RECORD_FIELDS) <= r.keys(), sorted(set(RECORD_FIELDS) - r.keys())
         assert TIMING_NAMES <= r.keys()
         assert r["predicted_n"] > 0 and r["predicted_ms"] > 0 and r["predicted_per_second"] > 0
         assert r["mode"] in ("baseline", "spec", "auto")
@@ -89,7 +95,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
             assert r["k"] == 0 and r["draft_n"] == 0 and r["speedup"] is None
         else:
             assert r["speedup"] is not None and r["speedup"] > 0
-        assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == 17
+        assert sum(r["rounds_by_drafted"]) == r["n_steps"] and len(r["rounds_by_drafted"]) == K_MAX + 1
         assert sum(d * n for d, n in enumerate(r["rounds_by_drafted"])) == r["draft_n"]
         # the round log: every round that asked for a draft, [K, drafted, accepted, natural]
         assert sum(x[1] for x in r["round_log"]) == r["draft_n"]
@@ -98,7 +104,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
         if r["mode"] == "spec":
             assert all(x[0] <= r["k"] for x in r["round_log"]) and 0 < len(r["round_log"]) <= r["n_steps"]
         if r["mode"] == "auto":
-            assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= 16 and r["estimate"]["c"] >= 0
+            assert r["k"] is None and 0 <= r["estimate"]["best_k"] <= K_MAX and r["estimate"]["c"] >= 0
         else:
             assert r["estimate"] is None
     assert {r["k"] for r in recs if r["mode"] == "spec"} == {2, 3}
@@ -157,7 +163,7 @@ def test_summary_uses_pair_ratios_not_a_ratio_of_medians():
         a, b = rec("baseline", pair, base), rec("spec", pair, spec)
         b["speedup"] = spec / base
         records += [a, b]
-    rows = {r.mode: r for r in bench.summarize(records)}
+    rows = {r.mode: r for r in summarize(records)}
     assert rows["spec"].speedup == pytest.approx(2.0)
     assert rows["spec"].tps_median / rows["baseline"].tps_median == pytest.approx(1.0)
     assert (rows["spec"].speedup_min, rows["spec"].speedup_max) == (pytest.approx(0.1), pytest.approx(2.0))
@@ -167,23 +173,23 @@ def test_summary_uses_pair_ratios_not_a_ratio_of_medians():
 def test_report_prints_table_arithmetic_and_plot(tiny_report):
     data, out, _err = tiny_report
     ar = data["arithmetic"]
-    assert set(ar["v"]) == {str(k) for k in range(17)} and ar["v"]["0"] == 1.0
+    assert set(ar["v"]) == {str(k) for k in range(K_MAX + 1)} and ar["v"]["0"] == 1.0
     assert all(v > 0 for v in ar["v"].values())
     assert ar["target_ms_per_token"] > 0 and ar["draft_kind"] == "model" and ar["c"] > 0
     assert ar["c"] == pytest.approx(ar["draft_ms_per_token"] / ar["target_ms_per_token"])
     per_prompt = {p["prompt"]: p for p in ar["prompts"]}
-    assert set(per_prompt) == {"alpha", "beta", bench.ALL_PROMPTS}
+    assert set(per_prompt) == {"alpha", "beta", ALL_PROMPTS}
     for p in per_prompt.values():
         if p["alpha"] is None:
             continue
-        assert 0 <= p["best_k"] <= 16
+        assert 0 <= p["best_k"] <= K_MAX
         assert p["predicted_best_speedup"] == pytest.approx(max(p["curve"]))
-        if p["prompt"] != bench.ALL_PROMPTS:  # the recommendation is the replay of the K=3 runs' rounds
+        if p["prompt"] != ALL_PROMPTS:  # the recommendation is the replay of the K=3 runs' rounds
             rp = p["replay"]
             assert rp["from_k"] == 3 and rp["rounds"] > 0 and p["best_k"] == rp["best_k"]
             assert p["curve"] == rp["curve"] and rp["curve"][0] == 1.0
-            vt = [ar["v"][str(k)] for k in range(17)]
-            assert p["geometric_best_speedup"] == pytest.approx(max(speedup_curve(p["alpha"], ar["c"], vt, 16)))
+            vt = [ar["v"][str(k)] for k in range(K_MAX + 1)]
+            assert p["geometric_best_speedup"] == pytest.approx(max(speedup_curve(p["alpha"], ar["c"], vt, K_MAX)))
         for row in p["rows"]:
             assert row["k"] in (2, 3)
             assert row["E"] == pytest.approx((1 - p["alpha"] ** (row["k"] + 1)) / (1 - p["alpha"]) if p["alpha"] < 1 else row["k"] + 1)
@@ -194,6 +200,42 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
     assert "verify cost v(K)" in out and "cost ratio c" in out and "recommended" in out
     assert "draft costs" in out  # telemetry.break_even_line
     assert "speedup vs K" in out and "K=2" in out and "auto" in out
+
+
+def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_path, tiny_pair, suite_file, monkeypatch):
+    """One calibration path: the bench times the pair only through the engine's calibration (the draft against
+    the target on equal footing, then verify batches of every size), and its c and v(K) are exactly what an
+    engine CostModel makes of those timings - the figures auto-K and the sidebar read. Recorded by wrapping
+    the real Model.time_scratch_decode (the decodes still run)."""
+    from specchat.engine.model import Model
+    from specchat.engine.telemetry import CostModel
+
+    target, draft = tiny_pair
+    calls: list[tuple[str, int, float]] = []
+    real = Model.time_scratch_decode
+
+    def recording(self, tokens):
+        ms = real(self, tokens)
+        calls.append((self.name, len(tokens), ms))
+        return ms
+
+    monkeypatch.setattr(Model, "time_scratch_decode", recording)
+    out_json = tmp_path / "one-path.json"
+    rc, _out, err = run_bench(bench_args(target, draft, suite_file, "--k", "0,2", "--runs", "1", "--json", str(out_json)))
+    assert rc == 0, err
+    ar = json.loads(out_json.read_text())["arithmetic"]
+    drafts = [ms for name, _, ms in calls if name == draft.name]
+    targets = [(rows, ms) for name, rows, ms in calls if name == target.name]
+    assert drafts and len(targets) > len(drafts), "the bench must time the pair through the engine's calibration"
+    # draft_cost_ratios: draft and target single rows interleaved, then the verify batches feed the model
+    ratios = sorted(d / t for d, (_, t) in zip(drafts, targets))
+    cm = CostModel()
+    for rows, ms in targets[len(drafts) :]:
+        cm.observe_verify(rows, ms)
+    assert {rows for rows, _ in targets[len(drafts) :]} == set(range(1, K_MAX + 2))
+    assert ar["target_ms_per_token"] == pytest.approx(cm.target_ms())
+    assert [ar["v"][str(k)] for k in range(K_MAX + 1)] == pytest.approx([cm.v(k) for k in range(K_MAX + 1)])
+    assert ar["c"] == pytest.approx(ratios[len(ratios) // 2])
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------------------
@@ -226,7 +268,7 @@ def test_interrupted_bench_prints_and_writes_what_it_measured(tmp_path, tiny_pai
 def test_cli_ctrl_c_exits_130(tmp_path, tiny_pair, suite_file, monkeypatch):
     """Through ``specchat.cli.main``: a KeyboardInterrupt during a run still reports and exits 130."""
     target, draft = tiny_pair
-    real = bench.run_once
+    real = bench_runner.run_once
     calls = {"n": 0}
 
     def flaky(*a, **kw):
@@ -235,7 +277,7 @@ def test_cli_ctrl_c_exits_130(tmp_path, tiny_pair, suite_file, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **kw)
 
-    monkeypatch.setattr(bench, "run_once", flaky)
+    monkeypatch.setattr(bench_runner, "run_once", flaky)  # BenchRunner looks it up at call time
     out_json = tmp_path / "c.json"
     rc = main(bench_args(target, draft, suite_file, "--k", "2", "--runs", "2", "--json", str(out_json), "--no-arithmetic"))
     assert rc == 130
@@ -260,26 +302,26 @@ def test_runner_keeps_records_when_interrupted_without_models():
         tps = next(speeds, None)
         if tps is None:
             raise KeyboardInterrupt
-        return FakeTurn(tps), bench.RunStats(rounds=10, k_sum=0)
+        return FakeTurn(tps), RunStats(rounds=10, k_sum=0)
 
-    r = bench.BenchRunner(None, SUITE[:1], [0, 3], 4, run_fn=run_fn)
+    r = BenchRunner(None, SUITE[:1], [0, 3], 4, run_fn=run_fn)
     recs = r.run()
     assert r.interrupted and len(recs) == 5
     assert [x["mode"] for x in recs] == ["baseline", "spec", "baseline", "spec", "baseline"]
     assert [x["speedup"] for x in recs if x["mode"] == "spec"] == [2.0, 3.0]
-    rows = bench.summarize(recs)
+    rows = summarize(recs)
     assert rows[1].speedup == pytest.approx(2.5) and rows[1].pairs == 2
 
 
 def test_plan_is_a_b_a_b():
-    plan = bench.make_plan(SUITE, [0, 1, 4], runs=2, auto=True)
+    plan = make_plan(SUITE, [0, 1, 4], runs=2, auto=True)
     first = [(p.mode, p.k, p.run) for p in plan if p.prompt == "alpha"]
     assert first == [
         ("baseline", 0, 0), ("spec", 1, 0), ("baseline", 0, 0), ("spec", 4, 0), ("baseline", 0, 0), ("auto", None, 0),
         ("baseline", 0, 1), ("spec", 1, 1), ("baseline", 0, 1), ("spec", 4, 1), ("baseline", 0, 1), ("auto", None, 1),
     ]  # fmt: skip
     assert len({p.pair for p in plan}) == len(plan) // 2
-    assert [p.mode for p in bench.make_plan(SUITE, [0], runs=3, auto=False)] == ["baseline"] * 6
+    assert [p.mode for p in make_plan(SUITE, [0], runs=3, auto=False)] == ["baseline"] * 6
 
 
 # -- bad input: one line, exit 2 ---------------------------------------------------------------------
@@ -298,7 +340,7 @@ def _bad(capsys, *argv) -> str:
 @pytest.mark.parametrize(
     "argv, needle",
     [
-        (["--k", "0,17"], "17 is out of range"),
+        (["--k", f"0,{K_MAX + 1}"], f"{K_MAX + 1} is out of range"),
         (["--k", "-1"], "out of range"),
         (["--k", "1,two"], "comma-separated"),
         (["--k", ","], "empty"),
@@ -335,18 +377,18 @@ def test_malformed_suite_exits_2_with_one_line(capsys, tmp_path, name, text, nee
 def test_suite_files_toml_and_json(tmp_path):
     t = tmp_path / "s.toml"
     t.write_text('[[prompts]]\nname = "a"\nprompt = "hello"\n\n[[prompts]]\nname = "b"\nprompt = """multi\nline"""\n')
-    assert bench.load_suite(str(t)) == [{"name": "a", "prompt": "hello"}, {"name": "b", "prompt": "multi\nline"}]
+    assert load_suite(str(t)) == [{"name": "a", "prompt": "hello"}, {"name": "b", "prompt": "multi\nline"}]
     j = tmp_path / "s.json"
     j.write_text(json.dumps({"prompts": SUITE}))
-    assert bench.load_suite(str(j)) == SUITE
-    assert bench.parse_k_list("8, 0,3,3") == [0, 3, 8]
+    assert load_suite(str(j)) == SUITE
+    assert parse_k_list("8, 0,3,3") == [0, 3, 8]
 
 
 def test_default_suite_has_the_four_workloads():
-    suite = {p["name"]: p["prompt"] for p in bench.load_suite("default")}
+    suite = {p["name"]: p["prompt"] for p in load_suite("default")}
     assert set(suite) == {"code", "prose", "copy-heavy", "summary"}
     assert "prime" in suite["code"]
-    code = bench._COPY_CODE
+    code = _COPY_CODE
     assert code in suite["copy-heavy"] and len(code.splitlines()) >= 35 and " x " in code
     assert len(suite["summary"].split()) > 1000  # a long-context passage (~1.5k tokens)
 
@@ -369,7 +411,7 @@ def test_draft_none_cannot_bench_speculation(capsys, tiny_target, suite_file):
 
 def test_progress_line_rewrites_one_line_and_clears():
     s = io.StringIO()
-    p = bench.ProgressLine(s, enabled=True, interval=0.0)
+    p = ProgressLine(s, enabled=True, interval=0.0)
     p(0, 4, "alpha baseline run 1")
     p(2, 4, "alpha K=3 run 1")
     p(4, 4, "done")
@@ -379,7 +421,7 @@ def test_progress_line_rewrites_one_line_and_clears():
     assert "[" + "." * 24 + "] 0/4 alpha baseline run 1" in text
     assert "[" + "#" * 12 + "." * 12 + "] 2/4 alpha K=3 run 1" in text
     quiet = io.StringIO()
-    q = bench.ProgressLine(quiet, enabled=False)
+    q = ProgressLine(quiet, enabled=False)
     q(1, 2, "x")
     q.close()
     assert quiet.getvalue() == ""
@@ -387,11 +429,11 @@ def test_progress_line_rewrites_one_line_and_clears():
 
 def test_plot_marks_break_even():
     rows = [
-        bench.SummaryRow("p", "baseline", 0, 3, 50, 49, 51, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0),
-        bench.SummaryRow("p", "spec", 2, 3, 75, 70, 80, 0.8, 2.0, 0.8, 2.0, 2.0, 1.5, 1.4, 1.6, 3),
-        bench.SummaryRow("p", "spec", 8, 3, 25, 20, 30, 0.2, 1.2, 0.2, 1.2, 8.0, 0.5, 0.4, 0.6, 3),
+        SummaryRow("p", "baseline", 0, 3, 50, 49, 51, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0),
+        SummaryRow("p", "spec", 2, 3, 75, 70, 80, 0.8, 2.0, 0.8, 2.0, 2.0, 1.5, 1.4, 1.6, 3),
+        SummaryRow("p", "spec", 8, 3, 25, 20, 30, 0.2, 1.2, 0.2, 1.2, 8.0, 0.5, 0.4, 0.6, 3),
     ]
-    plot = bench.format_plot(rows, width=40).splitlines()
+    plot = format_plot(rows, width=40).splitlines()
     k2 = next(l for l in plot if "K=2" in l)
     k8 = next(l for l in plot if "K=8" in l)
     assert k2.rstrip().endswith("1.50×") and k8.rstrip().endswith("0.50×")
@@ -399,109 +441,8 @@ def test_plot_marks_break_even():
     assert "+" in k2 and "|" in k8  # 1.0x mark: inside the K=2 bar, past the end of the K=8 bar
 
 
-# -- n-gram drafting: the drafter only proposes; its length follows recent acceptance ---------------
-
-SP = SamplingParams()
-RNG = np.random.default_rng(0)
-
-
-def test_ngram_drafts_nothing_without_a_match():
-    d = NgramDrafter(1, 4)
-    assert d.draft(list(range(100, 140)), 8, SP, RNG).tokens == []
-    assert d.last_match_len == 0
-
-
-def test_ngram_copies_a_long_match_and_picks_the_longest_earlier_occurrence():
-    d = NgramDrafter(1, 4)
-    src = list(range(1, 41))
-    # the 4-gram [37..40] occurs twice; only the first occurrence is preceded by the same 6 tokens
-    ctx = src + [7, 7, 37, 38, 39, 40, 99, 98] + src[:39] + [40]
-    e, length = d._match(ctx)
-    assert e == 40 and length == 40  # the original copy, matched all the way back
-    draft = d.draft(ctx, 8, SP, RNG).tokens
-    assert len(draft) >= 6 and draft == [7, 7, 37, 38, 39, 40, 99, 98][: len(draft)]  # a long copy is trusted
-
-
-def test_ngram_draft_length_follows_recent_acceptance():
-    d = NgramDrafter(1, 4)
-    src = list(range(1, 100))
-    ctx = src + src[:50]  # a 50-token match: the prior trusts it for the whole K
-    assert len(d.draft(ctx, 8, SP, RNG).tokens) == 8
-    for _ in range(12):  # the target keeps refusing the first token of 48..63-long matches
-        drafted = d.draft(ctx, 8, SP, RNG).tokens
-        if not drafted:
-            break
-        d.rollback(ctx)  # nothing of the draft was committed: rejected at position 0
-    assert d.draft(ctx, 8, SP, RNG).tokens == []  # no longer confident: no draft
-    assert d.confidence(50) < d.min_confidence
-    # evidence relaxes towards the prior, so the bucket is tried again later
-    for _ in range(400):  # other (10-token) matches keep being drafted and accepted meanwhile
-        assert d.draft(src + src[:10], 1, SP, RNG).tokens == [11]
-        d.rollback(src + src[:10] + [11])
-    assert d.confidence(50) > d.min_confidence
-
-
-def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted():
-    d = NgramDrafter(1, 4)
-    ctx = [5, 6, 7, 8, 9, 1, 2, 3, 5]
-    assert d.confidence(1) < d.min_confidence
-    assert d.draft(ctx, 4, SP, RNG).tokens == []  # a one-token match: not enough evidence to draft
-    c_before = d.confidence(12)
-    ctx2 = list(range(1, 40)) + list(range(1, 13))
-    got = d.draft(ctx2, 4, SP, RNG).tokens
-    assert got == [13, 14, 15, 16][: len(got)] and len(got) >= 2
-    d.rollback(ctx2 + got)  # all accepted
-    assert d.confidence(12) > c_before
-
-
-def test_ngram_reports_its_natural_length_and_a_cap_takes_its_prefix():
-    """The drafter tells the cost model how long it would draft with no cap (auto-K's replay); a cap of
-    k proposes exactly the first k tokens of that uncapped draft."""
-    src = list(range(1, 60))
-    ctx = src + src[:30]  # a 30-token match: trusted far
-    full = NgramDrafter(1, 4).draft(ctx, K_MAX, SP, RNG)
-    assert full.natural == len(full.tokens) >= 6
-    for k in (1, 3, 5, 12):
-        capped = NgramDrafter(1, 4).draft(ctx, k, SP, RNG)
-        assert capped.tokens == full.tokens[:k] and capped.natural == full.natural
-    assert len(NgramDrafter(1, 4).draft(ctx, 12, SP, RNG).tokens) == full.natural < 12  # it stops by itself
-    none = NgramDrafter(1, 4).draft(list(range(100, 140)), 8, SP, RNG)
-    assert none.tokens == [] and none.natural == 0
-    # a model drafter fills whatever K it is given: it reports no natural length
-    assert Draft().natural is None
-
-
-def test_ngram_cost_aware_length():
-    """With a verify cost: long drafts when verify rows are free, none when each row costs a full step."""
-    src = list(range(1, 60))
-    ctx = src + src[:2]  # a two-token match: p ~ 0.67 per position by the prior
-    flat = NgramDrafter(1, 4, verify_cost=lambda k: 1.0)
-    assert len(flat.draft(ctx, 8, SP, RNG).tokens) == 8
-    steep = NgramDrafter(1, 4, verify_cost=lambda k: 1.0 + k)  # a row costs as much as a decode
-    assert steep.draft(ctx, 8, SP, RNG).tokens == []
-
-
-def test_ngram_speculation_stays_exact_on_a_copy(tiny_target):
-    """K = 16 with the learned length: the greedy reply equals plain decoding (the target decides)."""
-    from enginekit import build_decoder, run_turn, steps
-
-    dec = build_decoder(tiny_target, None, k=16, drafter="ngram")
-    try:
-        text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu " * 4
-        ctx = dec.target.tokenize(text, add_bos=True)
-        dec.controls.set_speculative(False)
-        base, _ = run_turn(dec, ctx, 48)
-        dec.reset()
-        dec.controls.set_speculative(True)
-        spec, events = run_turn(dec, ctx, 48)
-        assert spec.tokens == base.tokens
-        assert all(s.drafted <= 16 for s in steps(events))
-    finally:
-        dec.close()
-
-
 def test_noisy_baseline_is_flagged():
-    calm = bench.SummaryRow("a", "baseline", 0, 3, 50, 45, 55, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
-    busy = bench.SummaryRow("b", "baseline", 0, 3, 50, 8, 106, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
-    warnings = bench.noise_warnings([calm, busy])
+    calm = SummaryRow("a", "baseline", 0, 3, 50, 45, 55, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
+    busy = SummaryRow("b", "baseline", 0, 3, 50, 8, 106, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
+    warnings = noise_warnings([calm, busy])
     assert len(warnings) == 1 and warnings[0].startswith("warning: b: baseline runs ranged 8.0..106.0")

@@ -25,7 +25,8 @@ from specchat.config import (
     locate_config,
     settings_sources,
 )
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config.example.toml"
@@ -211,7 +212,11 @@ FILE_ERRORS = [
     ("k = true\n", r"k = true in {path}: must be an integer in 0\.\.16$"),
     ('k = "three"\n', r'k = "three" in {path}: must be an integer in 0\.\.16$'),
     ("auto_k = 3\n", r"auto_k = 3 in {path}: must be true or false$"),
-    ("threads = 0\n", r"threads = 0 in {path}: must be an integer >= 1$"),
+    (
+        "threads = 0\n",
+        r"threads = 0 in {path}: must be an integer in 1\.\.\d+ \(at most 4 x the \d+ CPUs here: more threads only "
+        r"wait for each other\)$",
+    ),
     ("n_ctx = 32\n", r"n_ctx = 32 in {path}: must be an integer >= 64$"),
     ("n_predict = 0\n", r"n_predict = 0 in {path}: must be an integer >= 1$"),
     ('target = ""\n', r'target = "" in {path}: must be a non-empty string$'),
@@ -418,7 +423,7 @@ def test_config_show_with_a_bad_file_is_one_line_exit_2(isolated, monkeypatch, c
     path = write(isolated.tmp / "c.toml", "k = 40\n")
     code, out, err = run_cli(["--config", str(path), "config", "show"], monkeypatch, capsys)
     assert code == 2 and out == ""
-    assert err == f"specchat: error: config error: k = 40 in {path}: must be an integer in 0..16\n"
+    assert err == f"specchat: error: config error: k = 40 in {path}: must be an integer in 0..{K_MAX}\n"
 
 
 def test_config_show_with_malformed_toml_is_one_line_exit_2(isolated, monkeypatch, capsys):

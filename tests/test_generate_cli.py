@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from specchat.cli import main
+from specchat.engine.drafter_kinds import K_MAX
 
 TURN_FIELDS = {
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n",
@@ -96,8 +97,8 @@ def test_system_prompt_and_conversation_file(capsys, tiny_pair, tmp_path):
 
 
 BAD = [
-    (["--k", "17"], "K must be 0..16"),
-    (["--k", "-1"], "K must be 0..16"),
+    (["--k", str(K_MAX + 1)], f"K must be 0..{K_MAX}"),
+    (["--k", "-1"], f"K must be 0..{K_MAX}"),
     (["--n-predict", "0"], "--n-predict"),
     (["--target", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
     (["--draft", "/nonexistent/draft.gguf"], "/nonexistent/draft.gguf"),

@@ -357,29 +357,30 @@ def test_killed_mid_write_loses_only_the_message_being_written(tmp_path):
 
 # -- migrations ---------------------------------------------------------------------------------------------
 
-V2 = ("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",)
+NEXT = ("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",)  # a made-up next version
 
 
-def test_migrate_from_empty_and_from_version_1(tmp_path):
+def test_migrate_from_empty_and_from_the_current_version(tmp_path):
     path = tmp_path / "m.sqlite3"
     conn = raw(path)
-    assert migrate(conn) == 1  # empty file -> v1
-    assert migrate(conn) == 1  # idempotent
+    assert migrate(conn) == SCHEMA_VERSION  # empty file -> current
+    assert migrate(conn) == SCHEMA_VERSION  # idempotent
     conn.close()
     with HistoryStore(path) as store:
         cid, messages = conversation(store, turns=1)
     conn = raw(path)
     conn.execute("PRAGMA foreign_keys = ON")
-    assert migrate(conn, MIGRATIONS + (V2,)) == 2
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert migrate(conn, MIGRATIONS + (NEXT,)) == SCHEMA_VERSION + 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored after the steps
     assert conn.execute("SELECT pinned FROM conversations WHERE id = ?", (cid,)).fetchone()[0] == 0
-    # the rows written at v1 are intact after the upgrade
+    # the rows written before are intact after the upgrade
     rows = conn.execute("SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY idx", (cid,)).fetchall()
     assert rows == [(m.role, m.content) for m in messages]
     stats = conn.execute("SELECT prompt_n, acceptance, accepted_per_pos FROM turn_stats").fetchall()
     assert stats == [(30, 6 / 9, json.dumps([1.0, 2 / 3, 1 / 3]))]
     conn.close()
-    with pytest.raises(HistoryError, match="newer than this specchat"):  # this build only knows v1
+    with pytest.raises(HistoryError, match="newer than this specchat"):  # this build does not know NEXT
         HistoryStore(path)
 
 
@@ -390,7 +391,7 @@ def test_a_failing_migration_leaves_the_previous_version(tmp_path):
     conn = raw(path)
     with pytest.raises(sqlite3.OperationalError):
         migrate(conn, MIGRATIONS + (broken,))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
 
 

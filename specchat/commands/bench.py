@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
 
 
@@ -18,9 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair."
     )
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
-    p.add_argument("--draft", help="drafter: path to a draft .gguf, a preset name, or 'ngram' (default)")
+    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, a preset name, or '{NGRAM}' (default)")
     p.add_argument("--k", default=None, metavar="LIST",
-                   help="comma-separated draft lengths to measure, each 0..16 (0 = baseline); default 0,1,2,3,5,8")
+                   help=f"comma-separated draft lengths to measure, each 0..{K_MAX} (0 = baseline); default 0,1,2,3,5,8")
     p.add_argument("--suite", default="default", metavar="default|FILE",
                    help="prompt suite: 'default' or a TOML/JSON file with a list of {name, prompt}")
     p.add_argument("--runs", type=int, default=3, help="runs per (prompt, K), each paired with a baseline run; default 3")

@@ -18,6 +18,7 @@ from typing import Any
 
 from specchat.commands.arguments import add_location_arguments, location_overrides
 from specchat.errors import UserError
+from specchat.sanitize import sanitize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,7 +160,7 @@ def _run_list(args: argparse.Namespace) -> int:
     if parts:
         out += ["", "Interrupted downloads (resumed by 'specchat models pull'):"]
         out += [f"  {p} ({human_size(p.stat().st_size)})" for p in parts]
-    print("\n".join(out))
+    print(sanitize("\n".join(out)))  # file names in the data dir are anyone's: shown inert
     return 0
 
 

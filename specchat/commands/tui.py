@@ -14,11 +14,13 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+
 # (flag, dest, type, settings key, help)
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
-    ("--draft", "tui_draft", str, "draft", "drafter: a draft .gguf path, a preset or derived name, 'ngram' or 'none'"),
-    ("--k", "tui_k", int, "k", "draft length K, 0..16"),
+    ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
+    ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
     ("--temperature", "tui_temperature", float, "sampling.temperature", "sampling temperature (0 = greedy)"),
     ("--top-k", "tui_top_k", int, "sampling.top_k", "top-k filter (0 = off)"),
     ("--top-p", "tui_top_p", float, "sampling.top_p", "top-p filter (1 = off)"),
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         ui_state=ui_state,
         state_path=state_file,
         state_note=state_note,
+        stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
     )
     try:
         app.run()

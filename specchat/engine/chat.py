@@ -23,6 +23,19 @@ not fit ``n_ctx``, the oldest messages after the system prompt are dropped from 
 (they stay in :attr:`ChatSession.messages` and in history) and a :class:`ContextTrimmed` is emitted;
 the caches then rebuild from the new common prefix. A last user message that alone does not fit is a
 clear error.
+
+**Greedy replies and batch sizes.** At temperature 0 every emitted token is the argmax of the logits it was
+verified with, but the same tokens decoded in other batch splits give slightly different logits, so a
+conversation continued on a reused cache and the same messages on a fresh one can reply differently at a
+near-tie. Measured on the bundled SmolLM2 Q4_1 (issue 10: a reply stopped, regenerated, then a new message,
+against a fresh engine loaded with the same messages): both caches held the same token ids, both replies
+were their own argmax at every token, and they parted at token 12 where run A preferred " offering" by 0.25
+and run B " with" by 0.19. Decoding those 112 tokens in a fresh model reproduces each run from its batch split
+alone: one token at a time or batches of up to 48 give run A's +0.2530 exactly, the prompt in one batch then
+one token at a time gives run B's -0.1882, one batch of all 112 gives -0.2292; logits differ by up to 0.86
+between splits (batches of 64 and more take another path in llama.cpp's CPU kernels). This is numerics, not a
+cache defect: tests compare a reused-cache reply with the argmax of the logits each token was verified with,
+and with another run only up to a near-tie (``tests/enginekit.py``: ``VerifiedRows``).
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from specchat.engine.controls import Controls
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.detokenize import detokenize_pieces
 from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Piece, Turn
 from specchat.engine.model import DecodeError, Model
@@ -137,10 +151,10 @@ class ChatSession:
         d = self.decoder
         return EngineInfo(
             target_name=d.target.name,
-            draft_name=d.drafter_name or "none",
-            drafters=tuple(d.drafters) + ("none",),
+            draft_name=d.drafter_name or NONE,
+            drafters=tuple(d.drafters) + (NONE,),
             n_ctx=d.target.n_ctx,
-            k_max=16,
+            k_max=K_MAX,
             can_speculate=d.can_speculate,
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
             chat_template=self.template.has_template,
@@ -266,7 +280,7 @@ class ChatSession:
             yield EngineError(str(exc))
             return
         st = self.controls.snapshot()
-        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or "none", speculative=st.speculative)
+        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
         if record:
             self._messages.append(
                 Message(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-K_MAX = 16
+from specchat.engine.drafter_kinds import K_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,7 @@ class ControlState:
 
 
 def validate_k(k: int) -> int:
+    """``k`` if it is a draft length the engine accepts (0..K_MAX), else ValueError."""
     if not isinstance(k, int) or isinstance(k, bool) or not (0 <= k <= K_MAX):
         raise ValueError(f"K must be an integer in 0..{K_MAX}, got {k!r}")
     return k

@@ -23,7 +23,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specchat.engine.controls import K_MAX, SamplingParams
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, MODEL, NGRAM
 from specchat.engine.model import Model
 from specchat.engine.sampling import sample, warp
 
@@ -36,15 +37,19 @@ class Draft:
     q: list[np.ndarray] | None = None  # None = deterministic drafter (q one-hot at each token)
     t_ms: float = 0.0  # wall time of the draft call
     decode_ms: float = 0.0  # of which inside llama_decode
-    #: how many tokens the drafter would have proposed with no cap (up to K_MAX), when it decides its own
+    #: how many tokens the drafter would have proposed with no cap (up to its kind's cap), when it decides its own
     #: draft length (n-gram: only confident continuations); None = it always fills the K it is given
     natural: int | None = None
 
 
 class Drafter(Protocol):
     name: str
+    #: its row in :data:`specchat.engine.drafter_kinds.DRAFTER_KINDS` (MODEL or NGRAM)
+    kind: str
     #: True when drafting costs (about) nothing next to a target decode (no model is run)
     free: bool
+    #: the largest K it is asked for (its kind's cap in :data:`specchat.engine.drafter_kinds.DRAFTER_KINDS`)
+    k_cap: int
 
     def draft(self, context: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft: ...
 
@@ -74,7 +79,9 @@ class ModelDrafter:
     it samples from its warped distribution q and returns q for exact rejection sampling.
     """
 
-    free = False
+    kind = MODEL
+    free = DRAFTER_KINDS[MODEL].free
+    k_cap = DRAFTER_KINDS[MODEL].k_cap
 
     def __init__(self, model: Model, name: str | None = None) -> None:
         self.model = model
@@ -180,7 +187,9 @@ class NgramDrafter:
     the speculative loop's).
     """
 
-    free = True
+    kind = NGRAM
+    free = DRAFTER_KINDS[NGRAM].free
+    k_cap = DRAFTER_KINDS[NGRAM].k_cap
     #: lower bounds of the match-length buckets
     BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
@@ -188,7 +197,7 @@ class NgramDrafter:
         self,
         min_n: int = 1,
         max_n: int = 4,
-        name: str = "ngram",
+        name: str = NGRAM,
         *,
         min_confidence: float = 0.6,
         max_candidates: int = 16,
@@ -315,9 +324,9 @@ class NgramDrafter:
         tokens: list[int] = []
         natural = 0
         if k > 0:
-            # look as far as K_MAX so the cost model learns the length this drafter would choose at any
+            # look as far as its cap so the cost model learns the length this drafter would choose at any
             # cap (auto-K's replay); the first k of that draft are what drafting with cap k proposes
-            cont = self.lookup(context, max(k, K_MAX))
+            cont = self.lookup(context, max(k, self.k_cap))
             if cont:
                 natural = self.draft_length(self.last_match_len, len(cont))
                 tokens = list(cont[: min(k, natural)])

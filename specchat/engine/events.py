@@ -10,7 +10,7 @@ draft/verify round some :class:`Piece` events followed by one :class:`Step`, and
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 PieceKind = Literal["accepted", "rejected", "corrected", "bonus", "plain"]
 #: accepted  - a draft token the target kept
@@ -18,7 +18,8 @@ PieceKind = Literal["accepted", "rejected", "corrected", "bonus", "plain"]
 #: corrected - the target's own token at the first rejection
 #: bonus     - the target's extra token after a fully accepted draft
 #: plain     - a token decoded without speculation (K = 0, speculation off, or no draft proposed)
-PIECE_KINDS: tuple[str, ...] = ("accepted", "rejected", "corrected", "bonus", "plain")
+#: the kinds at run time, in that order: the same Literal, not a second list
+PIECE_KINDS: tuple[PieceKind, ...] = get_args(PieceKind)
 
 StopReason = Literal["eos", "length", "stopped", "context", "error"]
 
@@ -32,7 +33,7 @@ class Piece:
     """
 
     text: str
-    kind: str
+    kind: PieceKind
     token: int
 
 
@@ -126,10 +127,14 @@ class Turn:
     stop_reason: str
     text: str
     tokens: list[int] = field(default_factory=list)
-    kinds: list[str] = field(default_factory=list)
-    k: int = 0
+    kinds: list[PieceKind] = field(default_factory=list)
+    k: int = 0  # the K control when the turn ended (auto-K chooses its own K per round: see k_min/k_max)
     drafter: str = ""
     speculative: bool = False
+    #: the smallest and largest K the turn's drafting rounds asked for (auto-K's choices, or a K changed
+    #: mid-reply); both 0 when no round drafted, and in turns saved before these fields existed
+    k_min: int = 0
+    k_max: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -13,14 +13,14 @@ from typing import Any
 
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
-from specchat.engine.controls import K_MAX, Controls, ControlState, SamplingParams
+from specchat.engine.controls import Controls, ControlState, SamplingParams
+from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
 from specchat.engine.model import Model
-from specchat.engine.speculative import NO_DRAFTER, SpeculativeDecoder
+from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
 
-NGRAM = "ngram"
 Progress = Callable[[float, str], None]
 
 
@@ -42,7 +42,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     data_dir = _data_dir(settings)
     pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target
-    draft_path: Path | None = pair.draft if pair.drafter == "model" else None
+    draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
     report(0.0, f"loading {target_path.name}")
@@ -51,7 +51,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
-    selected = pair.drafter if pair.drafter in (NGRAM, NO_DRAFTER) else None
+    selected = pair.drafter if pair.drafter in (NGRAM, NONE) else None
     try:
         if draft_path is not None and target.is_recurrent:
             raise UserError(
@@ -67,7 +67,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
                 if draft_model.is_recurrent:
                     raise UserError(
                         f"{draft_path.name} is a recurrent/hybrid model: its KV cache cannot be rolled back after "
-                        "a rejected draft; pick a transformer draft, 'ngram' or 'none'"
+                        f"a rejected draft; pick a transformer draft, '{NGRAM}' or '{NONE}'"
                     )
                 require_compatible(
                     VocabSummary.from_llama_vocab(target.vocab, str(target_path)),
@@ -82,12 +82,12 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     except Exception:
         target.close()
         raise
-    if target.is_recurrent and selected != NO_DRAFTER:
-        selected = NO_DRAFTER  # the default n-gram drafter: fall back to plain decoding, said in info().note
+    if target.is_recurrent and selected != NONE:
+        selected = NONE  # the default n-gram drafter: fall back to plain decoding, said in info().note
     controls = Controls(
         ControlState(
             k=settings.k,
-            speculative=selected != NO_DRAFTER,
+            speculative=selected != NONE,
             auto_k=settings.auto_k if auto_k is None else auto_k,
             drafter=None,
             sampling=sampling_from(settings),
@@ -100,7 +100,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         system_prompt=settings.system_prompt,
         n_predict=settings.n_predict,
         seed=settings.sampling.seed,
-        draft_label=selected or NO_DRAFTER,
+        draft_label=selected or NONE,
     )
 
 

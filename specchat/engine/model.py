@@ -6,6 +6,11 @@ KV trimming with ``llama_memory_seq_rm``. The model tracks :attr:`Model.tokens`,
 KV cache holds at positions ``0..len(tokens)-1`` of sequence 0, so callers can reuse the common prefix.
 
 ``llama_decode`` releases the GIL (ctypes), so a worker thread running this keeps a UI live.
+
+Loading runs under :func:`specchat.signals.deferred`: a Ctrl-C (or SIGTERM/SIGHUP) that arrives while llama.cpp
+loads makes the progress callback ask llama.cpp to stop, and is raised once the load call has returned, never
+inside llama.cpp's callbacks, where ctypes would swallow it. llama.cpp's log is silent unless ``--verbose``
+(:mod:`specchat.engine.llamalog`).
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp
-import llama_cpp._logger as _llama_logger
 import numpy as np
 
+from specchat import signals
 from specchat.engine import gguf as gguf_check
+from specchat.engine import llamalog
 from specchat.errors import ModelFileError, UserError
 
-_llama_logger.set_verbose(False)
+llamalog.install()
 _BACKEND_READY = False
 
 
@@ -72,25 +78,44 @@ class Model:
     ) -> None:
         self.path = Path(path)
         gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
+        self.model = None
+        self.ctx = None
+        self._batch = None
+        try:
+            with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
+                self._load(n_ctx, n_batch, threads, progress, interrupted)
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(
+        self,
+        n_ctx: int,
+        n_batch: int,
+        threads: int,
+        progress: Callable[[float], None] | None,
+        interrupted: Callable[[], bool],
+    ) -> None:
         ensure_backend()
         self.name = self.path.name
         self.threads = threads
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.use_extra_bufts = extra_buffer_types_safe()
-        self._progress_cb = None
-        if progress is not None:
 
-            def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+        def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+            if progress is not None:
                 try:
                     progress(float(fraction))
                 except Exception:  # a UI callback must never abort loading
                     pass
-                return True
+            return not interrupted()  # False makes llama.cpp stop loading (and return NULL)
 
-            self._progress_cb = llama_cpp.llama_progress_callback(_on_progress)
-            mparams.progress_callback = self._progress_cb
+        self._progress_cb = llama_cpp.llama_progress_callback(_on_progress)
+        mparams.progress_callback = self._progress_cb
         self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if interrupted():
+            return  # signals.deferred raises the interrupt; __init__ frees what was loaded
         if not self.model:
             raise ModelFileError(f"llama.cpp could not load {self.path}: the file is GGUF but its architecture or tensors are not supported; try another file")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
@@ -106,8 +131,6 @@ class Model:
         cparams.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
             raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: lower n_ctx")
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
         self.n_batch = n_batch
@@ -274,6 +297,10 @@ class Model:
         self.tokens.clear()
 
     def close(self) -> None:
+        with signals.deferred():  # freeing logs through the Python log callback too
+            self._free()
+
+    def _free(self) -> None:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

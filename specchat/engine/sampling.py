@@ -1,17 +1,22 @@
-"""Warping and exact speculative sampling.
+"""Sampling, and the exactness rule of speculative decoding: which draft tokens the target keeps.
 
 - :func:`warp` turns logits into the sampling distribution: temperature, then top-k, then top-p
   (nucleus), as llama.cpp's default sampler chain orders them. p (target) and q (draft) must be warped
   the same way for rejection sampling to be exact.
 - :func:`accept_or_resample` is the acceptance rule of Leviathan et al. 2023 ("Fast Inference from
   Transformers via Speculative Decoding", Alg. 1) and Chen et al. 2023 ("Accelerating LLM Decoding with
-  Speculative Sampling"): accept draft token d with probability min(1, p(d)/q(d)); on rejection sample
-  from max(0, p - q) renormalised over the full vocabulary. With a one-hot q (a deterministic drafter:
-  n-gram, or a greedy draft model) this is "accept with probability p(d), else sample p with d removed",
-  llama.cpp's sample-and-match in distribution. At temperature 0 everything reduces to argmax matching.
+  Speculative Sampling") at one draft position: accept draft token d with probability min(1, p(d)/q(d));
+  on rejection sample from max(0, p - q) renormalised over the full vocabulary. With a one-hot q (a
+  deterministic drafter: n-gram, or a greedy draft model) this is "accept with probability p(d), else
+  sample p with d removed", llama.cpp's sample-and-match in distribution.
+- :func:`accept` applies it to a whole verified draft - the README's claim that speculation changes the
+  speed and never the text ("How the engine works"). At temperature 0 everything reduces to argmax
+  matching.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -80,3 +85,39 @@ def accept_or_resample(
     if total <= 0.0:
         return False, sample(p, rng)
     return False, sample(residual / total, rng)
+
+
+def accept(
+    logits: np.ndarray,
+    draft: Sequence[int],
+    q: Sequence[np.ndarray] | None,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """One round's verdict on a draft: ``(n_accepted, final)``.
+
+    ``logits`` are the target's m + 1 rows of the verify batch ``[last, *draft]``: row j predicts the
+    token after the batch's j-th token, so row 0 judges ``draft[0]`` and row m is the bonus position.
+    ``q`` holds the draft's warped distribution of each draft token (None or empty: a deterministic
+    drafter, q one-hot). ``draft[:n_accepted]`` is kept and ``final`` follows it: the target's own token
+    at the first rejection (the correction), or its extra token after a fully accepted draft (the bonus).
+
+    * temperature 0: ``draft[j]`` is kept while it equals the argmax of row j; ``final`` is the argmax of
+      the first row not matched. Every emitted token is the argmax of the logits it was verified with.
+    * T > 0 (Leviathan et al. 2023, Alg. 1; Chen et al. 2023): :func:`accept_or_resample` position by
+      position, stopping at the first rejection, whose resampled token is ``final``; after a fully accepted
+      draft ``final`` is sampled from row m. The emitted tokens then follow the target's warped
+      distribution exactly, whatever the draft proposed.
+    """
+    m = len(draft)
+    if sampling.temperature <= 0:
+        best = logits.argmax(axis=1)
+        a = 0
+        while a < m and int(best[a]) == draft[a]:
+            a += 1
+        return a, int(best[a])
+    for i in range(m):
+        ok, token = accept_or_resample(warp(logits[i], sampling), q[i] if q else None, draft[i], rng)
+        if not ok:
+            return i, token
+    return m, sample(warp(logits[m], sampling), rng)

@@ -1,15 +1,19 @@
-"""The speculative loop: draft -> verify -> accept -> roll back, one round at a time.
+"""The speculative loop: draft -> verify -> accept -> roll back -> emit, one round at a time.
 
-Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Alg. 1):
+Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Alg. 1), after
+:meth:`SpeculativeDecoder._choose_k` read the controls and picked the drafter and K:
 
 1. **draft** - the drafter proposes up to K tokens continuing ``committed + [last]``;
 2. **verify** - one target batch ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
    all K+1 rows;
-3. **accept** - at temperature 0 keep the longest prefix where ``d_i == argmax p_i`` and add the target's
-   argmax at the first mismatch (corrected) or after the last draft (bonus); at T > 0 exact rejection
-   sampling (:func:`specchat.engine.sampling.accept_or_resample`), bonus sampled from p_{K+1};
+3. **accept** - :func:`specchat.engine.sampling.accept`: at temperature 0 the longest prefix where
+   ``d_i == argmax p_i`` plus the target's argmax at the first mismatch (corrected) or after the last
+   draft (bonus); at T > 0 exact rejection sampling, bonus sampled from p_{K+1};
 4. **roll back** - ``llama_memory_seq_rm`` drops the rejected rows from the target KV and the drafter
-   trims its own KV to the committed tokens.
+   trims its own KV to the committed tokens;
+5. **emit** - :class:`_Reply` turns the round's tokens into :class:`Piece` events (ghosts of the rejected
+   draft right before the correction), and :meth:`SpeculativeDecoder._record` counts the round and
+   yields its :class:`Step`.
 
 The last sampled token is never in the target KV between rounds: it is the first row of the next
 verify batch. K = 0, speculation off, or an empty draft make the round a plain single-row decode.
@@ -20,24 +24,29 @@ applies from the next round of the same reply.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 
 import numpy as np
 
-from specchat.engine.controls import K_MAX, Controls
+from specchat.engine.calibration import (
+    CALIBRATION_ROWS,
+    calibrate_draft_cost,
+    calibrate_verify_cost,
+    draft_cost_ratios,
+)
+from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
-from specchat.engine.events import Event, Piece, PromptDone, Step
+from specchat.engine.events import Event, Piece, PieceKind, PromptDone, Step, StopReason
 from specchat.engine.model import Model
-from specchat.engine.sampling import accept_or_resample, sample, warp
+from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
 
-#: the drafter name that means "no drafting": every round is a plain decode (the baseline)
-NO_DRAFTER = "none"
-#: verify batch sizes timed once before auto-K chooses (K = 0, 2, 4, 8, 16)
-CALIBRATION_ROWS = (1, 3, 5, 9, 17)
 #: an auto-K probe of a model drafter reads at most this many unseen tokens (see ModelDrafter.limit_catch_up)
 PROBE_CATCH_UP = 32
+#: the draft of a round that does not draft (K = 0): shared, never changed
+_NO_DRAFT = Draft()
 
 
 class SpeculativeDecoder:
@@ -56,7 +65,7 @@ class SpeculativeDecoder:
         self.target = target
         self.drafters = drafters
         self.controls = controls
-        self.drafter_name = drafter if (drafter in drafters or drafter == NO_DRAFTER) else next(iter(drafters), NO_DRAFTER)
+        self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
         self.cost_model = cost_model or CostModel()
         self.auto_k = auto_k or AutoK(k_max=K_MAX)
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
@@ -71,236 +80,227 @@ class SpeculativeDecoder:
         for d in self.drafters.values():
             d.reset()
 
-    # ---------------------------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------------
     def generate(
         self, context: Sequence[int], *, max_new: int, rng: np.random.Generator
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, TurnCounters]:
         """Continue ``context`` (the whole conversation so far, as token ids) by up to ``max_new`` tokens.
 
         Reuses the longest common prefix of the target KV and ``context``. Yields
         :class:`PromptDone`, then per round the :class:`Piece` events and one :class:`Step`; finally
         returns (as the generator's return value) a :class:`TurnCounters` holding the reply.
         """
-        target = self.target
-        controls = self.controls
         if not context:
             raise ValueError("nothing to continue: the context is empty")
-        # -- prompt: decode what the KV is missing, all but the last token ---------------------------
+        target = self.target
+        counters = yield from self._prefill(context)
+        reply = _Reply(target.piece)
+        last = int(context[-1])
+        t_gen0 = time.perf_counter()
+        while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
+            st = self.controls.snapshot()
+            remaining = max_new - len(reply.tokens)
+            drafter, speculative, k = self._choose_k(st, last, remaining)
+            t_step0 = time.perf_counter()
+            decode_ms0 = target.decode_ms_total
+            # 1. draft
+            draft = drafter.draft(target.tokens + [last], k, st.sampling, rng) if k > 0 else _NO_DRAFT
+            d = draft.tokens[:k]
+            n_past = len(target.tokens)
+            # 2. verify
+            t_v0 = time.perf_counter()
+            logits = target.decode([last, *d], logits_last=len(d) + 1)
+            t_verify = (time.perf_counter() - t_v0) * 1000.0
+            # 3. accept
+            a, final = accept(logits, d, draft.q, st.sampling, rng)
+            emitted, eog = self._cut([*d[:a], final], remaining)
+            # 4. roll back: the KV keeps `last` and the emitted tokens except the new last
+            target.trim(n_past + len(emitted))
+            if d:
+                drafter.rollback(target.tokens)
+            last = emitted[-1]
+            # 5. emit
+            yield from reply.emit(emitted, d, a, eog)
+            yield self._record(
+                counters, st, drafter, speculative, k, draft, len(d), a, len(emitted), eog,
+                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify,
+            )  # fmt: skip
+            if eog:
+                stop_reason = "eos"
+                break
+        counters.finish(
+            predicted_ms=(time.perf_counter() - t_gen0) * 1000.0,
+            stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
+        )  # fmt: skip
+        return counters
+
+    # -- the named steps ---------------------------------------------------------------------------
+    def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
+        """Decode what the target KV is missing of ``context``, all but its last token (the first verify
+        batch carries it); yield :class:`PromptDone`. When auto-K will choose and v(K) was never measured,
+        time the drafts before the prompt (on equal footing with an empty KV) and v(K) and c after it
+        (:mod:`specchat.engine.calibration`); that time is not part of the prompt's."""
+        target = self.target
         t0 = time.perf_counter()
         keep = min(target.sync_prefix(context), len(context) - 1)
         if target.is_recurrent and keep < len(target.tokens):
             target.clear()  # a recurrent state cannot be cut back: start over
             keep = 0
         target.trim(keep)
-        st0 = controls.snapshot()
+        st = self.controls.snapshot()
         calibrate = (
-            st0.auto_k and st0.speculative and self.can_speculate and self.drafter is not None
+            st.auto_k and st.speculative and self.can_speculate and self.drafter is not None
             and self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]
         )  # fmt: skip
         ratios: dict[str, float] = {}
-        if calibrate and not target.tokens:  # an empty target KV: time the drafts against it on equal footing
+        if calibrate and not target.tokens:
             t_ratio = time.perf_counter()
-            ratios = self.draft_cost_ratios(int(context[0]))
-            t0 += time.perf_counter() - t_ratio  # not part of the prompt's time
+            ratios = draft_cost_ratios(target, self.drafters, int(context[0]))
+            t0 += time.perf_counter() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0
-        counters = TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
-
-        last = int(context[-1])
         if calibrate:
-            self.calibrate_verify_cost(last)
-            self.calibrate_draft_cost(last, ratios)
-        utf8 = PieceDecoder(target.piece)
-        reply: list[int] = []
-        kinds: list[str] = []
-        text_parts: list[str] = []
-        stop_reason = "length"
-        t_gen0 = time.perf_counter()
-        while True:
-            if controls.stop_requested:
-                stop_reason = "stopped"
-                break
-            remaining = max_new - len(reply)
-            if remaining <= 0:
-                stop_reason = "length"
-                break
-            room = target.n_ctx - len(target.tokens) - 1  # verify rows available after `last`
-            if room < 0:
-                stop_reason = "context"
-                break
-            st = controls.snapshot()
-            if st.drafter is not None and st.drafter != self.drafter_name:
-                if st.drafter in self.drafters or st.drafter == NO_DRAFTER:
-                    self.drafter_name = st.drafter
-            drafter = self.drafter
-            sampling = st.sampling
-            speculative = st.speculative and self.can_speculate and drafter is not None
-            if speculative and st.auto_k:
-                k = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free)
-                if self.auto_k.remeasure:
-                    self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
-                if k > 0 and self.auto_k.last_reason == "probe":
-                    drafter.limit_catch_up(PROBE_CATCH_UP)  # a probe must not pay for every plain round
-            elif speculative:
-                k = st.k
-            else:
-                k = 0
-            k_eff = max(0, min(k, room, remaining - 1))
+            last = int(context[-1])
+            calibrate_verify_cost(target, self.cost_model, last)
+            calibrate_draft_cost(self.cost_model, self.drafters, last, ratios)
+        return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
 
-            t_step0 = time.perf_counter()
-            dec_t0 = target.decode_ms_total
-            if k_eff > 0:
-                draft = drafter.draft(target.tokens + [last], k_eff, sampling, rng)
-            else:
-                draft = Draft()
-            d = draft.tokens[:k_eff]
-            m = len(d)
-            n_past = len(target.tokens)
+    def _stop_reason(self, n_reply: int, max_new: int) -> StopReason | None:
+        """Why the reply ends before the next round (a stop request, the token budget, a full context), or None."""
+        if self.controls.stop_requested:
+            return "stopped"
+        if n_reply >= max_new:
+            return "length"
+        if len(self.target.tokens) + 1 > self.target.n_ctx:  # no row left for the next verify batch
+            return "context"
+        return None
 
-            t_v0 = time.perf_counter()
-            logits = target.decode([last, *d], logits_last=m + 1)
-            t_verify = (time.perf_counter() - t_v0) * 1000.0
+    def _choose_k(self, st: ControlState, last: int, remaining: int) -> tuple[Drafter | None, bool, int]:
+        """This round's drafter, whether it speculates, and K: the controls' K, or auto-K's decision (which may
+        ask to re-time the draft first, or to probe without a full catch-up), within the drafter's cap, the
+        context left and the token budget (the round emits up to K + 1 tokens)."""
+        if st.drafter is not None and st.drafter != self.drafter_name:
+            if st.drafter in self.drafters or st.drafter == NONE:
+                self.drafter_name = st.drafter
+        drafter = self.drafter
+        if not (st.speculative and self.can_speculate and drafter is not None):
+            return drafter, False, 0
+        if st.auto_k:
+            decision = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free, k_cap=drafter.k_cap)
+            if decision.remeasure:
+                self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
+            if decision.probe:
+                drafter.limit_catch_up(PROBE_CATCH_UP)  # a probe must not pay for every plain round
+            k = decision.k
+        else:
+            k = st.k
+        room = self.target.n_ctx - len(self.target.tokens) - 1  # verify rows available after `last`
+        return drafter, True, max(0, min(k, drafter.k_cap, room, remaining - 1))
 
-            # -- accept -----------------------------------------------------------------------
-            a = 0
-            if sampling.temperature <= 0:
-                best = logits.argmax(axis=1)
-                while a < m and int(best[a]) == d[a]:
-                    a += 1
-                final = int(best[a])
-            else:
-                final = -1
-                for i in range(m):
-                    p = warp(logits[i], sampling)
-                    ok, tok = accept_or_resample(p, draft.q[i] if draft.q else None, d[i], rng)
-                    if ok:
-                        a += 1
-                        continue
-                    final = tok
-                    break
-                if a == m:
-                    final = sample(warp(logits[m], sampling), rng)
-            emitted = [*d[:a], final]
-            # stop at end-of-generation and at the token budget (never emit past either)
-            eog_at = next((i for i, t in enumerate(emitted) if target.is_eog(t)), None)
-            if eog_at is not None:
-                emitted = emitted[: eog_at + 1]
-            emitted = emitted[:remaining]
-            # -- roll back: the KV keeps `last` and the emitted tokens except the new last -----------
-            target.trim(n_past + len(emitted))
-            if drafter is not None and m > 0:
-                drafter.rollback(target.tokens)
-            last = emitted[-1]
+    def _cut(self, tokens: list[int], remaining: int) -> tuple[list[int], bool]:
+        """The round's tokens up to end-of-generation and the token budget (never past either), and whether
+        the last one is end-of-generation (it ends the reply and is not part of it)."""
+        eog_at = next((i for i, t in enumerate(tokens) if self.target.is_eog(t)), None)
+        if eog_at is not None:
+            tokens = tokens[: eog_at + 1]
+        tokens = tokens[:remaining]
+        return tokens, eog_at is not None and len(tokens) == eog_at + 1
 
-            # -- pieces -------------------------------------------------------------------------
-            ends_with_eog = eog_at is not None and len(emitted) == eog_at + 1
-            for i, tok in enumerate(emitted):
-                if i < a:
-                    kind = "accepted"
-                else:
-                    if a < m:
-                        # the draft tokens the target refused, shown where they were refused
-                        for r in d[a:]:
-                            yield Piece(target.piece(r).decode("utf-8", errors="replace"), "rejected", r)
-                        kind = "corrected"
-                    else:
-                        kind = "bonus" if m > 0 else "plain"
-                if ends_with_eog and i == len(emitted) - 1:
-                    break  # the end-of-generation token is not part of the reply
-                text = utf8.decode(tok)
-                reply.append(tok)
-                kinds.append(kind)
-                text_parts.append(text)
-                yield Piece(text, kind, tok)
-            t_step = (time.perf_counter() - t_step0) * 1000.0
-            in_decode = (target.decode_ms_total - dec_t0) + draft.decode_ms
-            overhead = max(0.0, t_step - in_decode)
-            counters.add_step(
-                drafted=m, accepted=a, emitted=len(emitted) - (1 if ends_with_eog else 0),
-                t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
-            )
-            if k_eff > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
-                self.cost_model.observe_step(
-                    drafter.name, k_eff, m, a, draft.t_ms, t_verify, m + 1, t_overhead_ms=overhead,
-                    natural=draft.natural,
-                )
-            else:
-                self.cost_model.observe_plain(t_verify + overhead)
-            cost = self.cost_model.estimate(drafter.name if drafter else "none", k_eff, K_MAX)
-            yield Step(
-                k=k_eff, drafted=m, accepted=a, emitted=len(emitted), t_draft_ms=draft.t_ms,
-                t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
-                auto_k=bool(st.auto_k and speculative), drafter=drafter.name if drafter else "none",
-                n_past=len(target.tokens), cost=cost, natural=draft.natural if k_eff > 0 else None,
-            )
-            if ends_with_eog:
-                stop_reason = "eos"
-                break
-        tail = utf8.finish()
-        if tail:
-            text_parts.append(tail)
-        counters.finish(
-            predicted_ms=(time.perf_counter() - t_gen0) * 1000.0,
-            stop_reason=stop_reason, text="".join(text_parts), tokens=reply, kinds=kinds, last=last,
-        )
-        return counters
+    def _record(
+        self,
+        counters: TurnCounters,
+        st: ControlState,
+        drafter: Drafter | None,
+        speculative: bool,
+        k: int,
+        draft: Draft,
+        drafted: int,
+        accepted: int,
+        emitted: int,
+        eog: bool,
+        *,
+        t_step0: float,
+        decode_ms0: float,
+        t_verify: float,
+    ) -> Step:
+        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it.
 
-    def calibrate_verify_cost(self, last: int, rows: Sequence[int] | None = None, reps: int = 2) -> None:
-        """Measure v(K), the verify cost of K+1 rows relative to one row, before auto-K relies on it.
-
-        Leviathan et al.'s speedup E(α,K) / (cK + v(K)) assumes v = 1; on a CPU it is not (the bundled
-        SmolLM2 on this llama-cpp-python build: v(4) ~ 2.7, v(16) ~ 9). Without this, auto-K's warm-up
-        sees only 2-row batches and extrapolates. Decodes ``last`` repeated ``rows`` times at the next
-        positions and removes them again, so the KV is unchanged; runs once per cost model.
+        The round's time outside llama_decode (Python, sampling, the consumer of the events) is its
+        overhead; the cost model charges it to the round's verify cost so predictions cover whole rounds.
         """
-        for _ in range(reps):
-            for r in rows or CALIBRATION_ROWS:
-                ms = self.target.time_scratch_decode([last] * r)
-                if ms != ms:  # NaN: no room left in the context for this batch
-                    break
-                self.cost_model.observe_verify(r, ms)
-
-    def draft_cost_ratios(self, token: int, reps: int = 5) -> dict[str, float]:
-        """c for each drafter that runs a model, timed against the target on equal footing: one single-row
-        decode of ``token`` in each, at the same context length (call with the target KV empty, before the
-        prompt; a fresh draft KV is empty too), median of ``reps`` interleaved ratios. A decode costs more
-        with a longer context (F16 SmolLM2 here: 12 ms at 49 tokens, 15.5 ms at 300), so a draft timed
-        with an empty KV against a target holding the prompt would look cheaper than it is."""
-        out: dict[str, float] = {}
-        for name, d in self.drafters.items():
-            if d.free:
-                continue
-            rs = []
-            for _ in range(reps):
-                t_draft = d.time_one_token(token)
-                t_target = self.target.time_scratch_decode([token])
-                if t_target > 0 and t_draft >= 0:  # NaN (no room) compares False
-                    rs.append(t_draft / t_target)
-            if rs:
-                out[name] = sorted(rs)[len(rs) // 2]
-        return out
-
-    def calibrate_draft_cost(self, last: int, ratios: dict[str, float] | None = None, reps: int = 3) -> None:
-        """Give the cost model each model drafter's cost per token before auto-K's first round.
-
-        With the draft cost known up front, auto-K does not warm up (nor prefill the prompt into the draft
-        model) when no K could pay even at 100 % acceptance - the seed's lesson: a draft about as costly
-        as the target never wins. ``ratios`` (from :meth:`draft_cost_ratios`) scale the single-row target
-        time; without one, the draft's own one-token decode is timed at its current context. Leaves
-        every drafter's state unchanged; runs once per cost model.
-        """
-        t1 = self.cost_model.target_ms()
-        for name, d in self.drafters.items():
-            if d.free:
-                continue
-            if name in (ratios or {}) and t1:
-                self.cost_model.observe_draft_cost(name, ratios[name] * t1)
-                continue
-            for _ in range(reps):
-                self.cost_model.observe_draft_cost(name, d.time_one_token(last))
+        t_step = (time.perf_counter() - t_step0) * 1000.0
+        in_decode = (self.target.decode_ms_total - decode_ms0) + draft.decode_ms
+        overhead = max(0.0, t_step - in_decode)
+        counters.add_step(
+            drafted=drafted, accepted=accepted, emitted=emitted - int(eog),
+            t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, k=k,
+        )  # fmt: skip
+        name = drafter.name if drafter is not None else NONE
+        if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
+            self.cost_model.observe_step(
+                name, k, drafted, accepted, draft.t_ms, t_verify, drafted + 1, t_overhead_ms=overhead,
+                natural=draft.natural,
+            )  # fmt: skip
+        else:
+            self.cost_model.observe_plain(t_verify + overhead)
+        cap = drafter.k_cap if drafter is not None else K_MAX
+        return Step(
+            k=k, drafted=drafted, accepted=accepted, emitted=emitted, t_draft_ms=draft.t_ms,
+            t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
+            auto_k=bool(st.auto_k and speculative), drafter=name, n_past=len(self.target.tokens),
+            cost=self.cost_model.estimate(name, k, cap), natural=draft.natural if k > 0 else None,
+        )  # fmt: skip
 
     def close(self) -> None:
         for d in self.drafters.values():
             d.close()
         self.target.close()
+
+
+class _Reply:
+    """The reply so far: its token ids, their piece kinds and their text.
+
+    Text is decoded incrementally from the tokens' bytes (:class:`~specchat.engine.detokenize.PieceDecoder`),
+    so a character split across tokens comes out whole, on the token that completed it.
+    """
+
+    __slots__ = ("tokens", "kinds", "_parts", "_utf8", "_piece")
+
+    def __init__(self, piece: Callable[[int], bytes]) -> None:
+        self.tokens: list[int] = []
+        self.kinds: list[PieceKind] = []
+        self._parts: list[str] = []
+        self._utf8 = PieceDecoder(piece)
+        self._piece = piece
+
+    def emit(self, emitted: list[int], draft: list[int], accepted: int, eog: bool) -> Iterator[Piece]:
+        """The round's pieces in order: the accepted draft tokens, the rejected rest of the draft as ghosts
+        right before the target's correction, then the correction - or the bonus after a fully accepted
+        draft, a plain token when nothing was drafted. A final end-of-generation token is not emitted."""
+        m = len(draft)
+        last = len(emitted) - 1
+        for i, token in enumerate(emitted):
+            kind: PieceKind
+            if i < accepted:
+                kind = "accepted"
+            elif accepted < m:
+                for r in draft[accepted:]:  # the draft tokens the target refused, where they were refused
+                    yield Piece(self._piece(r).decode("utf-8", errors="replace"), "rejected", r)
+                kind = "corrected"
+            else:
+                kind = "bonus" if m > 0 else "plain"
+            if eog and i == last:
+                break
+            text = self._utf8.decode(token)
+            self.tokens.append(token)
+            self.kinds.append(kind)
+            self._parts.append(text)
+            yield Piece(text, kind, token)
+
+    def text(self) -> str:
+        """The whole reply's text, with any unfinished character at the end flushed."""
+        tail = self._utf8.finish()
+        if tail:
+            self._parts.append(tail)
+        return "".join(self._parts)

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.engine.compat import CompatResult, VocabSummary, check_compatible
+from specchat.engine.drafter_kinds import NGRAM, NONE
 from specchat.engine.gguf import GGUFInfo, info_from_parsed, validate_gguf
 from specchat.errors import ModelFileError
 from specchat.models.hub import PART_SUFFIX, FileCheck, check_file
 from specchat.models.presets import PRESETS, HubFile, Preset, how_to_get, local_path
-from specchat.models.registry import BUNDLED, DRAFTER_NGRAM, DRAFTER_NONE, bundled_model_path, models_dir, resolve_pair
+from specchat.models.registry import BUNDLED, bundled_model_path, models_dir, resolve_pair
 
 
 @dataclass
@@ -100,7 +101,7 @@ class _Compat:
         return self._cache[key]
 
 
-def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str = DRAFTER_NGRAM) -> Inventory:
+def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str = NGRAM) -> Inventory:
     """Collect bundled, configured, derived/downloaded and preset models and check which pairs work."""
     mdir = models_dir(data_dir)
     assert mdir is not None
@@ -137,9 +138,9 @@ def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str 
         t_entry = add(pair.target, "configured target")
         if not t_entry.usable:
             configured_state = t_entry.error
-        elif pair.drafter == DRAFTER_NONE:
+        elif pair.drafter == NONE:
             configured_state = "target only, speculation off (draft = none)"
-        elif pair.drafter == DRAFTER_NGRAM:
+        elif pair.drafter == NGRAM:
             configured_state = "target with the n-gram drafter (no draft model)"
         else:
             assert pair.draft is not None

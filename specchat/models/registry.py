@@ -23,13 +23,12 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE
 from specchat.errors import ModelFileError
 from specchat.models.presets import PRESET_PREFIX, PRESETS, ModelFile, Preset, get_preset, how_to_get, local_path
 
 BUNDLED = "bundled"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DRAFTER_NGRAM = "ngram"
-DRAFTER_NONE = "none"
 
 
 def bundled_model_path() -> Path:
@@ -108,8 +107,8 @@ class ResolvedPair:
     """What a target/draft setting pair means on this machine."""
 
     target: Path
-    drafter: str  # "model", "ngram" or "none"
-    draft: Path | None  # the draft GGUF when drafter == "model"
+    drafter: str  # a kind of specchat.engine.drafter_kinds: MODEL, NGRAM or NONE
+    draft: Path | None  # the draft GGUF when drafter == MODEL
     preset: str | None = None  # the preset that chose the pair (target = "preset:NAME")
 
 
@@ -118,12 +117,12 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     target = _resolve(target_spec, data_dir, "target")
     draft_spec = draft_spec.strip()
     preset = get_preset(target_spec) if target_spec.startswith(PRESET_PREFIX) else None
-    if draft_spec.lower() == DRAFTER_NONE:
-        return ResolvedPair(target, DRAFTER_NONE, None, preset.name if preset else None)
-    if draft_spec.lower() == DRAFTER_NGRAM:
+    if draft_spec.lower() == NONE:
+        return ResolvedPair(target, NONE, None, preset.name if preset else None)
+    if draft_spec.lower() == NGRAM:
         if preset is not None:
             draft = _preset_file(preset, "draft", preset.draft, data_dir)
-            return ResolvedPair(target, "model", draft, preset.name)
-        return ResolvedPair(target, DRAFTER_NGRAM, None)
+            return ResolvedPair(target, MODEL, draft, preset.name)
+        return ResolvedPair(target, NGRAM, None)
     draft = _resolve(draft_spec, data_dir, "draft")
-    return ResolvedPair(target, "model", draft, preset.name if preset else None)
+    return ResolvedPair(target, MODEL, draft, preset.name if preset else None)

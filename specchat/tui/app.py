@@ -5,6 +5,20 @@ The app never imports llama_cpp or the engine's model code: it receives an *engi
 appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
 batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
 through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+
+Signals (``stop_signals=True``, as ``specchat`` runs it): SIGINT, SIGTERM and SIGHUP (the terminal window was
+closed) quit the way ctrl+q does: the reply stops, the partial reply is saved marked stopped, the engine
+closes, and the exit code is 128 + the signal number. They are handled by the event loop
+(``loop.add_signal_handler``), so the quit starts from an ordinary loop callback, never from an exception
+raised at an arbitrary point inside asyncio or Textual. SIGHUP usually means the terminal is gone (the window
+was closed: the kernel hangs up the tty and sends SIGHUP then SIGCONT), and then Textual cannot quit: every
+write to the tty fails with EIO, its SIGCONT handler restarts application mode on the dead tty and its driver
+blocks for ever on a full output queue (reproduced in a pty: the process never ended). So on SIGHUP the reply
+is stopped and saved first, synchronously in the signal's loop callback (:meth:`_stop_and_save_now`), then the
+app quits as usual, and a watchdog ends the process with ``os._exit(129)`` if that has not happened within
+:data:`HANGUP_EXIT_S`: there is nothing to restore on a dead terminal, and history is durable at every commit
+(see :mod:`specchat.history`). The tty cannot tell reliably in the signal handler whether it is dead yet (the
+kernel finishes the hang-up asynchronously: ``tcgetattr`` still succeeded there in the pty tests).
 """
 
 from __future__ import annotations
@@ -25,9 +39,11 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Static
 
-from specchat.engine.controls import K_MAX, ControlState
+from specchat.engine.controls import ControlState
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.engine.protocol import ChatEngine, Message
 from specchat.errors import UserError
+from specchat.history import default_title, write_export
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.generation import describe_exception, pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
@@ -40,8 +56,10 @@ from specchat.tui.messages import (
     StatsUpdated,
     TurnFinished,
 )
+from specchat.tui.sanitize import sanitize, sanitize_line
+from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
-from specchat.tui.screens.history import HistoryScreen, unique_path
+from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
@@ -52,6 +70,8 @@ from specchat.tui.widgets.sidebar import Sidebar
 #: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
 #: see SpecChatApp.ui_needs_to_yield)
 UI_NICE = 19
+#: after SIGHUP the process ends this many seconds later at the latest (a dead terminal blocks Textual's exit)
+HANGUP_EXIT_S = 10.0
 
 #: below this terminal width the sidebar (36 columns) hides by itself and a one-line status bar replaces it:
 #: at 100 columns the chat keeps 64 (a reply box of ~60), at 80 it would keep 44 and at 60 only ~22
@@ -64,6 +84,16 @@ EngineFactory = Callable[[Progress], ChatEngine]
 
 def _setting(settings: Any, name: str, default: Any) -> Any:
     return getattr(settings, name, default) if settings is not None else default
+
+
+def _exports_dir(settings: Any) -> Path:
+    """``<data dir>/exports`` of these settings (never the current directory: it is wherever the app started)."""
+    fn = getattr(settings, "exports_dir", None)
+    if callable(fn):
+        return fn()
+    from specchat.config import Settings
+
+    return Settings().exports_dir()
 
 
 @dataclass
@@ -108,14 +138,20 @@ class SpecChatApp(App[None]):
         ui_state: UiState | None = None,
         state_path: Path | None = None,
         state_note: str | None = None,
+        stop_signals: bool = False,
     ) -> None:
         super().__init__()
+        self.stop_signals = stop_signals
+        self._signals_added: list[int] = []
+        self._exit_code = 0
+        self._running_in_terminal = False
+        self._hangup_watchdog: threading.Timer | None = None
         self.engine_factory = engine_factory
         self.settings = settings
         self.history_store = history_store
         self.make_factory = make_factory
         self.user_theme_dir = user_theme_dir
-        self.export_dir = export_dir or Path.cwd()
+        self.export_dir = export_dir or _exports_dir(settings)
         self.history_note = history_note
         #: remembered between runs (specchat.tui.state); written to ``state_path`` when it changes
         self.ui_state = ui_state or UiState()
@@ -141,6 +177,7 @@ class SpecChatApp(App[None]):
         self._load_done.set()
         self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
         self._pending_messages: list[Message] | None = None
+        self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
         self._queued: list[UserMessage] = []  # messages sent during a reply, in order (see submit_prompt)
@@ -148,6 +185,23 @@ class SpecChatApp(App[None]):
         self._engine_closed = False
         # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
         self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is shown as text: ``markup`` is ignored (never parsed) and control characters are
+        made visible (:mod:`specchat.sanitize`). Notifications carry file names, titles, model names and error
+        messages; a ``[/]`` in one must show as itself, not raise ``MarkupError``. Widgets' and screens'
+        ``notify`` come here too."""
+        super().notify(
+            sanitize(str(message)), title=sanitize_line(title), severity=severity, timeout=timeout, markup=False
+        )
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -223,6 +277,8 @@ class SpecChatApp(App[None]):
             pass
 
     def on_mount(self) -> None:
+        if self.stop_signals:
+            self._add_signal_handlers()
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
@@ -402,7 +458,15 @@ class SpecChatApp(App[None]):
         finally:
             self._load_done.set()
 
+    def _ui_gone(self) -> bool:
+        """The app is closing (its screens may be gone already): messages posted by the engine thread are not
+        drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
+        (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
+        return self._shutting_down or not self.is_running
+
     def on_load_progress(self, message: LoadProgress) -> None:
+        if self._ui_gone():
+            return
         if self.engine is None and self.engine_error is None:
             self.sidebar.show_loading(message.fraction, message.what)
 
@@ -424,6 +488,8 @@ class SpecChatApp(App[None]):
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.engine_error = message.message
+        if self._ui_gone():
+            return
         self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
@@ -541,7 +607,7 @@ class SpecChatApp(App[None]):
         prompt.set_text(last.content)
         send = self.effective_keys.get("send", "enter").split(",")[0]
         cancel = self.effective_keys.get("stop", "escape").split(",")[0]
-        prompt.border_title = f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels"
+        prompt.border_title = inert(f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels")
         prompt.add_class("editing")
         prompt.focus()
 
@@ -609,7 +675,7 @@ class SpecChatApp(App[None]):
             chat.mount(UserMessage(user_text))
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
-        assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
+        assistant.border_subtitle = inert(f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops")
         if user_widget is not None and user_widget.is_attached:
             chat.mount(assistant, after=user_widget)
         else:
@@ -631,7 +697,7 @@ class SpecChatApp(App[None]):
             self._turn_done.set()
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None:
+        if message.turn_id != self._turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -639,10 +705,11 @@ class SpecChatApp(App[None]):
             self.chat.mount(ChatNotice(notice), before=self._current)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
-        self.sidebar.show_stats(message.snapshot)
+        if not self._ui_gone():
+            self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id:
+        if message.turn_id != self._turn_id or self._ui_gone():
             return
         assistant = self._current
         self._current = None
@@ -668,7 +735,7 @@ class SpecChatApp(App[None]):
     def _save_history(self, messages: list[Message] | None = None) -> None:
         """Make the saved conversation equal ``messages`` (default: the engine's) and create it if needed."""
         store, engine = self.history_store, self.engine
-        if store is None or engine is None:
+        if store is None or engine is None or self._conversation_deleted:
             return
         messages = list(engine.messages) if messages is None else messages
         if not any(m.role == "user" for m in messages):
@@ -698,8 +765,13 @@ class SpecChatApp(App[None]):
         )
 
     def _on_conversation_deleted(self, conv_id: int) -> None:
-        if conv_id == self.conversation_id:
-            self.conversation_id = None
+        """The open conversation was deleted in the browser: start a new chat, as chat apps do (a reply being
+        generated is stopped first), and never save it again under a new id meanwhile (:meth:`_save_history`)."""
+        if conv_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        self._conversation_deleted = True
+        self.action_new_chat()
 
     def _open_conversation(self, conv_id: int | None) -> None:
         if conv_id is None:
@@ -722,7 +794,7 @@ class SpecChatApp(App[None]):
         else:
             self._pending_messages = messages
             hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
-        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History")
+        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History", markup=False)
 
     def _show_messages(self, messages: list[Message]) -> None:
         chat = self.chat
@@ -771,6 +843,8 @@ class SpecChatApp(App[None]):
         self.post_message(SavedRepliesDetokenized(results))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        if self._ui_gone():
+            return
         for reply, pieces in message.results:
             if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
                 reply.show_saved_pieces(pieces)
@@ -837,6 +911,7 @@ class SpecChatApp(App[None]):
         self._after_turn.append(self._new_chat_now)
 
     def _new_chat_now(self) -> None:
+        self._conversation_deleted = False
         self._end_edit(restore=True)
         if self.engine is not None:
             self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
@@ -855,22 +930,23 @@ class SpecChatApp(App[None]):
         return "\n".join(lines)
 
     def action_export(self) -> None:
+        """Write this chat as Markdown into the exports directory (:func:`specchat.history.write_export`)."""
         try:
             if self.history_store is not None and self.conversation_id is not None:
-                text = self.history_store.export_markdown(self.conversation_id)
-                stem = f"specchat-{self.conversation_id}"
+                conv_id = self.conversation_id
+                text = self.history_store.export_markdown(conv_id)
+                title = self.history_store.get_conversation(conv_id).title
             else:
-                if not any(isinstance(w, UserMessage) for w in self.chat.children):
+                users = [w for w in self.chat.children if isinstance(w, UserMessage)]
+                if not users:
                     self.notify("Nothing to export yet.")
                     return
-                text = self._chat_markdown()
-                stem = "specchat-chat"
-            path = unique_path(self.export_dir, stem, ".md")
-            path.write_text(text, encoding="utf-8")
+                conv_id, text, title = None, self._chat_markdown(), default_title(users[0].text)
+            path = write_export(self.export_dir, conv_id, title, text)
         except Exception as exc:
-            self.notify(f"Could not export: {describe_exception(exc)}", severity="error")
+            self.notify(f"Could not export: {describe_exception(exc)}", severity="error", markup=False)
             return
-        self.notify(f"Exported to {path}", title="Export")
+        self.notify(f"Exported to {path}", title="Export", markup=False)
 
     def action_copy_reply(self) -> None:
         replies = [r for r in self.assistant_messages() if r.reply_text]
@@ -953,7 +1029,7 @@ class SpecChatApp(App[None]):
         if engine is None:
             return
         engine.controls.set_drafter(name)
-        if name != "none" and not engine.controls.snapshot().speculative and engine.info().can_speculate:
+        if name != NONE and not engine.controls.snapshot().speculative and engine.info().can_speculate:
             engine.controls.set_speculative(True)
         self._controls_changed(f"drafter: {name}")
 
@@ -995,13 +1071,13 @@ class SpecChatApp(App[None]):
         ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
         :mod:`specchat.models.registry`).
         """
-        choices = [("bundled SmolLM2 + ngram", "bundled", "ngram", "the default pair, no download")]
+        choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
         try:
             from specchat.models.presets import PRESET_PREFIX, PRESETS
         except ImportError:
             return choices
         for name, preset in PRESETS.items():
-            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", "ngram", preset.demonstrates))
+            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
         return choices
 
     def switch_model(self, target: str, draft: str, label: str) -> None:
@@ -1078,7 +1154,56 @@ class SpecChatApp(App[None]):
         try:
             await self._shutdown_engine()
         finally:
-            self.exit()
+            self.exit(return_code=self._exit_code)
+
+    def _add_signal_handlers(self) -> None:
+        from specchat.signals import STOP_SIGNALS
+
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_stop_signal, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+                continue
+            self._signals_added.append(int(sig))
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGINT / SIGTERM / SIGHUP: quit like ctrl+q (the partial reply is saved, marked stopped)."""
+        import os
+        import signal
+
+        if not self._shutting_down:
+            self._exit_code = 128 + signum
+        if signum == getattr(signal, "SIGHUP", None):
+            self._stop_and_save_now()
+            if self._running_in_terminal and self._hangup_watchdog is None:
+                self._hangup_watchdog = threading.Timer(HANGUP_EXIT_S, os._exit, args=(128 + signum,))
+                self._hangup_watchdog.daemon = True
+                self._hangup_watchdog.start()
+        self.action_quit()
+
+    async def run_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Textual's ``run_async`` (what ``run`` runs in a terminal; Pilot tests do not), marking that a SIGHUP
+        may arm the exit watchdog, and disarming it once the app has ended normally."""
+        self._running_in_terminal = True
+        try:
+            return await super().run_async(*args, **kwargs)
+        finally:
+            if self._hangup_watchdog is not None:
+                self._hangup_watchdog.cancel()
+
+    def _stop_and_save_now(self) -> None:
+        """Stop the reply, wait for the engine thread to end the turn (one draft/verify round), save the
+        conversation: all before the event loop draws anything again (see the module docstring)."""
+        engine = self.engine or self._loaded_engine
+        if engine is not None and self._generating:
+            engine.controls.request_stop()
+            self._turn_done.wait(timeout=HANGUP_EXIT_S)
+            self._save_history()
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals_added:
+            loop.remove_signal_handler(sig)
+        self._signals_added.clear()
         await self._shutdown_engine()

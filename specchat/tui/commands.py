@@ -1,4 +1,8 @@
-"""Command palette (ctrl+p): switch drafter, model pair/preset, theme, K and temperature."""
+"""Command palette (ctrl+p): switch drafter, model pair/preset, theme, K and temperature.
+
+Entries name drafters (file names) and themes (user theme files): they are shown as text, never parsed as
+markup (Textual's own ``Matcher.highlight`` parses its candidate as markup, so :func:`highlight` does it here).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,27 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.content import Content
+from textual.fuzzy import Matcher
 
-from specchat.engine.controls import K_MAX
+from specchat.engine.drafter_kinds import K_MAX
+from specchat.tui.sanitize import sanitize_line
 
 if TYPE_CHECKING:
     from specchat.tui.app import SpecChatApp
 
 TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5)
+
+
+def highlight(matcher: Matcher, label: str) -> Content:
+    """``label`` as text (never markup) with the characters the query matched in the matcher's style."""
+    content = Content(label)
+    score, offsets = matcher.fuzzy_search.match(matcher.query, label)
+    if score:
+        for offset in offsets:
+            if not label[offset].isspace():
+                content = content.stylize(matcher.match_style, offset, offset + 1)
+    return content
 
 
 class SpecChatCommands(Provider):
@@ -33,16 +51,16 @@ class SpecChatCommands(Provider):
             out.append((f"K = {k}", partial(app.set_k, k), "draft length (0 = no drafting); next step"))
         for t in TEMPERATURES:
             out.append((f"Temperature = {t:g}", partial(app.set_temperature, t), "sampling temperature (0 = greedy)"))
-        return out
+        return [(sanitize_line(text), callback, sanitize_line(help_text)) for text, callback, help_text in out]
 
     async def discover(self) -> Hits:
         for text, callback, help_text in self._commands():
             if text.startswith(("Drafter:", "Model:", "Theme: specchat")):
-                yield DiscoveryHit(text, callback, help=help_text)
+                yield DiscoveryHit(Content(text), callback, text=text, help=Content(help_text))
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for text, callback, help_text in self._commands():
             score = matcher.match(text)
             if score > 0:
-                yield Hit(score, matcher.highlight(text), callback, text=text, help=help_text)
+                yield Hit(score, highlight(matcher, text), callback, text=text, help=Content(help_text))

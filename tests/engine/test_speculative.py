@@ -115,6 +115,29 @@ def test_controls_apply_at_the_next_step_of_the_same_reply(tiny_dec):
     assert all(s[0] == 0 and s[1] == 0 and not s[2] for s in seen[6:9])
 
 
+@pytest.mark.parametrize("auto_k", [False, True], ids=["fixed-k", "auto-k"])
+def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
+    """K is clamped to the drafter's kind cap (drafter_kinds.DRAFTER_KINDS), below K_MAX: a fixed K = 8 and
+    auto-K (which warms a free drafter up at its cap) both draft at most 2 n-gram tokens a round, and the
+    reply is still plain decoding's."""
+    dec = build_decoder(tiny_target, None, k=8, drafter="ngram")
+    try:
+        ngram = dec.drafters["ngram"]
+        ngram.k_cap = 2
+        ctx = dec.target.tokenize(PROMPTS[0] * 3, add_bos=True)  # its reply repeats the prompt (see above)
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 60)
+        dec.reset()
+        dec.controls.set_speculative(True)
+        dec.controls.set_auto_k(auto_k)
+        spec, events = run_turn(dec, ctx, 60)
+        st = steps(events)
+        assert spec.tokens == plain.tokens
+        assert any(s.drafted > 0 for s in st) and all(s.k <= 2 and s.drafted <= 2 for s in st)
+    finally:
+        dec.close()
+
+
 def test_stop_request_ends_the_turn_within_one_step_and_keeps_kv_consistent(tiny_dec):
     tiny_dec.controls.set_k(3)
     tiny_dec.controls.set_speculative(True)
@@ -286,7 +309,7 @@ def _incomplete(b: bytes) -> bool:
 
 def test_auto_k_measures_verify_cost_once_and_leaves_the_kv_untouched(tiny_dec):
     """v(K) is timed on real K+1-row batches before auto-K trusts it (it is not flat on a CPU)."""
-    from specchat.engine.speculative import CALIBRATION_ROWS
+    from specchat.engine.calibration import CALIBRATION_ROWS
     from specchat.engine.telemetry import CostModel
 
     tiny_dec.cost_model = CostModel()
@@ -316,9 +339,9 @@ def test_auto_k_with_ngram_warms_up_at_the_cap_and_replays_the_drafters_own_leng
     the free drafter warms up at K_MAX, proposes only what it trusts (often fewer than K), every round
     it was asked in reaches the cost model's replay with the length it chose, and the reply is exactly
     plain decoding's."""
-    from specchat.bench import DEFAULT_SUITE
+    from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.chat import ChatSession
-    from specchat.engine.controls import K_MAX
+    from specchat.engine.drafter_kinds import K_MAX
     from specchat.engine.telemetry import CostModel
 
     prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
@@ -366,18 +389,21 @@ def test_auto_k_never_drafts_with_a_draft_as_costly_as_the_target(bundled_model)
     acceptance. The engine times one draft decode before the first round, so auto-K never warms up: no
     round drafts, the draft model never even prefills the prompt, and the reply is plain decoding's."""
     from specchat.engine.chat import ChatSession
-    from specchat.engine.telemetry import CostModel
+    from specchat.engine.telemetry import CostModel, KReason
 
     dec = build_decoder(bundled_model, bundled_model, drafter="model", n_ctx=1024)
     dec.cost_model = CostModel()
     session = ChatSession(dec, n_predict=32)
+    decisions = []
+    choose = dec.auto_k.choose
+    dec.auto_k.choose = lambda *a, **kw: decisions.append(choose(*a, **kw)) or decisions[-1]
     try:
         dec.controls.set_speculative(True)
         dec.controls.set_auto_k(True)
         events = list(session.send("Name three colours."))
         st = steps(events)
         assert st and all(s.auto_k and s.drafted == 0 for s in st)
-        assert dec.auto_k.last_reason in ("cannot pay", "re-measure")
+        assert len(decisions) == len(st) and {d.reason for d in decisions} <= {KReason.CANNOT_PAY, KReason.REMEASURE}
         assert dec.cost_model.has_draft_cost("model") and dec.cost_model.c("model") > 0.5
         assert dec.drafters["model"].model.tokens == []  # timing the draft left its KV as it was
         auto_ids = [p.token for p in pieces(events)]

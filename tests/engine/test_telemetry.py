@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from specchat.engine.controls import K_MAX
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import CostEstimate, Step
 from specchat.engine.telemetry import (
     MAX_ROWS,
     AutoK,
     CostModel,
+    KDecision,
+    KReason,
     Rolling,
     TurnCounters,
     best_k,
@@ -85,7 +87,8 @@ class SyntheticDrafter:
 class Trace:
     tokens: int = 0
     ms: float = 0.0
-    chosen: list[int] = field(default_factory=list)  # what choose() returned (probes included)
+    chosen: list[int] = field(default_factory=list)  # the K choose() decided (probes included)
+    reasons: list[KReason] = field(default_factory=list)  # why (with auto-K)
     regime: list[int] = field(default_factory=list)  # AutoK.k after each choice
 
     @property
@@ -98,7 +101,12 @@ def drive(drafter: SyntheticDrafter, n: int, *, auto: AutoK | None = None, k: in
     cm = cm if cm is not None else CostModel()
     tr = Trace()
     for _ in range(n):
-        kk = auto.choose(cm, drafter.name) if auto is not None else k
+        if auto is not None:
+            decision = auto.choose(cm, drafter.name)
+            kk = decision.k
+            tr.reasons.append(decision.reason)
+        else:
+            kk = k
         e, t = drafter.round(cm, kk)
         tr.tokens += e
         tr.ms += t
@@ -257,8 +265,8 @@ def test_a_model_drafter_is_not_warmed_up_on_a_ceiling_only_perfect_acceptance_r
     assert max(cm.speedups("m", K_MAX, alpha=1.0)) > 1.1
     assert max(cm.speedups("m", K_MAX, alpha=0.9)) < 1.05
     auto = AutoK()
-    assert auto.choose(cm, "m") == 0 and auto.last_reason == "cannot pay"
-    assert AutoK(cannot_pay_alpha=1.0).choose(cm, "m") == 1  # judged at α = 1 it would warm up
+    assert auto.choose(cm, "m") == KDecision(0, KReason.CANNOT_PAY)
+    assert AutoK(cannot_pay_alpha=1.0).choose(cm, "m").k == 1  # judged at α = 1 it would warm up
 
 
 def test_single_row_time_is_not_dragged_by_a_concave_multi_row_curve() -> None:
@@ -272,7 +280,7 @@ def test_single_row_time_is_not_dragged_by_a_concave_multi_row_curve() -> None:
     assert cm.target_ms() == pytest.approx(12.0)
     cm.observe_draft_cost("m", 12.0)
     assert cm.c("m") == pytest.approx(1.0)
-    assert AutoK().choose(cm, "m") == 0  # nothing pays even at α = 1: no warm-up
+    assert AutoK().choose(cm, "m").k == 0  # nothing pays even at α = 1: no warm-up
 
 
 def test_v_is_monotone_and_at_least_one_despite_noisy_samples() -> None:
@@ -510,7 +518,7 @@ def test_auto_k_turns_speculation_off_when_drafting_costs_more_than_the_target(d
     assert tr.regime[-500:] == [0] * 500
     # once the draft cost is known nothing can pay even at α = 1: no more drafting at all (a probe of a
     # model drafter would also catch its KV up on every token since its last round)
-    assert tr.chosen[-500:] == [0] * 500 and auto.last_reason in ("cannot pay", "re-measure")
+    assert tr.chosen[-500:] == [0] * 500 and set(tr.reasons[-500:]) == {KReason.CANNOT_PAY, KReason.REMEASURE}
     plain = drive(SyntheticDrafter(alpha=1.0, draft_ms_per_token=dms, noise=0.05, seed=3), 600, k=0)
     assert tr.tok_per_s >= 0.975 * plain.tok_per_s
 
@@ -524,14 +532,15 @@ def test_auto_k_does_not_draft_when_the_measured_draft_cost_cannot_pay_and_re_ti
     auto = AutoK()
     asks = []
     for i in range(3 * auto.probe_max):
-        assert auto.choose(cm, "model") == 0
+        decision = auto.choose(cm, "model")
+        assert decision.k == 0 and decision.reason in (KReason.CANNOT_PAY, KReason.REMEASURE)
         cm.observe_plain(10.0)
-        if auto.remeasure:
+        if decision.remeasure:
             asks.append(i)
     assert asks and all(b - a == auto.probe_max for a, b in zip(asks, asks[1:]))
     for _ in range(31):  # the machine got quiet: the draft now costs 0.1 of the target
         cm.observe_draft_cost("model", 1.0)
-    assert auto.choose(cm, "model") == auto.k_init and auto.last_reason == "warm-up"
+    assert auto.choose(cm, "model") == KDecision(auto.k_init, KReason.WARM_UP)
 
 
 def test_auto_k_loses_nothing_at_exact_break_even() -> None:
@@ -608,10 +617,10 @@ def test_auto_k_keeps_probing_cheap_drafters_often() -> None:
     assert sum(1 for k in tr.chosen[-400:] if k > 0) >= 400 // (auto.probe_interval + 1) - 1
     # the same text with a draft model costing 1.5 target rounds per token: probes thin out to probe_max
     costly = AutoK()
-    drive(SyntheticDrafter(alpha=0.02, draft_ms_per_token=15.0, v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600,
-          auto=costly)  # fmt: skip
+    late = drive(SyntheticDrafter(alpha=0.02, draft_ms_per_token=15.0, v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600,
+                 auto=costly)  # fmt: skip
     # ... and at c = 1.5 nothing pays even at α = 1: no probes at all (only re-timings of the draft)
-    assert costly.k == 0 and costly.last_reason in ("cannot pay", "re-measure")
+    assert costly.k == 0 and late.reasons[-1] in (KReason.CANNOT_PAY, KReason.REMEASURE)
 
 
 def test_auto_k_retries_a_probe_that_drafted_nothing() -> None:
@@ -620,16 +629,16 @@ def test_auto_k_retries_a_probe_that_drafted_nothing() -> None:
     cm.observe_plain(10.0)
     for _ in range(10):  # everything rejected, and 4 rows cost 1.5 rows: drafting loses
         cm.observe_step("ngram", 3, 3, 0, 0.0, 15.0, 4)
-    chosen = -1
+    chosen = KDecision(0, KReason.HOLD)
     for _ in range(100):  # plain rounds until auto-K has switched off and then probes
         chosen = auto.choose(cm, "ngram")
-        if chosen > 0 and auto.k == 0:
+        if chosen.k > 0 and auto.k == 0:
             break
         cm.observe_plain(10.0)
-    assert chosen > 0 and auto.k == 0 and auto.last_reason == "probe"
+    assert chosen.k > 0 and auto.k == 0 and chosen.reason is KReason.PROBE and chosen.probe
     cm.observe_plain(10.0)  # the n-gram lookup found no match: the engine decoded one plain row
     again = auto.choose(cm, "ngram")
-    assert again == chosen and auto.last_reason == "probe"
+    assert again == chosen
 
 
 def test_auto_k_recalibrates_the_single_row_time_when_always_drafting() -> None:
@@ -644,9 +653,9 @@ def test_auto_k_recalibrates_the_single_row_time_when_always_drafting() -> None:
 def test_auto_k_warm_up_uses_k_init() -> None:
     cm = CostModel()
     auto = AutoK(k_init=5)
-    assert auto.choose(cm, "model") == 5 and auto.last_reason == "warm-up"
+    assert auto.choose(cm, "model") == KDecision(5, KReason.WARM_UP)
     cm.observe_step("model", 5, 5, 1, 5.0, 10.0, 6)  # c = 0.1: the second warm-up round
-    assert auto.choose(cm, "model") == 5
+    assert auto.choose(cm, "model").k == 5
 
 
 def test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max() -> None:
@@ -654,15 +663,15 @@ def test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max() -> None:
     replay knows every smaller cap's outcome; then K comes down only on evidence."""
     cm = _linear_v_model()
     auto = AutoK()
-    assert auto.choose(cm, "ngram", free=True) == K_MAX and auto.last_reason == "warm-up"
+    assert auto.choose(cm, "ngram", free=True) == KDecision(K_MAX, KReason.WARM_UP)
     # a copy in progress: the drafter proposes 16, all accepted; K stays at the cap
     for _ in range(6):
-        k = auto.choose(cm, "ngram", free=True)
+        k = auto.choose(cm, "ngram", free=True).k
         cm.observe_step("ngram", k, 16, 16, 0.0, 10.0 + 5.0 * 16, 17, natural=16)
     assert auto.k == K_MAX
     # the text stops being a copy: 16 drafted, the first 2 accepted, every round; a short cap pays best
     for _ in range(60):
-        k = auto.choose(cm, "ngram", free=True)
+        k = auto.choose(cm, "ngram", free=True).k
         d = min(k, 16)
         a = min(d, 2)
         if d:
@@ -671,7 +680,40 @@ def test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max() -> None:
             cm.observe_plain(10.0)
     assert 1 <= auto.k <= 4, auto.k
     # a model drafter (not free) still warms up at k_init
-    assert AutoK().choose(CostModel(), "model") == 1
+    assert AutoK().choose(CostModel(), "model").k == 1
+
+
+def test_every_auto_k_reason_is_reachable_and_consistent_with_its_k() -> None:
+    """:class:`KReason` lists every rule of the policy, and each decision's K fits its reason: a text that
+    turns predictable after 300 rounds (free drafts, each verify row 5 % dearer) and a draft costlier than
+    the target (c = 1.5) reach every reason between them."""
+    turning = drive(SyntheticDrafter(alpha=lambda i: 0.02 if i < 300 else 0.95, draft_ms_per_token=0.0,
+                                     v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600, auto=AutoK())  # fmt: skip
+    costly = drive(SyntheticDrafter(alpha=1.0, draft_ms_per_token=15.0, noise=0.05, seed=3), 600, auto=AutoK())
+    pairs = list(zip(turning.chosen, turning.reasons)) + list(zip(costly.chosen, costly.reasons))
+    assert {reason for _, reason in pairs} == set(KReason)
+    for k, reason in pairs:
+        if reason in (KReason.CALIBRATE, KReason.PROBE_FAILED, KReason.CANNOT_PAY, KReason.REMEASURE):
+            assert k == 0, reason
+        if reason in (KReason.PROBE, KReason.PROBE_PAID, KReason.WARM_UP):
+            assert k > 0, reason
+    assert KDecision(0, KReason.REMEASURE).remeasure and not KDecision(0, KReason.CANNOT_PAY).remeasure
+    assert KDecision(3, KReason.PROBE).probe and not KDecision(3, KReason.HOLD).probe
+
+
+def test_auto_k_stays_within_the_drafters_own_cap() -> None:
+    """A drafter whose kind allows less than k_max: warm-up, the curve and every switch stay under its cap."""
+    cm = _linear_v_model()
+    auto = AutoK()
+    assert auto.choose(cm, "ngram", free=True, k_cap=5) == KDecision(5, KReason.WARM_UP)
+    for _ in range(200):  # a long copy: every draft accepted, so the largest K allowed is best
+        k = auto.choose(cm, "ngram", free=True, k_cap=5).k
+        assert k <= 5
+        if k:
+            cm.observe_step("ngram", k, k, k, 0.0, 10.0 + 0.1 * k, k + 1, natural=k)
+        else:
+            cm.observe_plain(10.0)
+    assert auto.k == 5
 
 
 def test_auto_k_is_deterministic() -> None:
@@ -688,7 +730,7 @@ STATIONARY = [
     (0.5, 3.0, lambda r: 1.0),  # c = 0.3: only K = 1 pays (1.15×)
     (0.8, 0.5, lambda r: 1 + 0.1 * (r - 1)),  # verify cost grows 10 % per row: S peaks at K = 5
     (0.3, 0.0, lambda r: 1 + 0.05 * (r - 1)),  # free drafts, low acceptance: K = 2
-    (0.9, 0.0, lambda r: 1.0),  # free drafts, flat verify cost (DESIGN.md's figure): as long as possible
+    (0.9, 0.0, lambda r: 1.0),  # free drafts, flat verify cost (Leviathan et al.'s v = 1): as long as possible
     (0.95, 9.0, lambda r: 1.0),  # a draft almost as costly as the target: S(1) = 1.03 at best
     (0.9, 0.0, lambda r: 1 + 0.43 * (r - 1)),  # free drafts, v as measured here (17 rows = 7.9x): K ≈ 3
 ]
@@ -736,7 +778,7 @@ def test_auto_k_reset_and_drafter_change() -> None:
     assert auto.k >= 12
     alpha_ngram = cm.alpha("ngram")
     # a new drafter starts from k_init; the cost model still knows the old one
-    assert auto.choose(cm, "model") == auto.k_init == 1
+    assert auto.choose(cm, "model").k == auto.k_init == 1
     assert cm.alpha("ngram") == alpha_ngram
     auto.reset()
     assert auto.k == auto.k_init and auto.probe_interval == auto.probe_min

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from specchat.engine.controls import Controls, ControlState
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import (
     CostEstimate,
     Event,
@@ -113,7 +114,7 @@ class FakeEngine:
             draft_name=state.drafter or self._drafters[0],
             drafters=self._drafters,
             n_ctx=4096,
-            k_max=16,
+            k_max=K_MAX,
             can_speculate=True,
         )
 
@@ -308,6 +309,8 @@ class FakeEngine:
             k=self.controls.snapshot().k,
             drafter=self.controls.snapshot().drafter or "",
             speculative=self.controls.snapshot().speculative,
+            k_min=min((s.k for s in steps if s.k), default=0),  # as TurnCounters: the rounds that drafted
+            k_max=max((s.k for s in steps if s.k), default=0),
         )
         self._messages.append(
             Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")

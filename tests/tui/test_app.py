@@ -270,9 +270,9 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
         await pilot.press("ctrl+o")
         await pilot.pause()
         assert isinstance(app.screen, HistoryScreen)
-        await pilot.press("e")  # export from the browser
+        await pilot.press("ctrl+s")  # export from the browser
         await pilot.pause()
-        exported = sorted(tmp_path.glob("specchat-*.md"))
+        exported = sorted(tmp_path.glob(f"specchat-{conv_id}-*.md"))
         assert exported and "first question" in exported[0].read_text()
         await pilot.press("enter")
         await pilot.pause()
@@ -285,11 +285,12 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
         _, saved = store.load(conv_id)
         assert [m.content for m in saved][-2:] == ["third question", "three"]
         assert len(store.list_conversations()) == 1
-        # delete from the browser (press d twice)
+        # delete from the browser (Delete, then the dialog's Delete button)
         await pilot.press("ctrl+o")
         await pilot.pause()
-        await pilot.press("d")
-        await pilot.press("d")
+        await pilot.press("delete")
+        await pilot.pause()
+        await pilot.press("tab", "enter")
         await pilot.pause()
         assert store.list_conversations() == []
         assert app.conversation_id is None
@@ -369,7 +370,7 @@ async def test_export_current_chat_never_overwrites(make_app, tmp_path):
         await settle(pilot)
         await pilot.press("ctrl+s")
         await pilot.press("ctrl+s")
-        files = sorted(tmp_path.glob("specchat-chat*.md"))
+        files = sorted(tmp_path.glob("specchat-unsaved-hello*.md"))
         assert len(files) == 2
         text = files[0].read_text()
         assert "hello" in text and engine.messages[-1].content in text

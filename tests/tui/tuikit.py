@@ -111,3 +111,9 @@ def token_colour(app, kind: str) -> str:
 
 def style_colour(style) -> str | None:
     return style.color.get_truecolor().hex.lower() if style is not None and style.color is not None else None
+
+
+def screen_text(app) -> str:
+    """The characters on the terminal now (every layer composited), one line per row: what a user reads."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip).rstrip() for strip in strips)

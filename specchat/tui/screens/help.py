@@ -9,6 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
+from specchat.tui.sanitize import sanitize_line
 
 COLOURS = (
     ("accepted", "a draft token the target kept (free speed)"),
@@ -24,7 +25,7 @@ def help_text(effective_keys: dict[str, str]) -> Content:
     parts.append(Content.styled("Keys\n", "bold"))
     for spec in (*PROMPT_KEYS, *APP_KEYS):
         keys = effective_keys.get(spec.id, spec.keys)
-        parts.append(Content(f"  {keys:<22} {spec.help}  [{spec.id}]\n"))
+        parts.append(Content(f"  {sanitize_line(keys):<22} {spec.help}  [{spec.id}]\n"))
     parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n\n"))
     parts.append(Content.styled("Colours\n", "bold"))
     for kind, meaning in COLOURS:

@@ -17,6 +17,7 @@ from textual.widgets import Digits, ProgressBar, Sparkline, Static
 from specchat.engine.controls import ControlState
 from specchat.engine.events import CostEstimate
 from specchat.engine.protocol import EngineInfo
+from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import ABRow, StatsSnapshot
 
 DASH = "\u2013"
@@ -176,8 +177,10 @@ class Sidebar(VerticalScroll):
         """Update one text only if it changed; lay out again only if its height can change.
 
         A stats message arrives up to ~4 times a second: a layout pass for every line of the sidebar each
-        time would cost the engine CPU on a small machine.
+        time would cost the engine CPU on a small machine. The text is shown as text (model and drafter names
+        are file names): never markup, control characters made visible.
         """
+        text = sanitize(text)
         old = self._texts.get(widget_id)
         if old == text:
             return

@@ -27,13 +27,14 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from specchat.engine.events import PIECE_KINDS
 from specchat.tui.sanitize import sanitize
 
 TAB = "    "
 #: while streaming, the height grows in steps of this many rows: each growth is a layout pass of the whole
 #: screen, the costliest thing a new token can cause (measured with Textual 8.2.8: most of the UI's CPU)
 GROW_ROWS = 4
-KINDS = ("accepted", "rejected", "corrected", "bonus", "plain")
+KINDS = PIECE_KINDS
 #: "saved": a reply reloaded from history drawn as one uncoloured piece (until the engine splits it into its
 #: tokens, see AssistantMessage.show_saved_pieces; or for good when no engine or another model is loaded)
 DISPLAY_KINDS = (*KINDS, "saved")

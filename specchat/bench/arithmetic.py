@@ -1,0 +1,222 @@
+"""The bench's arithmetic: the engine's cost model calibrated on the pair, its predictions next to the
+measurements, and the recommended K (the seed's "Step 5"; Leviathan et al. 2023, §3.3-3.4, with a
+measured verify cost).
+
+* the engine's own calibration (:mod:`specchat.engine.calibration`) on a fresh
+  :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt: the same functions and the
+  same fit as auto-K and the sidebar, with every verify size 1..K_MAX+1 timed ``reps`` times (each right
+  after a single-row decode). So the bench's c and v(K) are the engine's:
+* target alone: the cost model's single-row decode time (median);
+* draft alone: a draft model's single-row decode, timed against the target's with both caches empty
+  (c = draft / target per token); a drafter that runs no model (n-gram) costs c = 0 until rounds time it -
+  its cost in the runs is printed per prompt;
+* v(K) = time of a (K+1)-row verify decode (logits on every row, as the speculative loop asks) / time of
+  a single-row decode, as the cost model fits it (row medians shrunk toward a line, made monotone);
+* α = Σ accepted / (Σ accepted + Σ rounds with a rejection) over the fixed-K runs of a prompt (the
+  maximum-likelihood per-position acceptance, as the cost model estimates it);
+* E(α, K) and S(K) = E / (c·K + v(K)) from :mod:`specchat.engine.telemetry`, next to the measured tokens
+  per round and the measured speedup;
+* the replay: the rounds of the largest fixed K replayed at every K (what each would have given with a
+  smaller cap is known exactly; only positions never drafted use the geometric tail) - the estimate auto-K
+  uses live. The recommended K = argmax of the replay's S over 0..K_MAX (0 = off), or of the geometric S
+  when no rounds were logged.
+
+E assumes every round drafts K tokens; an n-gram drafter proposes fewer (or none) when the text has no
+earlier match, so its measured tokens per round can fall below E - that gap is printed, not hidden.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specchat.bench.progress import Progress
+from specchat.bench.summary import SummaryRow, alpha_mle
+from specchat.engine.calibration import calibrate_draft_cost, calibrate_verify_cost, draft_cost_ratios
+from specchat.engine.drafter_kinds import K_MAX, NONE
+from specchat.engine.events import CostEstimate
+from specchat.engine.protocol import Message
+from specchat.engine.telemetry import (
+    CostModel,
+    best_k,
+    break_even_line,
+    expected_tokens,
+    natural_length,
+    predicted_speedup,
+    replay_speedups,
+    speedup_curve,
+)
+
+#: the name of the pooled entry of the arithmetic (every prompt's fixed-K runs together)
+ALL_PROMPTS = "(all prompts)"
+
+
+@dataclass(slots=True)
+class Calibration:
+    """The engine's cost model after :func:`calibrate`, and where it was measured."""
+
+    cost_model: CostModel
+    drafter: str  # the drafter's name (NONE when there is none)
+    draft_kind: str  # MODEL | NGRAM | NONE (specchat.engine.drafter_kinds)
+    context_n: int  # tokens in the target's KV while timing
+    reps: int  # repetitions of the verify timings
+
+    @property
+    def target_ms(self) -> float:
+        return self.cost_model.target_ms() or 0.0
+
+    @property
+    def draft_ms(self) -> float:
+        return self.cost_model.draft_ms_per_token(self.drafter)
+
+    @property
+    def c(self) -> float:
+        return self.cost_model.c(self.drafter)
+
+    def v_table(self) -> list[float]:
+        """v(K) for K = 0..K_MAX, as auto-K and the sidebar read it."""
+        return [self.cost_model.v(k) for k in range(K_MAX + 1)]
+
+
+def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | None = None) -> Calibration:
+    """Calibrate a fresh engine cost model on the pair, through the engine's own path.
+
+    The functions and the order of :meth:`SpeculativeDecoder.generate`'s first turn
+    (:mod:`specchat.engine.calibration`): the draft timed against the target with both KVs empty, then the
+    chat-formatted ``prompt`` (minus its last token) decoded into the target, then v(K). The bench times
+    every verify size 1..K_MAX+1 (the engine only a few), ``reps`` times over, each right after a
+    single-row batch so drift hits both; the cost model's fit turns the timings into v(K) and c - the same
+    estimator the sidebar and auto-K read, so the bench cannot disagree with them.
+    """
+    dec = session.decoder
+    target = dec.target
+    dec.reset()
+    session.reset()
+    ctx = session.template.tokens([Message("user", prompt)])
+    ctx = ctx[: max(2, min(len(ctx), target.n_ctx - K_MAX - 2))]
+    drafter = dec.drafter
+    drafters = {drafter.name: drafter} if drafter is not None else {}
+    cm = CostModel()
+    ratios = draft_cost_ratios(target, drafters, int(ctx[0]))
+    target.decode(ctx[:-1], logits_last=0)
+    last = int(ctx[-1])
+    pairs = [rows for k in range(1, K_MAX + 1) for rows in (1, k + 1)]
+    for r in range(reps):
+        if progress:
+            progress(r, reps, "verify cost v(K)")
+        calibrate_verify_cost(target, cm, last, pairs, reps=1)
+    calibrate_draft_cost(cm, drafters, last, ratios)
+    dec.reset()
+    session.reset()
+    return Calibration(
+        cost_model=cm, drafter=drafter.name if drafter is not None else NONE,
+        draft_kind=drafter.kind if drafter is not None else NONE, context_n=len(ctx), reps=reps,
+    )  # fmt: skip
+
+
+def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
+    """The rounds of the largest fixed K replayed at every K (auto-K's estimate, see
+    :func:`specchat.engine.telemetry.replay_speedups`): exact up to what each round drafted, the
+    geometric model with α only past it. None without logged rounds."""
+    logged = [r for r in fixed if r.round_log]
+    if not logged:
+        return None
+    top = max(logged, key=lambda r: int(r.k or 0))
+    log = top.round_log
+    d = [int(x[1]) for x in log]
+    a = [int(x[2]) for x in log]
+    n = [natural_length(int(x[0]), int(x[1]), x[3]) for x in log]
+    curve = replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
+    bk = best_k(curve)
+    return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
+            "predicted_best_speedup": curve[bk]}  # fmt: skip
+
+
+def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
+    """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
+    vt = cal.v_table()
+    t1, c, draft_ms = cal.target_ms, cal.c, cal.draft_ms
+    out: dict[str, Any] = {
+        "target_ms_per_token": t1,
+        "target_tok_s": 1000.0 / t1 if t1 > 0 else None,
+        "draft": cal.drafter,
+        "draft_kind": cal.draft_kind,
+        "draft_ms_per_token": draft_ms,
+        "draft_tok_s": 1000.0 / draft_ms if draft_ms > 0 else None,
+        "c": c,
+        "v": {str(k): v for k, v in enumerate(vt)},
+        "context_n": cal.context_n,
+        "reps": cal.reps,
+        "prompts": [],
+    }
+    by_prompt: dict[str, list[SummaryRow]] = {}
+    for r in rows:
+        by_prompt.setdefault(r.prompt, []).append(r)
+    pooled_acc = pooled_rej = 0
+    pooled = [(ALL_PROMPTS, None)] if len(by_prompt) > 1 else []
+    for name, prs in [*by_prompt.items(), *pooled]:
+        if prs is None:  # α over every fixed-K run of every prompt: the pair's overall recommendation
+            fixed: list[SummaryRow] = []
+            alpha = alpha_mle(pooled_acc, pooled_rej)
+        else:  # α pooled over the fixed-K runs of this prompt (auto runs choose K from it, not vice versa)
+            fixed = [r for r in prs if r.mode == "spec"]
+            a_sum = sum(r.accepted for r in fixed)
+            rej_sum = sum(r.rejections for r in fixed)
+            pooled_acc += a_sum
+            pooled_rej += rej_sum
+            alpha = alpha_mle(a_sum, rej_sum)
+        entry: dict[str, Any] = {"prompt": name, "alpha": alpha, "rows": []}
+        d_tok = [r.draft_ms_per_token for r in fixed if r.draft_ms_per_token > 0]
+        entry["c_in_runs"] = statistics.median(d_tok) / t1 if d_tok and t1 > 0 else None
+        if alpha is not None:
+            curve = speedup_curve(alpha, c, vt, K_MAX)
+            bk = best_k(curve)
+            entry["best_k"] = bk
+            entry["predicted_best_speedup"] = curve[bk]
+            entry["curve"] = curve
+            base = next((r for r in prs or [] if r.mode == "baseline"), None)
+            o0 = base.overhead_per_round if base else 0.0
+            for r in fixed:
+                k = int(r.k or 0)
+                e = expected_tokens(alpha, k)
+                # the same S with the rounds' measured time outside llama_decode added to both sides:
+                # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
+                with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
+                # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
+                # runs' own draft cost per token and overhead per round, against one token per plain round
+                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
+                cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
+                from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
+                entry["rows"].append({
+                    "k": k,
+                    "E": e,
+                    "predicted_from_rounds": from_rounds,
+                    "tokens_per_round": r.tokens_per_round,
+                    "v": vt[k],
+                    "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
+                    "predicted_with_overhead": with_o,
+                    "overhead_ms_per_round": r.overhead_per_round,
+                    "measured_speedup": r.speedup,
+                })  # fmt: skip
+            replay = replay_of_rounds(fixed, alpha, c, vt)
+            if replay is not None:
+                entry["replay"] = replay
+                entry["geometric_best_k"], entry["geometric_best_speedup"] = bk, curve[bk]
+                entry["best_k"], entry["predicted_best_speedup"] = replay["best_k"], replay["predicted_best_speedup"]
+                entry["curve"] = replay["curve"]
+            rk, rs = entry["best_k"], entry["predicted_best_speedup"]
+            entry["break_even"] = break_even_line(
+                CostEstimate(alpha=alpha, c=c, v=vt[rk], best_k=rk, predicted_speedup=rs,
+                             target_ms_per_token=t1, draft_ms_per_token=draft_ms)
+            )  # fmt: skip
+            measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
+            if measured:
+                mk = max(measured, key=lambda k: measured[k])
+                entry["best_measured_k"] = mk if measured[mk] > 1.0 else 0
+        out["prompts"].append(entry)
+    return out
+
+
+__all__ = ["ALL_PROMPTS", "Calibration", "arithmetic", "calibrate", "replay_of_rounds"]

@@ -1,0 +1,174 @@
+"""The ``specchat bench`` command: check the arguments, load the pair, calibrate, run the plan, print and
+write the report. Ctrl-C stops the runs: what was measured is summarised, printed and written to
+``--json``; exit 130. (Its arguments are declared in :mod:`specchat.commands.bench`.)
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from specchat.bench.arithmetic import Calibration, arithmetic, calibrate
+from specchat.bench.progress import ProgressLine
+from specchat.bench.report import build_report, format_arithmetic, format_plot, format_table, noise_warnings, write_json
+from specchat.bench.runner import BenchRunner
+from specchat.bench.suite import load_suite
+from specchat.bench.summary import summarize
+from specchat.engine.drafter_kinds import K_MAX, NGRAM
+from specchat.errors import UserError
+
+DEFAULT_KS = "0,1,2,3,5,8"
+DEFAULT_N_PREDICT = 256
+
+
+def parse_k_list(text: str) -> list[int]:
+    """``"0,1,3"`` -> [0, 1, 3] (sorted, unique); every K in 0..K_MAX."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        ks = [int(p) for p in parts if p]
+    except ValueError:
+        raise UserError(f"--k {text!r} is not a comma-separated list of integers: use e.g. --k 0,1,3,5") from None
+    if not ks:
+        raise UserError("--k is empty: give draft lengths, e.g. --k 0,1,3,5")
+    bad = [k for k in ks if not 0 <= k <= K_MAX]
+    if bad:
+        raise UserError(f"--k {text}: {bad[0]} is out of range; every K must be 0..{K_MAX} (0 = baseline)")
+    return sorted(set(ks))
+
+
+def settings_overrides(args: Any) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    for flag in ("target", "draft", "threads", "n_ctx", "data_dir"):  # data_dir: specchat --data-dir D bench
+        v = getattr(args, flag, None)
+        if v is not None:
+            o[flag] = v
+    o["n_predict"] = args.n_predict if args.n_predict is not None else DEFAULT_N_PREDICT
+    sampling = {}
+    if getattr(args, "temperature", None) is not None:
+        sampling["temperature"] = args.temperature
+    if getattr(args, "seed", None) is not None:
+        sampling["seed"] = args.seed
+    if sampling:
+        o["sampling"] = sampling
+    return o
+
+
+def validate_args(args: Any) -> tuple[list[int], list[dict[str, str]]]:
+    """Everything checkable before loading a model; raises UserError (one line, exit 2)."""
+    ks = parse_k_list(args.k if args.k is not None else DEFAULT_KS)
+    if args.runs is None or args.runs <= 0:
+        raise UserError(f"--runs {args.runs} must be a positive number of runs per (prompt, K)")
+    if args.n_predict is not None and args.n_predict <= 0:
+        raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
+    if getattr(args, "threads", None) is not None and args.threads <= 0:
+        raise UserError(f"--threads {args.threads} must be at least 1")
+    if getattr(args, "temperature", None) is not None and not (0.0 <= args.temperature <= 5.0):
+        raise UserError(f"--temperature {args.temperature} must be in 0..5 (0 = greedy)")
+    suite = load_suite(args.suite)
+    if args.json:
+        parent = Path(args.json).expanduser().parent
+        if not parent.is_dir():
+            raise UserError(f"--json {args.json}: directory {parent} does not exist; create it or choose another path")
+    if not any(k > 0 for k in ks) and not args.auto and not args.no_arithmetic:
+        pass  # baseline-only is allowed: it measures the target alone
+    return ks, suite
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def main(
+    args: Any,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
+    ks, suite = validate_args(args)
+    from specchat.config import load_settings
+
+    settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    from specchat.engine.loader import load_engine
+
+    show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
+    progress = ProgressLine(err, enabled=show)
+    interrupted = False
+    try:
+        session = load_engine(settings, lambda f, what: progress(int(f * 100), 100, what), auto_k=False)
+    except KeyboardInterrupt:
+        progress.close()
+        print("specchat: interrupted while loading; nothing measured", file=err)
+        return 130
+    progress.close()
+    try:
+        dec = session.decoder
+        drafter = dec.drafter_name
+        speculative_modes = any(k > 0 for k in ks) or args.auto
+        if speculative_modes and (dec.drafter is None or not dec.can_speculate):
+            why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is configured"
+            raise UserError(f"cannot bench speculation: {why}; use --draft {NGRAM} or a draft .gguf, or --k 0 for the baseline alone")
+        meta = {
+            "target": dec.target.name,
+            "drafter": drafter,
+            "ks": ks,
+            "auto": bool(args.auto),
+            "runs": args.runs,
+            "n_predict": settings.n_predict,
+            "temperature": settings.sampling.temperature,
+            "seed": settings.sampling.seed,
+            "threads": settings.threads,
+            "n_ctx": settings.n_ctx,
+            "suite": [p["name"] for p in suite],
+        }
+        print(
+            f"specchat bench: target {dec.target.name}, drafter {drafter}, K {','.join(map(str, ks))}"
+            f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
+            f"(A B A B ...); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
+            f"threads {settings.threads}",
+            file=out,
+        )
+        out.flush()
+        cal: Calibration | None = None
+        if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
+            try:
+                cal = calibrate(session, suite[0]["prompt"], progress=progress)
+            except KeyboardInterrupt:
+                interrupted = True
+        records: list[dict[str, Any]] = []
+        if not interrupted:
+            runner = BenchRunner(session, suite, ks, args.runs, auto=bool(args.auto), progress=progress, on_record=on_record)
+            records = runner.run()
+            interrupted = runner.interrupted
+        progress.close()
+        rows = summarize(records)
+        arith = arithmetic(cal, rows) if cal is not None else None
+        if interrupted:
+            print(f"interrupted: {len(records)} run(s) measured so far", file=out)
+        if rows:
+            print("", file=out)
+            print(format_table(rows), file=out)
+            print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
+            for w in noise_warnings(rows):
+                print(w, file=out)
+        if arith is not None:
+            print(format_arithmetic(arith), file=out)
+        if args.plot and rows:
+            print(format_plot(rows), file=out)
+        if args.json:
+            write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
+            print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)
+        out.flush()
+    finally:
+        progress.close()
+        session.close()
+    return 130 if interrupted else 0
+
+
+__all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "main", "parse_k_list", "settings_overrides", "validate_args"]

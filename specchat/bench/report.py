@@ -1,0 +1,179 @@
+"""What the bench prints and writes: the summary table, noise warnings, the arithmetic, the speedup plot
+and the JSON report (written atomically)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from specchat.bench.summary import SummaryRow
+from specchat.engine.drafter_kinds import MODEL, NONE
+from specchat.errors import UserError
+
+
+def _fmt(x: float | None, spec: str, none: str = "-") -> str:
+    return none if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _mode_label(r: SummaryRow) -> str:
+    return "auto" if r.mode == "auto" else str(r.k)
+
+
+def format_table(rows: Sequence[SummaryRow]) -> str:
+    w = max([12, *(len(r.prompt) for r in rows)])
+    head = (
+        f"{'prompt':<{w}} {'K':>4} {'runs':>4} {'tok/s med':>9} {'min':>7} {'max':>7} {'accept':>7} "
+        f"{'mean len':>8} {'speedup':>8} {'(pair min..max)':>16}"
+    )
+    lines = [head, "-" * len(head)]
+    prev = None
+    for r in rows:
+        name = r.prompt if r.prompt != prev else ""
+        prev = r.prompt
+        rng = "" if r.mode == "baseline" or r.speedup is None else f"{r.speedup_min:.2f}..{r.speedup_max:.2f}"
+        k = "base" if r.mode == "baseline" else _mode_label(r)
+        lines.append(
+            f"{name:<{w}} {k:>4} {r.runs:>4} {r.tps_median:>9.1f} {r.tps_min:>7.1f} {r.tps_max:>7.1f} "
+            f"{_fmt(r.acceptance, '.3f'):>7} {r.mean_len:>8.2f} {_fmt(r.speedup, '.2f') + '×':>8} {rng:>16}"
+        )
+        if r.mode == "auto":
+            lines[-1] += f"  (mean K {r.k_mean:.1f})"
+    return "\n".join(lines)
+
+
+def noise_warnings(rows: Sequence[SummaryRow], spread: float = 1.5) -> list[str]:
+    """A line per prompt whose baseline runs varied by more than ``spread``× (max/min tok/s): a busy
+    machine (other processes, OpenMP threads spinning on shared cores) makes single ratios unreliable."""
+    out = []
+    for r in rows:
+        if r.mode == "baseline" and r.tps_min > 0 and r.tps_max / r.tps_min > spread:
+            out.append(
+                f"warning: {r.prompt}: baseline runs ranged {r.tps_min:.1f}..{r.tps_max:.1f} tok/s "
+                f"({r.tps_max / r.tps_min:.1f}×): the machine is busy; trust medians of many pairs, or use fewer --threads"
+            )
+    return out
+
+
+def format_arithmetic(ar: dict[str, Any]) -> str:
+    lines = ["", "The arithmetic (seed Step 5; Leviathan et al. 2023 with measured v):"]
+    t_ms = ar["target_ms_per_token"]
+    lines.append(
+        f"  target alone: {t_ms:.2f} ms per single-row decode = {ar['target_tok_s'] or 0:.1f} tok/s "
+        f"(context {ar['context_n']} tokens, median)"
+    )
+    if ar["draft_kind"] == MODEL:
+        lines.append(f"  draft alone:  {ar['draft_ms_per_token']:.2f} ms per token = {ar['draft_tok_s'] or 0:.1f} tok/s ({ar['draft']})")
+    elif ar["draft_kind"] != NONE:
+        lines.append(f"  draft alone:  {ar['draft']} runs no model: c = 0 until rounds time its lookups ('in the runs' below)")
+    lines.append(f"  cost ratio c = draft / target per token = {ar['c']:.4f}")
+    v = ar["v"]
+    ks = [k for k in sorted(int(k) for k in v) if k > 0]
+    lines.append(f"  verify cost v(K) = t(K+1 rows) / t(1 row), the engine's fit of {ar['reps']} timings per size (as auto-K reads it):")
+    for chunk in range(0, len(ks), 8):
+        part = ks[chunk : chunk + 8]
+        lines.append("    " + "  ".join(f"K={k:<2d} {v[str(k)]:.2f}" for k in part))
+    for p in ar["prompts"]:
+        if p["alpha"] is None:
+            continue
+        lines.append("")
+        lines.append(f"  {p['prompt']}: α = {p['alpha']:.3f} (accepted / (accepted + rejections) over the fixed-K runs)")
+        if p["rows"]:
+            lines.append(
+                f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'from rounds':>11} {'measured':>9}"
+            )
+            for row in p["rows"]:
+                lines.append(
+                    f"    {row['k']:>3} {row['E']:>7.2f} {row['tokens_per_round']:>9.2f} {row['v']:>6.2f} "
+                    f"{row['predicted_speedup']:>8.2f}× {_fmt(row['predicted_from_rounds'], '.2f'):>10}× "
+                    f"{_fmt(row['measured_speedup'], '.2f'):>8}×"
+                )
+            lines.append("    predicted = E(α,K) / (c·K + v(K)), every round drafting K (Leviathan et al.)")
+            lines.append(
+                "    from rounds = the runs' tokens / Σ over their rounds of (v(d) + c·d) for the d actually drafted, "
+                "with the runs' own draft cost and ms per round outside llama_decode"
+            )
+        if p.get("c_in_runs") is not None:
+            lines.append(
+                f"    in the runs a drafted token cost c = {p['c_in_runs']:.4f} (draft calls' wall time, incl. Python and "
+                "catch-up rows)"
+            )
+        if "replay" in p:
+            rp, gk = p["replay"], p["geometric_best_k"]
+            lines.append(
+                f"    geometric model (every round drafting K): best {'off' if gk == 0 else f'K = {gk}'} "
+                f"(predicted {p['geometric_best_speedup']:.2f}×)"
+            )
+            lines.append(
+                f"    replay of the K={rp['from_k']} runs' {rp['rounds']} rounds at every K (exact up to each round's "
+                "draft, geometric past it; what auto-K uses):"
+            )
+        best = p["best_k"]
+        rec = "off (K = 0)" if best == 0 else f"K = {best}"
+        tail = ""
+        if "best_measured_k" in p:
+            bm = p["best_measured_k"]
+            tail = f"; best measured: {'off' if bm == 0 else f'K = {bm}'}"
+        lines.append(f"    recommended {rec} (predicted {p['predicted_best_speedup']:.2f}×){tail}")
+        lines.append(f"    {p['break_even']}")
+    return "\n".join(lines)
+
+
+def format_plot(rows: Sequence[SummaryRow], width: int = 40) -> str:
+    """Speedup vs K as horizontal bars; ``|`` marks 1.0× (break-even)."""
+    spec = [r for r in rows if r.mode != "baseline" and r.speedup is not None]
+    if not spec:
+        return ""
+    top = max(2.0, max(r.speedup_max or r.speedup for r in spec)) * 1.05
+    one = int(round(width / top))
+    lines = ["", f"speedup vs K (each # = {top / width:.3f}×, '|' = 1.0× break-even)"]
+    prev = None
+    for r in rows:
+        if r.mode == "baseline":
+            continue
+        if r.prompt != prev:
+            lines.append(f"  {r.prompt}")
+            prev = r.prompt
+        if r.speedup is None:
+            continue
+        n = int(round(r.speedup / top * width))
+        bar = list("#" * n + " " * (width - n))
+        if one < width:
+            bar[one] = "|" if bar[one] == " " else "+"
+        label = "auto" if r.mode == "auto" else f"K={r.k}"
+        lines.append(f"    {label:>5} {''.join(bar)} {r.speedup:.2f}×")
+    return "\n".join(lines)
+
+
+def build_report(
+    *,
+    meta: dict[str, Any],
+    records: Sequence[dict[str, Any]],
+    rows: Sequence[SummaryRow],
+    arith: dict[str, Any] | None,
+    interrupted: bool,
+) -> dict[str, Any]:
+    return {
+        "specchat_bench": 1,
+        "interrupted": interrupted,
+        **meta,
+        "records": list(records),
+        "summary": [asdict(r) for r in rows],
+        "arithmetic": arith,
+    }
+
+
+def write_json(path: str, report: dict[str, Any]) -> None:
+    p = Path(path).expanduser()
+    tmp = p.with_name(p.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(p)
+    except OSError as exc:
+        raise UserError(f"cannot write --json {p}: {exc.strerror or exc}; choose a writable path") from None
+
+
+__all__ = ["build_report", "format_arithmetic", "format_plot", "format_table", "noise_warnings", "write_json"]

@@ -1,0 +1,204 @@
+"""Running the bench: the plan of runs, one measured reply per run, and the record of each.
+
+**Protocol.** One loaded target + drafter (:func:`specchat.engine.loader.load_engine`). For every prompt
+of the suite and every run index r, each speculative mode (fixed K = 1.., and ``auto`` with ``--auto``)
+is measured as an adjacent pair ``baseline, mode`` - so a run of the bench reads A B A C A B A C ... and
+slow drift of a shared machine (thermal, other processes) hits both halves of a pair alike. The baseline
+is speculation off (plain single-row decodes) on the very same loaded models. Before every run the
+conversation is reset and both KV caches and the drafter's state are cleared, so each run decodes its
+prompt the same way and the measured generation starts from the same state. A KeyboardInterrupt stops
+the runs and keeps what was measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specchat.bench.progress import Progress
+from specchat.engine.drafter_kinds import K_MAX, NONE
+from specchat.engine.events import EngineError, Step, Turn
+from specchat.errors import UserError
+
+RECORD_FIELDS = (
+    "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
+    "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
+    "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
+    "round_log",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PlanItem:
+    prompt: str  # suite entry name
+    mode: str  # baseline | spec | auto
+    k: int | None  # fixed K (0 for baseline), None for auto
+    run: int  # run index 0..runs-1
+    pair: int  # the A/B pair this run belongs to (baseline and its partner share it)
+
+
+def make_plan(suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, auto: bool) -> list[PlanItem]:
+    """The order of the runs: per prompt, per run index, each speculative mode right after its own
+    baseline run (A B A C ... A B A C ...). With no speculative mode, baselines only."""
+    modes: list[tuple[str, int | None]] = [("spec", k) for k in ks if k > 0]
+    if auto:
+        modes.append(("auto", None))
+    plan: list[PlanItem] = []
+    pair = 0
+    for item in suite:
+        for r in range(runs):
+            if not modes:
+                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
+                pair += 1
+            for mode, k in modes:
+                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
+                plan.append(PlanItem(item["name"], mode, k, r, pair))
+                pair += 1
+    return plan
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What one run measured beyond the Turn: per-round draft/accept figures (for α) and K used."""
+
+    rejections: int = 0  # rounds that drafted and had a rejection
+    spec_rounds: int = 0
+    k_sum: int = 0
+    rounds: int = 0
+    last_cost: Any = None
+    #: rounds by the number of tokens drafted (index 0 = plain rounds), up to K_MAX
+    drafted_hist: list[int] = field(default_factory=lambda: [0] * (K_MAX + 1))
+    #: every round the drafter was asked in: [K, drafted, accepted, natural length or None]
+    round_log: list[list[int | None]] = field(default_factory=list)
+
+
+def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
+    """One measured reply on a fresh conversation and cleared caches; returns (Turn, RunStats)."""
+    c = session.controls
+    dec = session.decoder
+    session.reset()
+    dec.reset()
+    if mode == "baseline":
+        c.set_auto_k(False)
+        c.set_speculative(False)
+    elif mode == "spec":
+        c.set_auto_k(False)
+        c.set_k(int(k or 0))
+        c.set_speculative(True)
+    else:  # auto: a cold start, so every auto run is independent of the fixed-K runs around it
+        dec.cost_model.reset()
+        dec.auto_k.reset()
+        c.set_speculative(True)
+        c.set_auto_k(True)
+    stats = RunStats()
+    turn = None
+    for ev in session.send(prompt):
+        if isinstance(ev, Step):
+            stats.rounds += 1
+            stats.k_sum += ev.k
+            stats.drafted_hist[min(ev.drafted, K_MAX)] += 1
+            if ev.k > 0:
+                stats.round_log.append([ev.k, ev.drafted, ev.accepted, ev.natural])
+            if ev.drafted > 0:
+                stats.spec_rounds += 1
+                if ev.accepted < ev.drafted:
+                    stats.rejections += 1
+            stats.last_cost = ev.cost
+        elif isinstance(ev, Turn):
+            turn = ev
+        elif isinstance(ev, EngineError):
+            raise UserError(f"generation failed during the bench: {ev.message}")
+    if turn is None:  # pragma: no cover - a generation always ends with a Turn
+        raise UserError("generation produced no result")
+    return turn, stats
+
+
+def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dict[str, Any]:
+    return {
+        "prompt": item.prompt,
+        "mode": item.mode,
+        "k": item.k,
+        "run": item.run,
+        "pair": item.pair,
+        "prompt_n": turn.prompt_n,
+        "prompt_ms": turn.prompt_ms,
+        "predicted_n": turn.predicted_n,
+        "predicted_ms": turn.predicted_ms,
+        "predicted_per_second": turn.predicted_per_second,
+        "draft_n": turn.draft_n,
+        "draft_n_accepted": turn.draft_n_accepted,
+        "acceptance": turn.acceptance,
+        "mean_len": turn.mean_len,
+        "speedup": None,  # filled in for the speculative half of a pair
+        "n_steps": turn.n_steps,
+        "n_spec_steps": turn.n_spec_steps,
+        "overhead_ms": turn.overhead_ms,
+        "draft_ms": turn.draft_ms_per_step * turn.n_steps,  # wall time of the draft calls  # time of the rounds spent outside llama_decode (Python, sampling)
+        "rejections": stats.rejections,
+        "k_mean": stats.k_sum / stats.rounds if stats.rounds else 0.0,
+        "rounds_by_drafted": list(stats.drafted_hist),  # [plain rounds, rounds drafting 1, ..., K_MAX]
+        "round_log": stats.round_log,  # [K, drafted, accepted, natural] of every round that asked for a draft
+        "stop_reason": turn.stop_reason,
+        "drafter": drafter if item.mode != "baseline" else NONE,
+        # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
+        "estimate": asdict(stats.last_cost) if item.mode == "auto" and stats.last_cost is not None else None,
+    }
+
+
+
+class BenchRunner:
+    """Runs a plan on a loaded session; ``on_record(record)`` is called after every record (a hook for
+    tests and for live output); a KeyboardInterrupt anywhere stops the runs and keeps what was measured."""
+
+    def __init__(
+        self,
+        session: Any,
+        suite: Sequence[dict[str, str]],
+        ks: Sequence[int],
+        runs: int,
+        *,
+        auto: bool = False,
+        progress: Progress | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        run_fn: Callable[..., tuple[Any, RunStats]] | None = None,
+    ) -> None:
+        self.session = session
+        self.suite = list(suite)
+        self.prompts = {p["name"]: p["prompt"] for p in self.suite}
+        self.plan = make_plan(self.suite, ks, runs, auto)
+        self.progress = progress
+        self.on_record = on_record
+        self.run_fn = run_fn or (lambda *a: run_once(*a))  # looked up at call time
+        self.records: list[dict[str, Any]] = []
+        self.interrupted = False
+        dec = getattr(session, "decoder", None)
+        self.drafter = getattr(dec, "drafter_name", None) or NONE
+
+    def run(self) -> list[dict[str, Any]]:
+        total = len(self.plan)
+        baseline_of: dict[int, dict[str, Any]] = {}
+        try:
+            for i, item in enumerate(self.plan):
+                if self.progress:
+                    what = "baseline" if item.mode == "baseline" else ("auto-K" if item.mode == "auto" else f"K={item.k}")
+                    self.progress(i, total, f"{item.prompt} {what} run {item.run + 1}")
+                turn, stats = self.run_fn(self.session, self.prompts[item.prompt], item.mode, item.k)
+                rec = make_record(item, turn, stats, self.drafter)
+                if item.mode == "baseline":
+                    baseline_of[item.pair] = rec
+                else:
+                    base = baseline_of.get(item.pair)
+                    if base is not None and base["predicted_per_second"] > 0:
+                        rec["speedup"] = rec["predicted_per_second"] / base["predicted_per_second"]
+                self.records.append(rec)
+                if self.on_record:
+                    self.on_record(rec)
+            if self.progress:
+                self.progress(total, total, "done")
+        except KeyboardInterrupt:
+            self.interrupted = True
+        return self.records
+
+
+__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "run_once"]

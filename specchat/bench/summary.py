@@ -1,0 +1,99 @@
+"""The bench's summary: one row per (prompt, mode) from the run records.
+
+Per (prompt, mode): median / min / max of ``predicted_per_second``, acceptance (Σ accepted / Σ drafted over
+the runs), mean len (1 + Σ accepted / Σ verify steps with a draft, llama.cpp's figure) and the speedup =
+the **median of the per-pair ratios** spec tok/s / baseline tok/s (not a ratio of medians: each ratio is
+measured under the same conditions). The ``baseline`` row (K = 0) pools all baseline runs of the prompt.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.engine.drafter_kinds import K_MAX
+
+@dataclass(slots=True)
+class SummaryRow:
+    prompt: str
+    mode: str
+    k: int | None
+    runs: int
+    tps_median: float
+    tps_min: float
+    tps_max: float
+    acceptance: float | None
+    mean_len: float
+    alpha: float | None  # per-position acceptance (MLE), None without drafts
+    tokens_per_round: float
+    k_mean: float
+    speedup: float | None  # median of pair ratios (1.0 for the baseline row)
+    speedup_min: float | None
+    speedup_max: float | None
+    pairs: int
+    overhead_per_round: float = 0.0  # ms outside llama_decode per round
+    draft_ms_per_token: float = 0.0  # wall ms of the draft calls per drafted token, in the runs
+    rounds_by_drafted: list[int] = field(default_factory=list)  # Σ over the runs
+    predicted_n: int = 0  # Σ tokens
+    accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
+    rejections: int = 0  # Σ rounds with a rejection
+    round_log: list[list[int | None]] = field(default_factory=list)  # the runs' round logs, concatenated
+
+
+def alpha_mle(accepted: int, rejections: int) -> float | None:
+    """α̂ = Σ accepted / (Σ accepted + Σ rounds with a rejection) (right-censored geometric MLE)."""
+    tot = accepted + rejections
+    return accepted / tot if tot else None
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
+    """One row per (prompt, mode, K), in the order the records first appear (baseline first per prompt)."""
+    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["prompt"], r["mode"], r["k"]), []).append(r)
+    order = sorted(
+        groups,
+        key=lambda g: (
+            next(i for i, r in enumerate(records) if r["prompt"] == g[0]),
+            {"baseline": 0, "spec": 1, "auto": 2}[g[1]],
+            g[2] if g[2] is not None else 99,
+        ),
+    )
+    rows = []
+    for key in order:
+        rs = groups[key]
+        tps = [r["predicted_per_second"] for r in rs]
+        drafted = sum(r["draft_n"] for r in rs)
+        acc = sum(r["draft_n_accepted"] for r in rs)
+        spec_steps = sum(r["n_spec_steps"] for r in rs)
+        steps = sum(r["n_steps"] for r in rs)
+        ratios = [r["speedup"] for r in rs if r["speedup"] is not None]
+        is_base = key[1] == "baseline"
+        rows.append(
+            SummaryRow(
+                prompt=key[0], mode=key[1], k=key[2], runs=len(rs),
+                tps_median=statistics.median(tps), tps_min=min(tps), tps_max=max(tps),
+                acceptance=acc / drafted if drafted else None,
+                mean_len=1.0 + acc / spec_steps if spec_steps else 1.0,
+                alpha=alpha_mle(acc, sum(r["rejections"] for r in rs)) if drafted else None,
+                tokens_per_round=sum(r["predicted_n"] for r in rs) / steps if steps else 0.0,
+                overhead_per_round=sum(r.get("overhead_ms", 0.0) for r in rs) / steps if steps else 0.0,
+                draft_ms_per_token=sum(r.get("draft_ms", 0.0) for r in rs) / drafted if drafted else 0.0,
+                rounds_by_drafted=[sum(col) for col in zip(*(r.get("rounds_by_drafted") or [0] * (K_MAX + 1) for r in rs))],
+                predicted_n=sum(r["predicted_n"] for r in rs),
+                k_mean=statistics.fmean(r["k_mean"] for r in rs),
+                speedup=1.0 if is_base else (statistics.median(ratios) if ratios else None),
+                speedup_min=1.0 if is_base else (min(ratios) if ratios else None),
+                speedup_max=1.0 if is_base else (max(ratios) if ratios else None),
+                pairs=len(ratios),
+                accepted=acc,
+                rejections=sum(r["rejections"] for r in rs),
+                round_log=[x for r in rs for x in (r.get("round_log") or [])],
+            )
+        )  # fmt: skip
+    return rows
+
+
+__all__ = ["SummaryRow", "alpha_mle", "summarize"]

@@ -1,0 +1,97 @@
+"""Calibration: timing the verify cost v(K) and the draft cost c on the loaded models, into a cost model.
+
+The one path by which v(K) and c are measured outside the rounds. The engine runs it once per cost model,
+before auto-K's first round (:meth:`specchat.engine.speculative.SpeculativeDecoder.generate`), so auto-K
+does not start from the flat prior v = 1 and a draft as costly as the target is never even warmed up;
+``specchat bench`` runs the same functions (every row count, more repetitions) for its arithmetic. Both
+feed the timings to a :class:`~specchat.engine.telemetry.CostModel`, whose fit (row medians shrunk toward
+a line, made monotone) turns them into v(K) and c - so the bench's figures and the sidebar's come from the
+same estimator. The rounds then keep refining the same model.
+
+Why measure at all: Leviathan et al.'s speedup E(α, K) / (c·K + v(K)) assumes v = 1, and on a CPU v is far
+from flat (README, "Auto-K": the bundled SmolLM2 here measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.telemetry import CostModel
+
+if TYPE_CHECKING:  # only annotations: the bench imports this module before it loads llama.cpp
+    from specchat.engine.drafters import Drafter
+    from specchat.engine.model import Model
+
+#: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX
+CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
+
+
+def calibrate_verify_cost(
+    target: Model, cost_model: CostModel, last: int, rows: Sequence[int] = CALIBRATION_ROWS, reps: int = 2
+) -> None:
+    """Time verify batches of ``rows`` rows, ``reps`` times over, into ``cost_model`` (v(K) = t(K+1 rows) / t(1 row)).
+
+    Each batch is ``last`` repeated, decoded after the target's KV with logits on every row (as a verify
+    batch asks) and removed again, so the KV is unchanged and every batch sees the same context length.
+    A repetition stops at the first batch the context has no room for.
+    """
+    for _ in range(reps):
+        for r in rows:
+            ms = target.time_scratch_decode([last] * r)
+            if ms != ms:  # NaN: no room left in the context for this batch
+                break
+            cost_model.observe_verify(r, ms)
+
+
+def draft_cost_ratios(target: Model, drafters: Mapping[str, Drafter], token: int, reps: int = 5) -> dict[str, float]:
+    """c for each drafter that runs a model, timed against the target on equal footing.
+
+    One single-row decode of ``token`` in each, at the same context length (call with the target KV
+    empty, before the prompt; a fresh draft KV is empty too), median of ``reps`` interleaved ratios. A
+    decode costs more with a longer context (F16 SmolLM2 here: 12 ms at 49 tokens, 15.5 ms at 300), so a
+    draft timed with an empty KV against a target holding the prompt would look cheaper than it is.
+    """
+    out: dict[str, float] = {}
+    for name, d in drafters.items():
+        if d.free:
+            continue
+        rs = []
+        for _ in range(reps):
+            t_draft = d.time_one_token(token)
+            t_target = target.time_scratch_decode([token])
+            if t_target > 0 and t_draft >= 0:  # NaN (no room) compares False
+                rs.append(t_draft / t_target)
+        if rs:
+            out[name] = sorted(rs)[len(rs) // 2]
+    return out
+
+
+def calibrate_draft_cost(
+    cost_model: CostModel,
+    drafters: Mapping[str, Drafter],
+    last: int,
+    ratios: Mapping[str, float] | None = None,
+    reps: int = 3,
+) -> None:
+    """Give ``cost_model`` each model drafter's cost per token (free drafters cost 0 until rounds say more).
+
+    ``ratios`` (from :func:`draft_cost_ratios`) scale the cost model's single-row target time, so call
+    after :func:`calibrate_verify_cost`; without a ratio the draft's own one-token decode is timed at its
+    current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
+    does not warm up a drafter for which no K could pay even at full acceptance (the seed's lesson: a
+    draft about as costly as the target never wins).
+    """
+    t1 = cost_model.target_ms()
+    for name, d in drafters.items():
+        if d.free:
+            continue
+        if ratios and name in ratios and t1:
+            cost_model.observe_draft_cost(name, ratios[name] * t1)
+            continue
+        for _ in range(reps):
+            cost_model.observe_draft_cost(name, d.time_one_token(last))
+
+
+__all__ = ["CALIBRATION_ROWS", "calibrate_draft_cost", "calibrate_verify_cost", "draft_cost_ratios"]

@@ -1,0 +1,47 @@
+"""The kinds of drafter: the names a user types for them and how far each may draft, in one table.
+
+``draft = "ngram"``, ``--draft none`` or a draft model file: :data:`DRAFTER_KINDS` is the only place these
+names and each kind's cap on K are written; everything else (the CLI, the config, the loader, the engine,
+the bench, the app) imports them from here. A model drafter is *named* after its file; its kind is
+:data:`MODEL`.
+
+:data:`K_MAX`, the largest K anything accepts (``--k``, ``k`` in the config, the app's K keys, auto-K, the
+bench's ``--k`` list, the size of a verify batch), is the largest cap in the table; the engine asks a
+drafter for at most its own kind's cap. So raising one kind's cap - e.g. letting the free n-gram drafter
+go further than a model drafter - is a one-line change to the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class DrafterKind:
+    """One row of the table."""
+
+    name: str
+    #: the largest K a drafter of this kind is asked for (0: it never drafts)
+    k_cap: int
+    #: drafting costs about nothing next to a target decode (no model runs)
+    free: bool
+
+
+#: no drafter: every round is a plain single-row decode (the baseline)
+NONE = "none"
+#: prompt-lookup drafting over the conversation (:class:`specchat.engine.drafters.NgramDrafter`)
+NGRAM = "ngram"
+#: a draft GGUF with its own llama.cpp context (:class:`specchat.engine.drafters.ModelDrafter`)
+MODEL = "model"
+
+
+DRAFTER_KINDS: dict[str, DrafterKind] = {
+    NONE: DrafterKind(NONE, k_cap=0, free=True),
+    NGRAM: DrafterKind(NGRAM, k_cap=16, free=True),
+    MODEL: DrafterKind(MODEL, k_cap=16, free=False),
+}
+
+#: the largest K anything accepts: the largest cap of any kind
+K_MAX: int = max(kind.k_cap for kind in DRAFTER_KINDS.values())
+
+__all__ = ["DRAFTER_KINDS", "K_MAX", "MODEL", "NGRAM", "NONE", "DrafterKind"]

@@ -1,0 +1,269 @@
+"""The cost model: online estimates of α, c and v(K) from the rounds, and the predicted speedup curve.
+
+:class:`CostModel` learns per drafter the acceptance α and the draft cost per token, shares one
+:class:`~specchat.engine.telemetry.verify_cost.VerifyCost` for the target, and predicts
+S(K) = E(α, K) / (c·K + v(K)) (:mod:`specchat.engine.telemetry.speedup`) - as the replay of the drafter's
+recent rounds at every K once it has some (:mod:`specchat.engine.telemetry.replay`). Everything here runs
+once per round and is cheap (tens of microseconds: the replay curve is one small numpy product).
+"""
+
+from __future__ import annotations
+
+from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.events import CostEstimate
+from specchat.engine.telemetry.recent import RecentMedian
+from specchat.engine.telemetry.replay import Replay, natural_length
+from specchat.engine.telemetry.speedup import best_k, speedup_curve
+from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
+
+
+class _DrafterStats:
+    __slots__ = ("acc", "rej", "clock", "draft", "spec_steps", "last", "replay")
+
+    def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
+        # prior as pseudo-observations: prior_weight rejections and the matching accepted count
+        self.rej = prior_weight
+        self.acc = prior_weight * prior_alpha / (1.0 - prior_alpha)
+        self.clock = clock
+        self.draft = RecentMedian(window)  # ms per drafted token
+        self.spec_steps = 0
+        self.last: tuple[int, int] = (0, 0)
+        self.replay = Replay(replay)
+
+
+class CostModel:
+    """Online estimates of α (per drafter), draft cost per token (per drafter), single-row target cost
+    and the verify-cost table v(rows); predicts S(K) and the best K.
+
+    **α, the per-position acceptance.** Under Leviathan et al.'s model each draft position is accepted
+    independently with probability α and the round stops at the first rejection, so a round that drafted
+    d tokens and accepted a has likelihood α^a·(1 − α) if a < d, and α^d if a = d (a right-censored
+    geometric). The maximum-likelihood estimate over many rounds is
+
+        α̂ = Σ a / (Σ a + Σ [a < d])        (accepted tokens / (accepted tokens + rejections))
+
+    which, unlike accepted/drafted, is not biased down by long drafts (accepted/drafted → α(1−α^K)/(K(1−α))).
+    Both sums are exponentially weighted by age measured in *tokens of text* (half-life
+    ``alpha_half_life`` tokens; a round ages them by the accepted + 1 tokens it emitted, a plain round by
+    one): predictability is a property of the text, so the window covers about the same stretch of text
+    at K = 1 (many rounds, little evidence each) as at K = 16 (few rounds, much evidence each). Plain
+    rounds age the evidence too, so while not drafting the ratio stays but a new probe moves it quickly;
+    ageing stops at ``alpha_min_weight`` (accepted tokens + rejections), so a single lucky probe cannot
+    outweigh everything seen before: one accepted token of four is no proof, four of four is.
+    Start: ``prior_alpha`` as ``prior_weight`` pseudo-rejections, which ages away.
+
+    **Timings** are medians of the last ``timing_window`` samples
+    (:class:`~specchat.engine.telemetry.recent.RecentMedian`), robust to the spikes of a shared CPU.
+
+    **Draft cost** per drafter: draft ms / drafted tokens (rounds with a draft only). An n-gram lookup
+    measures ~0. Before any measurement: 0 (the first drafting round measures it).
+
+    **Verify cost**: :class:`~specchat.engine.telemetry.verify_cost.VerifyCost` (``max_rows``,
+    ``timing_window``, ``v_shrink``); single-row samples come from plain rounds and from drafting rounds
+    whose drafter proposed nothing.
+
+    Pass ``t_overhead_ms`` (the round's time outside llama_decode) so the prediction covers the whole
+    step; ``observe_plain`` should then get the whole plain step time too.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_rows: int = MAX_ROWS,
+        alpha_half_life: float = 48.0,
+        timing_window: int = 31,
+        v_shrink: float = 4.0,
+        prior_alpha: float = 0.6,
+        prior_weight: float = 1.0,
+        alpha_min_weight: float = 8.0,
+        replay_rounds: int = 64,
+        replay_half_life: float = 128.0,
+        replay_prior: float = 1.0,
+    ) -> None:
+        if not (0.0 < prior_alpha < 1.0):
+            raise ValueError("prior_alpha must be in (0, 1)")
+        self.max_rows = max_rows
+        self.alpha_half_life = alpha_half_life
+        self.timing_window = timing_window
+        self.v_shrink = v_shrink
+        self.prior_alpha = prior_alpha
+        self.prior_weight = prior_weight
+        self.alpha_min_weight = alpha_min_weight
+        self.replay_rounds = max(1, replay_rounds)
+        self.replay_half_life = replay_half_life
+        self.replay_prior = replay_prior
+        self._alpha_decay = 0.5 ** (1.0 / alpha_half_life)
+        self.reset()
+
+    def reset(self) -> None:
+        self._clock = 0.0  # tokens of text seen (α ages with text, not with rounds)
+        self._drafters: dict[str, _DrafterStats] = {}
+        self.verify = VerifyCost(self.max_rows, window=self.timing_window, shrink=self.v_shrink)
+        self._curve_key: tuple | None = None
+        self._curve: list[float] = []
+
+    # -- observations ------------------------------------------------------------------------------
+    def _stats(self, drafter: str) -> _DrafterStats:
+        st = self._drafters.get(drafter)
+        if st is None:
+            st = _DrafterStats(
+                self._clock, self.prior_alpha, self.prior_weight, self.timing_window, self.replay_rounds
+            )
+            self._drafters[drafter] = st
+        elif st.clock != self._clock:
+            f = self._alpha_decay ** (self._clock - st.clock)
+            tot = st.acc + st.rej
+            if tot * f < self.alpha_min_weight:  # age, but keep some evidence: one probe is not all
+                f = min(1.0, self.alpha_min_weight / tot) if tot > 0.0 else 1.0
+            st.acc *= f
+            st.rej *= f
+            st.clock = self._clock
+        return st
+
+    def observe_step(
+        self,
+        drafter: str,
+        k: int,
+        drafted: int,
+        accepted: int,
+        t_draft_ms: float,
+        t_verify_ms: float,
+        rows_verified: int,
+        t_overhead_ms: float = 0.0,
+        natural: int | None = None,
+    ) -> None:
+        """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
+        the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``natural``: the draft length the drafter would have chosen with no cap (a drafter that decides
+        its own length, e.g. n-gram; 0 = it found nothing to propose); None = it always fills K. A round
+        with ``drafted`` = 0 (the drafter was asked but proposed nothing) counts for the replay curve.
+        """
+        if drafted < 0 or not (0 <= accepted <= drafted):
+            raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted}")
+        natural = natural_length(k, drafted, natural)
+        self._clock += accepted + 1  # the clock counts tokens of text (the round emitted accepted + 1)
+        self._curve_key = None
+        st = self._stats(drafter)
+        if k > 0:
+            st.replay.add(drafted, accepted, natural, self._clock)
+        if drafted > 0:
+            st.acc += accepted
+            if accepted < drafted:
+                st.rej += 1.0
+            st.draft.add(max(0.0, t_draft_ms) / drafted)
+            st.spec_steps += 1
+            st.last = (drafted, accepted)
+        self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
+
+    def observe_draft_cost(self, drafter: str, ms_per_token: float) -> None:
+        """A draft-cost measurement outside generation (one timed draft decode, see
+        :func:`specchat.engine.calibration.calibrate_draft_cost`): ``drafter`` takes ``ms_per_token`` per
+        drafted token."""
+        if not ms_per_token >= 0.0:  # also refuses NaN (the draft's context was full: nothing measured)
+            return
+        self._curve_key = None
+        self._stats(drafter).draft.add(ms_per_token)
+
+    def has_draft_cost(self, drafter: str) -> bool:
+        """True once the draft cost of ``drafter`` was measured (by a round or a calibration)."""
+        st = self._drafters.get(drafter)
+        return st is not None and st.draft.value is not None
+
+    def observe_verify(self, rows: int, t_ms: float) -> None:
+        """A verify-cost measurement outside generation: one target decode of ``rows`` rows took ``t_ms``
+        (see :func:`specchat.engine.calibration.calibrate_verify_cost`)."""
+        self._clock += 1
+        self._curve_key = None
+        self.verify.observe(rows, t_ms)
+
+    def observe_plain(self, t_ms: float) -> None:
+        """One plain single-row decode (K = 0, speculation off) that took ``t_ms``."""
+        self._clock += 1
+        self._curve_key = None
+        self.verify.observe(1, t_ms)
+
+    # -- estimates ---------------------------------------------------------------------------------
+    def alpha(self, drafter: str) -> float:
+        st = self._drafters.get(drafter)
+        if st is None:
+            return self.prior_alpha
+        tot = st.acc + st.rej
+        return st.acc / tot if tot > 0.0 else self.prior_alpha
+
+    def draft_ms_per_token(self, drafter: str) -> float:
+        st = self._drafters.get(drafter)
+        if st is None:
+            return 0.0
+        v = st.draft.value
+        return v if v is not None else 0.0
+
+    def target_ms(self) -> float | None:
+        """t1: target ms of a single-row decode (None before any target timing)."""
+        return self.verify.target_ms()
+
+    def largest_measured_rows(self) -> int:
+        """The largest verify batch (rows) with a timing; 0 when none. v beyond it is extrapolated."""
+        return self.verify.largest_measured_rows()
+
+    @property
+    def steps_since_single_row(self) -> int | None:
+        """Observations since the last single-row target timing (None = never measured)."""
+        return self.verify.since_single_row
+
+    def v(self, k: int) -> float:
+        """v(K): predicted verify cost of K+1 rows relative to one row (v(0) = 1)."""
+        return self.verify.v(k)
+
+    def spec_steps(self, drafter: str) -> int:
+        """Rounds observed in which ``drafter`` proposed at least one token."""
+        st = self._drafters.get(drafter)
+        return st.spec_steps if st else 0
+
+    def last_draft(self, drafter: str) -> tuple[int, int]:
+        """(drafted, accepted) of ``drafter``'s latest round with a draft; (0, 0) if none."""
+        st = self._drafters.get(drafter)
+        return st.last if st else (0, 0)
+
+    def c(self, drafter: str) -> float:
+        """c = draft ms per drafted token / single-row target ms (0 before either is measured)."""
+        t1 = self.target_ms()
+        return self.draft_ms_per_token(drafter) / t1 if t1 else 0.0
+
+    def speedups(self, drafter: str, k_max: int = K_MAX, alpha: float | None = None) -> list[float]:
+        """[S(0), ..., S(k_max)] with the current estimates (``alpha`` overrides α̂, e.g. α = 1 for a
+        ceiling). Cached until the next observation."""
+        if k_max >= self.max_rows:
+            raise ValueError(f"k_max must be < {self.max_rows}, got {k_max}")
+        key = (drafter, k_max, alpha)
+        if key == self._curve_key:
+            return self._curve
+        v_by_k = self.verify.table()
+        a = self.alpha(drafter) if alpha is None else alpha
+        st = self._drafters.get(drafter)
+        if alpha is None and st is not None and len(st.replay):
+            curve = st.replay.curve(
+                a, self.c(drafter), v_by_k, k_max, self._clock, self.replay_half_life, self.replay_prior
+            )
+        else:
+            curve = speedup_curve(a, self.c(drafter), v_by_k, k_max)
+        self._curve_key, self._curve = key, curve
+        return curve
+
+    def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX) -> CostEstimate:
+        """The current view for ``drafter`` at K = ``k_current``, and the best K over 0..``k_max``."""
+        curve = self.speedups(drafter, k_max)
+        b = best_k(curve)
+        t1 = self.target_ms()
+        return CostEstimate(
+            alpha=self.alpha(drafter),
+            c=self.c(drafter),
+            v=self.v(k_current),
+            best_k=b,
+            predicted_speedup=curve[b],
+            target_ms_per_token=t1 or 0.0,
+            draft_ms_per_token=self.draft_ms_per_token(drafter),
+        )
+
+
+__all__ = ["CostModel"]

@@ -1,0 +1,117 @@
+"""The counterfactual speedup curve: a drafter's recent rounds replayed at every other cap K.
+
+What a round verified at cap K would have given at a smaller cap is known exactly; only the positions it
+never reached are filled in with the geometric model of Leviathan et al. 2023. The cost model's live
+curve (and so auto-K) and ``specchat bench``'s recommendation both come from :func:`replay_speedups`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specchat.engine.drafter_kinds import K_MAX
+
+
+class Replay:
+    """The recent rounds of one drafter, replayed at every other K: a counterfactual speedup curve.
+
+    A round asked for K tokens, the drafter proposed d of them (it would have proposed n with no cap:
+    n = d for a drafter that stopped by itself, K_MAX when it always fills K) and the target accepted
+    the first a. Had the cap been K' instead, the drafter would have proposed d' = min(K', n), the
+    first min(d, d') of them the same tokens, so the round would have emitted
+
+    * min(a, K') + 1 tokens when K' ≤ d (the outcome is known: the first K' positions were verified);
+    * a + 1 when K' > d and a < d (the rejection at a + 1 happens at any larger cap too);
+    * d + 1 + α + … + α^(d' − d) when K' > d and a = d (positions past d were never verified: the
+      geometric model of Leviathan et al. 2023 with the estimated α fills in only this censored part),
+
+    at a cost of c·d' + v(d') target steps (v(0) = 1). S(K') = Σ w·tokens / Σ w·cost over the recent
+    rounds, weighted by age in tokens of text (half-life ``half_life``), plus ``prior_weight`` pseudo-
+    rounds of the geometric model: the rounds' own d' drafted, E(α, d') tokens expected (with no rounds
+    yet: E(α, K') / (c·K' + v(K')), every round drafting K'). Unlike E(α, K) alone this keeps
+    what the text really did: an n-gram drafter that drafts only confident copies, and acceptance that
+    is all-or-nothing (a copy either continues or diverges) rather than geometric.
+    """
+
+    __slots__ = ("d", "a", "n", "t", "_next", "size", "count")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.d = np.zeros(size, dtype=np.int64)
+        self.a = np.zeros(size, dtype=np.int64)
+        self.n = np.zeros(size, dtype=np.int64)
+        self.t = np.zeros(size)  # text clock of the round (slots >= count are unused)
+        self._next = 0
+        self.count = 0
+
+    def add(self, drafted: int, accepted: int, natural: int, clock: float) -> None:
+        i = self._next
+        self.d[i], self.a[i], self.n[i], self.t[i] = drafted, accepted, natural, clock
+        self._next = (i + 1) % self.size
+        self.count = min(self.count + 1, self.size)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def curve(
+        self, alpha: float, c: float, v_rows: Sequence[float], k_max: int, clock: float, half_life: float,
+        prior_weight: float,
+    ) -> list[float]:
+        """[S(0), ..., S(k_max)]; ``v_rows[j]`` is v of a j-token draft (``v_rows[0]`` = 1)."""
+        m = self.count
+        w = 0.5 ** ((clock - self.t[:m]) / half_life)
+        return replay_speedups(self.d[:m], self.a[:m], self.n[:m], w, alpha, c, v_rows, k_max, prior_weight)
+
+
+def natural_length(k: int, drafted: int, natural: int | None) -> int:
+    """The draft length a round's drafter would have chosen with no cap (``natural``, e.g. from the n-gram
+    drafter), or for a drafter that fills K (``None``): K_MAX if it drafted all k, else what it drafted
+    (it stopped at the end of generation). Clamped to drafted..K_MAX."""
+    if natural is None:
+        natural = K_MAX if drafted >= k else drafted
+    return min(max(natural, drafted), K_MAX)
+
+
+def replay_speedups(
+    drafted: Sequence[int], accepted: Sequence[int], natural: Sequence[int], weights: Sequence[float],
+    alpha: float, c: float, v_rows: Sequence[float], k_max: int, prior_weight: float = 0.0,
+) -> list[float]:
+    """[S(0), ..., S(k_max)] from rounds replayed at every cap K' (see :class:`Replay`): rounds
+    (d, a, n) with ``weights``, the geometric tail with ``alpha`` only past each round's draft, cost
+    c·d' + v(d') with ``v_rows[j]`` = v of a j-token draft (``v_rows[0]`` = 1), plus ``prior_weight``
+    pseudo-rounds of the geometric model at the rounds' own lengths."""
+    ks = np.arange(k_max + 1)
+    kp = ks[:, None]
+    d = np.asarray(drafted, dtype=np.int64)[None, :]
+    a = np.asarray(accepted, dtype=np.int64)[None, :]
+    n = np.asarray(natural, dtype=np.int64)[None, :]
+    w = np.asarray(weights, dtype=float)
+    dp = np.minimum(kp, n)
+    al = min(max(alpha, 0.0), 1.0)
+    if al >= 1.0 - 1e-9:
+        tail = np.maximum(dp - d, 0).astype(float)
+        e = ks + 1.0
+    else:
+        tail = al * (1.0 - al ** np.maximum(dp - d, 0)) / (1.0 - al)
+        e = (1.0 - al ** (ks + 1)) / (1.0 - al)
+    tokens = np.where(kp <= d, np.minimum(a, kp) + 1.0, np.where(a < d, a + 1.0, d + 1.0 + tail))
+    vt = np.asarray(v_rows, dtype=float)
+    cost = c * dp + vt[dp]
+    ws = float(w.sum())
+    if ws > 0.0:  # the prior drafts the rounds' own lengths, accepted geometrically
+        e_rows = (1.0 - al ** (dp + 1)) / (1.0 - al) if al < 1.0 - 1e-9 else dp + 1.0
+        prior_tokens = (e_rows @ w) / ws
+        prior_cost = (cost @ w) / ws
+    else:
+        prior_tokens, prior_cost = e, c * ks + vt[: k_max + 1]
+    num = tokens @ w + prior_weight * prior_tokens
+    den = cost @ w + prior_weight * prior_cost
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(den > 0, num / np.where(den > 0, den, 1.0), 1.0).tolist()
+    out[0] = 1.0
+    return out
+
+
+__all__ = ["Replay", "natural_length", "replay_speedups"]

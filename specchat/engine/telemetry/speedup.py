@@ -1,0 +1,97 @@
+"""The arithmetic of speculation's pay: expected tokens per round, predicted speedup, the best K, and the
+sentence that explains it.
+
+Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative Decoding", arXiv 2211.17192,
+§3.3-3.4, eq. 1 and Theorem 3.8) with a *measured* verify cost instead of the paper's "a verify call
+costs one target step":
+
+    E(α, K) = (1 − α^(K+1)) / (1 − α)          expected tokens per round (K + 1 at α = 1)
+    S(K)    = E(α, K) / (c·K + v(K)),  S(0) = 1  predicted speedup over plain decoding
+
+where α is the per-position acceptance, c = draft ms per drafted token / target ms of a single-row
+decode, and v(K) = target ms of a (K+1)-row verify batch / target ms of a single-row decode. v must be
+measured, not assumed (:mod:`specchat.engine.telemetry.verify_cost`): on this machine the bundled
+SmolLM2 measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). A draft that costs about as
+much as the target (c ≈ 1) can never pay, whatever v and α are: S(K) ≤ (K+1) / (K+1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specchat.engine.events import CostEstimate
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """E(α, K) = (1 − α^(K+1)) / (1 − α): expected tokens a round emits (accepted prefix + 1).
+
+    Leviathan et al. 2023, eq. 1, assuming each draft position is accepted independently with
+    probability α. Equals K + 1 at α = 1 and 1 at α = 0.
+    """
+    if k < 0:
+        raise ValueError(f"K must be >= 0, got {k}")
+    if alpha <= 0.0:
+        return 1.0
+    if alpha >= 1.0 - 1e-9:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float, v: float) -> float:
+    """S(K) = E(α, K) / (c·K + v) for K ≥ 1, and S(0) = 1 (plain decoding is the unit).
+
+    ``c`` is the draft cost per drafted token and ``v`` the verify cost of K+1 rows, both relative to
+    one single-row target decode.
+    """
+    if k == 0:
+        return 1.0
+    return expected_tokens(alpha, k) / (c * k + v)
+
+
+def speedup_curve(alpha: float, c: float, v: Sequence[float], k_max: int) -> list[float]:
+    """[S(0), S(1), ..., S(k_max)] where ``v[K]`` is the verify cost of K+1 rows (``v[0]`` unused).
+
+    E is accumulated as 1 + α + ... + α^K, so this is O(k_max) with no powers.
+    """
+    out = [1.0]
+    e = 1.0
+    term = 1.0
+    a = min(max(alpha, 0.0), 1.0)
+    for k in range(1, k_max + 1):
+        term *= a
+        e += term
+        out.append(e / (c * k + v[k]))
+    return out
+
+
+def best_k(curve: Sequence[float]) -> int:
+    """argmax of a speedup curve; ties (within 1e-9 relative) go to the smaller K (0 = do not draft)."""
+    best = 0
+    for k in range(1, len(curve)):
+        if curve[k] > curve[best] * (1.0 + 1e-9):
+            best = k
+    return best
+
+
+def break_even_line(estimate: CostEstimate) -> str:
+    """One sentence on whether speculation pays, from a :class:`CostEstimate`.
+
+    Since E(α, K) = 1 + α + … + α^K ≤ 1 + K·α and v ≥ 1, S(K) > 1 needs α > c: a draft that costs c
+    target-steps per token must be accepted more often than c. With c ≥ 1 nothing can pay (the seed's
+    lesson: a draft as expensive as the target loses even at 100 % acceptance).
+    """
+    c = estimate.c
+    head = f"draft costs {c:.2f}× target per token"
+    if c >= 1.0:
+        return f"{head}: speculation cannot pay here; best K = off"
+    a = estimate.alpha
+    if estimate.best_k == 0:
+        if a <= c:
+            why = f"needs α > {c:.2f} to pay"
+        else:
+            why = "the verify cost of a batch eats the gain"
+        return f"{head}, α = {a:.2f}: {why}; best K = off"
+    return f"{head}, α = {a:.2f}: best K = {estimate.best_k}, predicted {estimate.predicted_speedup:.1f}×"
+
+
+__all__ = ["best_k", "break_even_line", "expected_tokens", "predicted_speedup", "speedup_curve"]

@@ -1,0 +1,177 @@
+"""The verify cost v(K): what a (K+1)-row verify batch costs relative to one single-row target decode.
+
+Fitted online from timings of target decodes by row count - the engine's calibration batches
+(:mod:`specchat.engine.calibration`), every round's verify batch, and plain single-row rounds. Leviathan et
+al. 2023 assume v = 1 (a verify call costs one target step); on a CPU it is far from flat and depends on the
+weight format: measured here with one thread on re-encodings of the bundled SmolLM2, v(16) ≈ 11 for Q4_1
+(no batched kernel), 7 for Q4_0 and Q8_0, 4 for F16; the bundled Q4_1 on this machine's build gave
+v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). So v is measured, never assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.telemetry.recent import RecentMedian
+
+#: verify batches have 1..K_MAX+1 rows ([last, d1..dK])
+MAX_ROWS = K_MAX + 1
+
+
+class VerifyCost:
+    """Target ms per batch row count (1..``max_rows``), each the median of its last ``window`` samples
+    (:class:`~specchat.engine.telemetry.recent.RecentMedian`), turned into v(K) and t1.
+
+    A line T(n) = a + b·(n − 1), b ≥ 0, is fitted to the row medians by least squares weighted by their
+    sample counts - one row's cost plus a cost per extra row, the shape of a CPU decode once the weights
+    are read, and Leviathan et al.'s flat v = 1 when b = 0. Each row's median is shrunk toward that line
+    with the weight of ``shrink`` samples: a row measured once, e.g. in a busy moment, is mostly the line,
+    and since auto-K rarely returns to a K that looked bad, one unlucky sample must not condemn it; a row
+    measured 31 times is mostly itself, so a curve that is not a line still shows. t1 = the median
+    single-row time, not shrunk (the line's intercept before any single-row sample). v(n) = T(n)/t1 is
+    made non-decreasing by weighted isotonic regression (pool-adjacent-violators), clamped at ≥ 1 (a
+    batch does at least one row's work), interpolated linearly between measured row counts and
+    extrapolated beyond the largest measured count along the line's slope b/t1. **Prior:** with no
+    multi-row measurement v(n) = 1 for every n (Leviathan et al.'s assumption). It is optimistic, so
+    auto-K tries drafting first, and the first verify of each size corrects it.
+    """
+
+    def __init__(self, max_rows: int = MAX_ROWS, *, window: int = 31, shrink: float = 4.0) -> None:
+        self.max_rows = max_rows
+        self.window = window
+        self.shrink = shrink
+        self.reset()
+
+    def reset(self) -> None:
+        self._rows = [RecentMedian(self.window) for _ in range(self.max_rows + 1)]  # index = rows
+        self._v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows
+        self._dirty = False
+        self._slope = 0.0
+        self._t1: float | None = None
+        self._since_single = -1  # observations since the last single-row sample; -1 = never
+
+    # -- observations ------------------------------------------------------------------------------
+    def observe(self, rows: int, ms: float) -> None:
+        """One target decode of ``rows`` rows took ``ms`` (a batch larger than ``max_rows`` only counts as
+        an observation since the last single row)."""
+        if rows < 1:
+            raise ValueError(f"a verify batch has at least one row, got {rows}")
+        if ms < 0:
+            raise ValueError(f"negative time {ms}")
+        if rows <= self.max_rows:
+            self._rows[rows].add(ms)
+            self._dirty = True
+        if rows == 1:
+            self._since_single = 0
+        elif self._since_single >= 0:
+            self._since_single += 1
+
+    # -- estimates ---------------------------------------------------------------------------------
+    def largest_measured_rows(self) -> int:
+        """The largest verify batch (rows) with a timing; 0 when none. v beyond it is extrapolated."""
+        return max((n for n in range(1, self.max_rows + 1) if self._rows[n].value is not None), default=0)
+
+    @property
+    def since_single_row(self) -> int | None:
+        """Observations since the last single-row timing (None = never measured)."""
+        return None if self._since_single < 0 else self._since_single
+
+    def target_ms(self) -> float | None:
+        """t1: target ms of a single-row decode (None before any target timing)."""
+        if self._dirty:
+            self._refresh()
+        return self._t1
+
+    def table(self) -> list[float]:
+        """v by K for K = 0..max_rows - 1 (``table()[K]`` = v of K+1 rows; ``[0]`` = 1)."""
+        if self._dirty:
+            self._refresh()
+        return self._v_by_k
+
+    def v(self, k: int) -> float:
+        """v(K): predicted verify cost of K+1 rows relative to one row (v(0) = 1)."""
+        if self._dirty:
+            self._refresh()
+        if k <= 0:
+            return 1.0
+        if k < len(self._v_by_k):
+            return self._v_by_k[k]
+        # beyond the table: continue along the fitted per-row slope
+        return self._v_by_k[-1] + self._slope * (k - len(self._v_by_k) + 1)
+
+    def _refresh(self) -> None:
+        """Fit the verify-cost model to the row medians (see the class docstring)."""
+        self._dirty = False
+        xs: list[int] = []
+        ts: list[float] = []
+        ws: list[float] = []
+        for n in range(1, self.max_rows + 1):
+            r = self._rows[n]
+            if r.value is not None:
+                xs.append(n)
+                ts.append(r.value)
+                ws.append(r.weight)
+        v_rows = [1.0] * (self.max_rows + 1)
+        if not xs:
+            self._t1, self._slope, self._v_by_k = None, 0.0, v_rows[1:]
+            return
+        # weighted least squares T(n) = a + b (n - 1), b >= 0: one row's cost plus a cost per extra row
+        wsum = sum(ws)
+        xbar = sum(w * (n - 1) for n, w in zip(xs, ws)) / wsum
+        tbar = sum(w * t for t, w in zip(ts, ws)) / wsum
+        sxx = sum(w * (n - 1 - xbar) ** 2 for n, w in zip(xs, ws))
+        b = sum(w * (n - 1 - xbar) * (t - tbar) for n, t, w in zip(xs, ts, ws)) / sxx if sxx > 0 else 0.0
+        b = max(0.0, b)
+        a = tbar - b * xbar
+        if a <= 0.0:  # a steep, noisy fit: anchor at the cheapest measured batch instead
+            a = min(ts)
+            b = max(0.0, (tbar - a) / xbar) if xbar > 0 else 0.0
+        # shrink each row's median toward the line by its sample count
+        s0 = self.shrink
+        shrunk = [(w * t + s0 * (a + b * (n - 1))) / (w + s0) for n, t, w in zip(xs, ts, ws)]
+        # the single-row time is the unit of v and c: its own median when measured (plain rounds and
+        # no-draft rounds give it plenty of samples); a line through concave multi-row costs (a 2-row batch
+        # can cost 2.6 rows, 17 rows 6.6, e.g. F16 here) would drag it far off
+        t1 = ts[0] if xs[0] == 1 else a
+        self._t1 = t1
+        self._slope = b / t1
+        pairs = [(n, t / t1, w) for n, t, w in zip(xs, shrunk, ws) if n >= 2]
+        if pairs:
+            fit = _isotonic([y for _, y, _ in pairs], [w for _, _, w in pairs])
+            px = [1, *(n for n, _, _ in pairs)]
+            py = [1.0, *(max(1.0, y) for y in fit)]
+            for i in range(1, len(py)):  # keep monotone after the clamp
+                py[i] = max(py[i], py[i - 1])
+            j = 0
+            m, vm = px[-1], py[-1]
+            for n in range(2, self.max_rows + 1):
+                if n >= m:
+                    v_rows[n] = vm + self._slope * (n - m)
+                    continue
+                while px[j + 1] < n:
+                    j += 1
+                x0, x1, y0, y1 = px[j], px[j + 1], py[j], py[j + 1]
+                v_rows[n] = y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+        else:  # only single rows measured: the flat prior
+            self._slope = 0.0
+        self._v_by_k = v_rows[1:]
+
+
+def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
+    """Weighted least-squares non-decreasing fit (pool adjacent violators, Ayer et al. 1955)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for y, w in zip(ys, ws):
+        blocks.append([y, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            m2, w2, n2 = blocks.pop()
+            m1, w1, n1 = blocks[-1]
+            wt = w1 + w2
+            blocks[-1] = [(m1 * w1 + m2 * w2) / wt, wt, n1 + n2]
+    out: list[float] = []
+    for m, _, n in blocks:
+        out.extend([m] * int(n))
+    return out
+
+
+__all__ = ["MAX_ROWS", "VerifyCost"]

@@ -1,0 +1,107 @@
+"""The n-gram drafter (prompt lookup with a learned draft length): it only proposes - the longest earlier
+match, as far as recent acceptance trusts it - and the target's verify keeps the output exact."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from enginekit import build_decoder, run_turn, steps
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.drafters import Draft, NgramDrafter
+
+SP = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+def test_ngram_drafts_nothing_without_a_match():
+    d = NgramDrafter(1, 4)
+    assert d.draft(list(range(100, 140)), 8, SP, RNG).tokens == []
+    assert d.last_match_len == 0
+
+
+def test_ngram_copies_a_long_match_and_picks_the_longest_earlier_occurrence():
+    d = NgramDrafter(1, 4)
+    src = list(range(1, 41))
+    # the 4-gram [37..40] occurs twice; only the first occurrence is preceded by the same 6 tokens
+    ctx = src + [7, 7, 37, 38, 39, 40, 99, 98] + src[:39] + [40]
+    e, length = d._match(ctx)
+    assert e == 40 and length == 40  # the original copy, matched all the way back
+    draft = d.draft(ctx, 8, SP, RNG).tokens
+    assert len(draft) >= 6 and draft == [7, 7, 37, 38, 39, 40, 99, 98][: len(draft)]  # a long copy is trusted
+
+
+def test_ngram_draft_length_follows_recent_acceptance():
+    d = NgramDrafter(1, 4)
+    src = list(range(1, 100))
+    ctx = src + src[:50]  # a 50-token match: the prior trusts it for the whole K
+    assert len(d.draft(ctx, 8, SP, RNG).tokens) == 8
+    for _ in range(12):  # the target keeps refusing the first token of 48..63-long matches
+        drafted = d.draft(ctx, 8, SP, RNG).tokens
+        if not drafted:
+            break
+        d.rollback(ctx)  # nothing of the draft was committed: rejected at position 0
+    assert d.draft(ctx, 8, SP, RNG).tokens == []  # no longer confident: no draft
+    assert d.confidence(50) < d.min_confidence
+    # evidence relaxes towards the prior, so the bucket is tried again later
+    for _ in range(400):  # other (10-token) matches keep being drafted and accepted meanwhile
+        assert d.draft(src + src[:10], 1, SP, RNG).tokens == [11]
+        d.rollback(src + src[:10] + [11])
+    assert d.confidence(50) > d.min_confidence
+
+
+def test_ngram_learns_from_full_acceptance_and_one_token_matches_start_untrusted():
+    d = NgramDrafter(1, 4)
+    ctx = [5, 6, 7, 8, 9, 1, 2, 3, 5]
+    assert d.confidence(1) < d.min_confidence
+    assert d.draft(ctx, 4, SP, RNG).tokens == []  # a one-token match: not enough evidence to draft
+    c_before = d.confidence(12)
+    ctx2 = list(range(1, 40)) + list(range(1, 13))
+    got = d.draft(ctx2, 4, SP, RNG).tokens
+    assert got == [13, 14, 15, 16][: len(got)] and len(got) >= 2
+    d.rollback(ctx2 + got)  # all accepted
+    assert d.confidence(12) > c_before
+
+
+def test_ngram_reports_its_natural_length_and_a_cap_takes_its_prefix():
+    """The drafter tells the cost model how long it would draft with no cap (auto-K's replay); a cap of
+    k proposes exactly the first k tokens of that uncapped draft."""
+    src = list(range(1, 60))
+    ctx = src + src[:30]  # a 30-token match: trusted far
+    full = NgramDrafter(1, 4).draft(ctx, K_MAX, SP, RNG)
+    assert full.natural == len(full.tokens) >= 6
+    for k in (1, 3, 5, 12):
+        capped = NgramDrafter(1, 4).draft(ctx, k, SP, RNG)
+        assert capped.tokens == full.tokens[:k] and capped.natural == full.natural
+    assert len(NgramDrafter(1, 4).draft(ctx, 12, SP, RNG).tokens) == full.natural < 12  # it stops by itself
+    none = NgramDrafter(1, 4).draft(list(range(100, 140)), 8, SP, RNG)
+    assert none.tokens == [] and none.natural == 0
+    # a model drafter fills whatever K it is given: it reports no natural length
+    assert Draft().natural is None
+
+
+def test_ngram_cost_aware_length():
+    """With a verify cost: long drafts when verify rows are free, none when each row costs a full step."""
+    src = list(range(1, 60))
+    ctx = src + src[:2]  # a two-token match: p ~ 0.67 per position by the prior
+    flat = NgramDrafter(1, 4, verify_cost=lambda k: 1.0)
+    assert len(flat.draft(ctx, 8, SP, RNG).tokens) == 8
+    steep = NgramDrafter(1, 4, verify_cost=lambda k: 1.0 + k)  # a row costs as much as a decode
+    assert steep.draft(ctx, 8, SP, RNG).tokens == []
+
+
+def test_ngram_speculation_stays_exact_on_a_copy(tiny_target):
+    """K = K_MAX with the learned length: the greedy reply equals plain decoding (the target decides)."""
+    dec = build_decoder(tiny_target, None, k=K_MAX, drafter="ngram")
+    try:
+        text = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu " * 4
+        ctx = dec.target.tokenize(text, add_bos=True)
+        dec.controls.set_speculative(False)
+        base, _ = run_turn(dec, ctx, 48)
+        dec.reset()
+        dec.controls.set_speculative(True)
+        spec, events = run_turn(dec, ctx, 48)
+        assert spec.tokens == base.tokens
+        assert all(s.drafted <= K_MAX for s in steps(events))
+    finally:
+        dec.close()
