@@ -246,8 +246,10 @@ class SpecChatApp(App[None]):
 
         With fewer threads than cores there is a core for the UI, and nice 19 only starves it whenever
         anything else runs: measured through a pty (tests/perf/ui_latency.py, ``--threads 1``, 2 cores,
-        load average ~2 from other processes) keystroke-to-screen while a reply streams was p50 1.9 s,
-        p95 2.9 s at nice 19 and p50 19 ms at nice 0 in the same conditions. So then the UI keeps nice 0.
+        load average ~4 from other processes, runs alternated), keystroke-to-screen while a reply streams
+        was p50 146-178 ms, p95 0.95-1.1 s before (nice 19) and p50 24-26 ms, p95 86-99 ms after (nice 0,
+        with the Esc driver and the 15 Hz updates). So then the UI keeps nice 0. The price under load: the
+        UI's CPU comes out of the process's scheduler share (see :mod:`specchat.tui.generation`).
         """
         import os
 
