@@ -55,6 +55,7 @@ CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
 CONFIG_FILENAME = "config.toml"
 HISTORY_FILENAME = "history.sqlite3"
 EXPORTS_DIRNAME = "exports"
+STATE_FILENAME = "ui-state.json"  # the app's remembered theme and sidebar (specchat.tui.state)
 
 
 class ConfigError(UserError):
@@ -260,6 +261,11 @@ class ConfigLocation:
 
 def default_config_path() -> Path:
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
+
+
+def state_path(config_path: str | os.PathLike | None = None) -> Path:
+    """Where the app remembers its theme and sidebar: next to the config file in effect (specchat.tui.state)."""
+    return locate_config(config_path).path.parent / STATE_FILENAME
 
 
 def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:

@@ -8,7 +8,16 @@ the rendered text already carries BOS) and the exact generated ids of each reply
 (:func:`~specchat.engine.conversation.spliced_prompt_tokens`). So old replies are never re-tokenized, and
 turn n+1's tokens start with turn n's tokens: the target and draft KV caches keep their common prefix and
 a new turn decodes only what is new (``prompt_n`` counts only those tokens). A model without a template gets
-a plain ``### Role:`` fallback, announced once by a :class:`~specchat.engine.events.Notice`.
+a plain ``### Role:`` fallback, announced once by a :class:`~specchat.engine.events.Notice` (and by
+:attr:`EngineInfo.chat_template`, which the sidebar shows).
+
+**Stop strings.** A model given the fallback format has no end-of-turn token of that format to emit, so it
+goes on writing the next ``### User:`` turn itself. The fallback's turn markers (:data:`FALLBACK_STOPS`) are
+therefore stop strings, as llama.cpp's server treats a request's ``stop`` words: :func:`cut_at_stop_strings`
+holds back the pieces that could begin a marker, and at a whole marker ends the reply before it (the token
+where the marker starts and any whitespace-only tokens before it are dropped, so the reply's text and token
+ids stay the same text) with ``stop_reason = "stop"``. Models with a template stop at their own
+end-of-generation token and get no stop strings.
 
 The message list, regenerate / edit and the context-limit policy are the shared
 :class:`~specchat.engine.conversation.Conversation`'s; when old turns are dropped for the context, the
@@ -38,15 +47,20 @@ from specchat.engine.controls import Controls
 from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.detokenize import detokenize_pieces
-from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Turn
+from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Piece, StopReason, Turn
 from specchat.engine.model import DecodeError, Model
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 
 FALLBACK_NOTICE = (
-    "{name} has no chat template: using the plain fallback '### System/User/Assistant:' format"
+    "{name} has no chat template: using the plain fallback '### System/User/Assistant:' format "
+    "(a reply ends at the next '### Role:' line)"
 )
+#: the fallback format's turn markers: a reply that reaches one has ended its turn
+FALLBACK_STOPS: tuple[str, ...] = ("### User:", "### Assistant:", "### System:")
+#: Turn.stop_reason of a reply ended by a stop string
+STOP_STRING: StopReason = "stop"
 
 
 class ChatTemplate:
@@ -56,6 +70,8 @@ class ChatTemplate:
         self.model = model
         template = model.meta("tokenizer.chat_template")
         self.has_template = bool(template)
+        #: text that ends a reply (the fallback format's turn markers; none with the model's own template)
+        self.stop_strings: tuple[str, ...] = () if self.has_template else FALLBACK_STOPS
         self._formatter = None
         if template:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -123,6 +139,7 @@ class ChatSession(Conversation):
             k_max=K_MAX,
             can_speculate=d.can_speculate,
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
+            chat_template=self.template.has_template,
         )
 
     def reset(self, system_prompt: str | None = None) -> None:
@@ -171,7 +188,12 @@ class ChatSession(Conversation):
         n_ctx = self.decoder.target.n_ctx
         max_new = max(1, min(self.n_predict, n_ctx - len(tokens)))
         try:
-            counters = yield from self.decoder.generate(tokens, max_new=max_new, rng=self.rng)
+            events = self.decoder.generate(tokens, max_new=max_new, rng=self.rng)
+            stops = self.template.stop_strings
+            if stops:
+                counters = yield from cut_at_stop_strings(events, stops, self.controls)
+            else:
+                counters = yield from events
         except (DecodeError, UserError) as exc:
             self.decoder.reset()  # caches may be inconsistent: rebuild from scratch next turn
             yield EngineError(str(exc))
@@ -181,3 +203,75 @@ class ChatSession(Conversation):
         if record:
             self._messages.append(reply_message(turn))
         yield turn
+
+
+def _partial_stop_at(text: str, stops: Sequence[str]) -> int:
+    """The start of the longest tail of ``text`` that is a proper prefix of a stop string (len(text) if none)."""
+    for start in range(max(0, len(text) - max(len(s) for s in stops) + 1), len(text)):
+        tail = text[start:]
+        if any(s.startswith(tail) for s in stops):
+            return start
+    return len(text)
+
+
+def cut_at_stop_strings(events: Iterator[Event], stops: Sequence[str], controls: Controls):
+    """Pass a reply's events through, ending the reply before the first stop string (module docstring).
+
+    ``events`` is :meth:`SpeculativeDecoder.generate`'s generator; this is one too, returning its
+    :class:`~specchat.engine.telemetry.TurnCounters` with the reply cut. Events are held back (in order)
+    while the text could still become a stop string, so no part of a marker is ever shown. At a whole
+    marker it asks the decoder to stop at its next round (``controls.request_stop``), drops every later
+    piece, and reports ``stop_reason = "stop"``.
+    """
+
+    def kept(event: Event) -> bool:
+        return isinstance(event, Piece) and event.kind != "rejected"
+
+    held: list[Event] = []
+    text = ""  # the reply's text so far (the pieces the target kept)
+    ends: list[int] = []  # end offset in ``text`` of each kept token
+    n_out = 0  # kept tokens already passed on
+    cut: int | None = None  # tokens in the reply, once a stop string was found
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as done:
+            counters = done.value
+            break
+        if cut is not None:
+            if not isinstance(event, Piece):
+                yield event  # the round's Step (its timings are real); the pieces after the cut are dropped
+            continue
+        held.append(event)
+        if kept(event):
+            text += event.text
+            ends.append(len(text))
+        starts = [i for i in (text.find(s) for s in stops) if i >= 0]
+        if starts:
+            start = min(starts)
+            cut = sum(1 for end in ends if end <= start)
+            while cut and not text[(ends[cut - 2] if cut > 1 else 0) : ends[cut - 1]].strip():
+                cut -= 1  # the blank line(s) before the marker belong to the format, not to the reply
+            controls.request_stop()
+            limit = cut
+        else:
+            limit = None
+            safe = _partial_stop_at(text, stops)  # text past here might still begin a marker
+        released = 0
+        for e in held:
+            if kept(e):
+                if (n_out >= limit) if limit is not None else (ends[n_out] > safe):
+                    break
+                n_out += 1
+            released += 1
+            yield e
+        held = [] if limit is not None else held[released:]
+    if cut is None:
+        yield from held
+        return counters
+    counters.finish(
+        stop_reason=STOP_STRING, text=text[: ends[cut - 1]] if cut else "",
+        tokens=counters.tokens[:cut], kinds=counters.kinds[:cut],
+    )
+    counters.predicted_n = cut
+    return counters

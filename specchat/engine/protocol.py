@@ -46,6 +46,7 @@ class EngineInfo:
     k_max: int
     can_speculate: bool  # False for recurrent/hybrid targets
     note: str = ""  # e.g. why speculation is unavailable
+    chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
 
 
 @runtime_checkable
