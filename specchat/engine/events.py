@@ -22,7 +22,10 @@ PieceKind = Literal["accepted", "rejected", "corrected", "bonus", "plain"]
 #: the kinds at run time, in that order: the same Literal, not a second list
 PIECE_KINDS: tuple[PieceKind, ...] = get_args(PieceKind)
 
-StopReason = Literal["eos", "length", "stopped", "context", "error"]
+StopReason = Literal["eos", "length", "stopped", "context", "error", "stop"]
+#: eos - the model's end-of-generation token; length - n_predict reached; stopped - the user stopped it;
+#: context - no room left in n_ctx; error - the engine failed mid-reply; stop - a stop string ended it (the
+#: fallback chat format's turn markers, :func:`specchat.engine.chat.cut_at_stop_strings`)
 
 
 @dataclass(frozen=True, slots=True)
