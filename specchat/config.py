@@ -149,6 +149,20 @@ def check_server_url(value: str) -> str:
     return text.rstrip("/")
 
 
+def refuse_local_flags(args: Any, server_url: str, flags: tuple[tuple[str, str], ...]) -> None:
+    """A flag that sets the local models or speculation would do nothing with a llama-server: say so.
+
+    ``flags`` are ``(flag, argparse destination)`` pairs; a destination that is ``None`` or ``False`` was not given.
+    """
+    for flag, dest in flags:
+        if getattr(args, dest, None) not in (None, False):
+            raise UserError(
+                f"{flag} does not apply to a llama-server ({server_url}): its models, K and speculation are "
+                "set by its own flags (-m, --spec-type, --spec-draft-model, --spec-draft-n-max); drop "
+                f"{flag}, or unset --server / server_url to run here"
+            )
+
+
 def _default_threads() -> int:
     return os.cpu_count() or 1
 

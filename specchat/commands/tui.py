@@ -1,7 +1,7 @@
 """``specchat`` with no subcommand: the terminal app.
 
 Builds the settings (defaults < config TOML < ``SPECCHAT_*`` env < these flags), opens the history
-database, and hands the app an engine *factory*; the factory imports :mod:`specchat.engine.loader` only
+database, and hands the app an engine *factory*; the factory imports :mod:`specchat.loading` only
 when it runs (in the app's loading thread, after the first frame), so neither this module nor the app
 imports llama_cpp at start-up.
 """
@@ -87,7 +87,7 @@ def make_factory(settings: Any) -> Callable[[Callable[[float, str], None]], Any]
     """An engine factory for the app: loads the models when called (in the app's loading thread)."""
 
     def factory(progress: Callable[[float, str], None]) -> Any:
-        from specchat.engine.loader import (
+        from specchat.loading import (
             load_engine,  # lazy: llama_cpp is imported here, not at start-up
         )
 
@@ -153,14 +153,12 @@ def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
 
 def run(args: argparse.Namespace) -> int:
     set_escape_delay()
-    from specchat.config import load_settings
+    from specchat.config import load_settings, refuse_local_flags
     from specchat.tui.app import SpecChatApp
 
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, overrides_from_args(args))
     if settings.server_url:
-        from specchat.commands.arguments import refuse_local_flags
-
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
     ui_state, state_file, state_note = remembered_state(config_path, theme_flag=getattr(args, "tui_theme", None))

@@ -1,7 +1,7 @@
 """End-to-end Pilot tests with the real engine: the tiny generated pair and the bundled SmolLM2.
 
 The engine is built exactly as ``specchat`` builds it (:func:`specchat.commands.tui.make_factory` ->
-``specchat.engine.loader.load_engine``). To change K or speculation *mid-reply* deterministically, the real
+``specchat.loading.load_engine``). To change K or speculation *mid-reply* deterministically, the real
 engine's event stream is wrapped by :class:`Holding`, which pauses the consuming worker right after the n-th
 Step (the engine itself is suspended between two rounds, exactly where a UI change lands in real use) and
 records every Step the engine emits.

@@ -287,7 +287,7 @@ def test_tui_modules_do_not_import_llama_cpp_or_engine_internals():
         import sys
         import specchat.tui.app, specchat.commands.tui
         bad = [m for m in sys.modules if m == "llama_cpp" or m.startswith("llama_cpp.") or m in (
-            "specchat.engine.model", "specchat.engine.chat", "specchat.engine.loader", "specchat.engine.speculative")]
+            "specchat.engine.model", "specchat.engine.chat", "specchat.loading", "specchat.engine.speculative")]
         print(",".join(bad))
         """
     )
