@@ -1078,21 +1078,6 @@ class SpecChatApp(App[None]):
         self.notify(f"Finished replies: {'Markdown' if self.markdown_view else 'tokens'} view", timeout=2)
 
     # -- model switching (command palette) -------------------------------------------------------------
-    def model_choices(self) -> list[tuple[str, str, str, str]]:
-        """(label, target, draft, help) for the palette: the bundled pair and every preset pair.
-
-        ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
-        :mod:`specchat.models.registry`).
-        """
-        choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
-        try:
-            from specchat.models.presets import PRESET_PREFIX, PRESETS
-        except ImportError:
-            return choices
-        for name, preset in PRESETS.items():
-            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
-        return choices
-
     def switch_model(self, target: str, draft: str, label: str) -> None:
         """Load another pair (in the loading thread); the conversation carries over to it."""
         if self.make_factory is None or self.settings is None:

@@ -524,6 +524,7 @@ async def test_palette_commands_switch_drafter_k_temperature_and_theme(make_app)
 
 async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_path):
     from specchat.config import Settings
+    from specchat.tui.commands import model_choices
 
     first, second = FakeEngine(["from the first model"]), FakeEngine(["from the second model"])
     built: list[str] = []
@@ -550,7 +551,7 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         assert built == ["bundled"] and app.engine is second and first.closed
         assert [m.content for m in second.loaded] == ["hello", "from the first model"]
         assert app.settings.target == "bundled"
-        labels = [label for label, *_ in app.model_choices()]
+        labels = [label for label, *_ in model_choices()]
         assert "preset smollm2-f16-q41" in labels
 
 
