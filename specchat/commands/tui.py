@@ -100,10 +100,8 @@ def open_history(settings: Any, disabled: bool = False) -> tuple[Any, str | None
     """The history store, or ``(None, why history is off)``."""
     if disabled:
         return None, "History is off (--no-history): this chat will not be saved."
-    try:
-        from specchat.history import HistoryStore
-    except ImportError:
-        return None, "History is off: this specchat has no history module."
+    from specchat.history import HistoryStore
+
     try:
         return HistoryStore(settings.history_path()), None
     except Exception as exc:  # HistoryError carries what to do; anything else is reported the same way

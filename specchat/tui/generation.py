@@ -30,6 +30,7 @@ from specchat.engine.events import (
     Step,
     Turn,
 )
+from specchat.errors import describe_exception
 from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
 from specchat.tui.stats import LiveStats
 
@@ -42,12 +43,6 @@ FLUSH_INTERVAL_S = 1 / 15
 #: the sidebar's numbers change every step but nobody reads them more than a few times a second; each
 #: redraw of the sidebar (text, sparklines, big digits) costs CPU the engine would use on a small machine
 STATS_INTERVAL_S = 1 / 4
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
 
 
 def pump_turn(

@@ -488,7 +488,7 @@ async def test_quit_mid_reply_stops_the_engine_and_waits_for_the_worker(make_app
         await pilot.press("ctrl+q")
     assert engine.controls.stop_requested or engine.messages[-1].stopped
     assert not engine.generating.is_set()  # the engine's generator ran to its end
-    assert app._turn_done.is_set() and engine.closed
+    assert not app.host.turn_running and engine.closed
 
 
 async def test_exit_without_quit_action_also_stops_the_worker(make_app):
