@@ -112,7 +112,7 @@ def load_engine(
         )
     )
     decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected)
-    report(1.0, "ready")
+    report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine
     return ChatSession(
         decoder,
         system_prompt=settings.system_prompt,
