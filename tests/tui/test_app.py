@@ -408,7 +408,9 @@ async def test_keymap_from_settings_remaps_bindings(make_app):
     app, engine = make_app(settings=settings)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        assert len(app.keymap_problems) == 1 and "teleport" in app.keymap_problems[0]
+        assert len(app.keymap_problems) == 2 and "teleport" in app.keymap_problems[0]
+        assert "ctrl+g to toggle_ghosts, but it is also help's default key" in app.keymap_problems[1]
+        assert sum("help's default key" in n for n in notifications(app)) == 1
         await pilot.press("ctrl+k")
         assert engine.controls.snapshot().k == 4
         await pilot.press("f4")  # the old key no longer raises K
