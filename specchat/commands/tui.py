@@ -31,7 +31,7 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--n-ctx", "tui_n_ctx", int, "n_ctx", "context length in tokens"),
     ("--n-predict", "tui_n_predict", int, "n_predict", "maximum tokens per reply"),
     ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
-    ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
+    ("--theme", "tui_theme", str, "theme", "theme name: a built-in one or a <config dir>/themes/*.toml"),
 )
 #: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),

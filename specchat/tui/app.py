@@ -289,12 +289,13 @@ class SpecChatApp(App[None]):
             self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
         wanted = self.ui_state.theme or self.settings.theme
         if wanted not in self.available_themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
             self.notify(
-                f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
+                f"Unknown theme {wanted!r}; using {fallback}. Choose one with ctrl+p \u2192 Theme.",
                 severity="warning",
                 timeout=10,
             )
-            wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+            wanted = fallback
         self.theme = wanted
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
 
