@@ -1,4 +1,4 @@
-"""specchat's terminal app: chat with speculative decoding you can watch.
+"""The chat window: its widgets, its actions (keys, palette) and the history glue.
 
 The app keeps the widgets, the actions and the history glue. It never imports llama_cpp or the engine's
 model code: it receives an *engine factory* (``Callable[[progress], ChatEngine]``), and its
@@ -1021,7 +1021,7 @@ class SpecChatApp(App[None]):
         await self.host.shutdown(save_stopped=self._save_history)
 
     def action_quit(self) -> None:
-        """Stop the reply, then exit once the worker threads are done (the UI stays live meanwhile)."""
+        """Stop the reply, then exit once the engine thread is done (the UI stays live meanwhile)."""
         if self.host.closing:
             return
         if self.host.generating:

@@ -114,38 +114,29 @@ class EngineHost:
             return
         self._load_done.clear()
         self.error = None
-        self._run(
-            partial(self._load, factory, progress, loaded, failed, close_first),
-            group="load", name="load-engine", description="load the models",
-        )
 
-    def _load(
-        self,
-        factory: EngineFactory,
-        progress: Progress,
-        loaded: Callable[[ChatEngine, float], None],
-        failed: Callable[[str], None],
-        close_first: ChatEngine | None,
-    ) -> None:
-        try:
-            if close_first is not None:
-                close_first.close()
-            start = self._clock()
+        def work() -> None:
             try:
-                engine = factory(lambda fraction, what: progress(float(fraction), str(what)))
-            except UserError as exc:
-                failed(str(exc))
-                return
-            except Exception as exc:  # a bug or an unexpected library error: still a message, not a crash
-                failed(
-                    f"could not load the models ({describe_exception(exc)}); check target and draft "
-                    f"with 'specchat config show' and 'specchat models list'"
-                )
-                return
-            self._loaded = engine
-            loaded(engine, self._clock() - start)
-        finally:
-            self._load_done.set()
+                if close_first is not None:
+                    close_first.close()
+                start = self._clock()
+                try:
+                    engine = factory(lambda fraction, what: progress(float(fraction), str(what)))
+                except UserError as exc:
+                    failed(str(exc))
+                    return
+                except Exception as exc:  # a bug or an unexpected library error: still a message, not a crash
+                    failed(
+                        f"could not load the models ({describe_exception(exc)}); check target and draft "
+                        f"with 'specchat config show' and 'specchat models list'"
+                    )
+                    return
+                self._loaded = engine
+                loaded(engine, self._clock() - start)
+            finally:
+                self._load_done.set()
+
+        self._run(work, group="load", name="load-engine", description="load the models")
 
     def accept(self, engine: ChatEngine) -> bool:
         """UI thread, once ``loaded`` has been handled: ``engine`` is the one in use, with the pending

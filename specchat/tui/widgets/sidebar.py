@@ -1,7 +1,7 @@
 """The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
 
-It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the generation
-worker posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
+It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
+pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
 pure ``format_*`` functions below, which the tests call directly.
 """
