@@ -226,6 +226,13 @@ class Settings(BaseSettings):
     def _server_url(cls, value: str | None) -> str | None:
         return None if value is None else check_server_url(value)
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            expand_user(value)  # "~nosuchuser/..." is a bad value here, not a traceback wherever it is used
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
@@ -276,6 +283,18 @@ class ConfigLocation:
         }[self.origin]
 
 
+def expand_user(path: str | os.PathLike) -> Path:
+    """``Path(path).expanduser()``, or a one-line error when ``~user`` names no user (pathlib raises
+    RuntimeError, which reached the terminal as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise PydanticCustomError(
+            "unknown_user", "{path}: the home directory of {user} is not known; give the path in full",
+            {"path": str(path), "user": str(path).split("/", 1)[0]},
+        ) from None
+
+
 def default_config_path() -> Path:
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
 
@@ -288,11 +307,15 @@ def state_path(config_path: str | os.PathLike | None = None) -> Path:
 def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
     """Where the config file is looked for: ``--config``, else ``$SPECCHAT_CONFIG``, else the user config dir."""
     environ = os.environ if environ is None else environ
-    if config_path not in (None, ""):
-        return ConfigLocation(Path(config_path).expanduser(), "--config")
-    from_env = environ.get(CONFIG_ENV, "")
-    if from_env:
-        return ConfigLocation(Path(from_env).expanduser(), "SPECCHAT_CONFIG")
+    try:
+        if config_path not in (None, ""):
+            return ConfigLocation(expand_user(config_path), "--config")
+        from_env = environ.get(CONFIG_ENV, "")
+        if from_env:
+            return ConfigLocation(expand_user(from_env), "SPECCHAT_CONFIG")
+    except PydanticCustomError as exc:
+        origin = "--config" if config_path not in (None, "") else f"${CONFIG_ENV}"
+        raise ConfigError(f"config error: config file {exc.message()} ({origin})") from None
     return ConfigLocation(default_config_path(), "default")
 
 
@@ -660,7 +683,7 @@ def _describe_error(err: dict, layers: list[Layer]) -> str:
     is_table = info is not None and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     if is_table and err["type"] == "value_error":  # a rule across the table's keys
         return f"config error: [{dotted}] {where}: {err['msg'].removeprefix('Value error, ')}"
-    if err["type"] == "not_utf8":  # the validator's own sentence
+    if err["type"] in ("not_utf8", "unknown_user"):  # the validator's own sentence
         allowed = err["msg"]
     if not allowed:
         allowed = err["msg"]
