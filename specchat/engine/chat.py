@@ -165,11 +165,33 @@ class ChatSession:
         return self._reply()
 
     def regenerate(self) -> Iterator[Event]:
+        previous = None
         if self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
+            previous = self._messages.pop()
         if not self._messages or self._messages[-1].role != "user":
+            if previous is not None:
+                self._messages.append(previous)
             raise UserError("nothing to regenerate: send a message first")
-        return self._reply()
+        try:
+            tokens, dropped = self._fit_context()
+        except UserError:
+            if previous is not None:
+                self._messages.append(previous)
+            raise
+        return self._run(tokens, record=True, dropped=dropped, previous=previous)
+
+    def select_alternate(self, index: int) -> Message:
+        """See :meth:`ChatEngine.select_alternate`: the choice is only a change of :attr:`messages`; the caches
+        follow on the next turn by longest common prefix (:meth:`SpeculativeDecoder.generate`), as after a
+        regenerate or an edit."""
+        if not self._messages or self._messages[-1].role != "assistant":
+            raise UserError("no reply to choose a version of: the conversation does not end with a reply")
+        last = self._messages[-1]
+        n = len(last.alternates) + 1
+        if not (isinstance(index, int) and 0 <= index < n):
+            raise UserError(f"the last reply has {n} version(s), numbered 0..{n - 1}; {index!r} is not one")
+        self._messages[-1] = last.with_version(index)
+        return self._messages[-1]
 
     def edit_last(self, user_text: str) -> Iterator[Event]:
         while self._messages and self._messages[-1].role == "assistant":
@@ -243,7 +265,11 @@ class ChatSession:
         tokens, dropped = self._fit_context()
         return self._run(tokens, record=True, dropped=dropped)
 
-    def _run(self, tokens: list[int], *, record: bool, dropped: int = 0) -> Iterator[Event]:
+    def _run(
+        self, tokens: list[int], *, record: bool, dropped: int = 0, previous: Message | None = None
+    ) -> Iterator[Event]:
+        """Generate after ``tokens``; with ``record``, append the reply to the conversation - as the newest
+        version of ``previous`` (the reply it regenerates), which is put back if generation fails."""
         self.controls.clear_stop()
         if self._notice_pending:
             self._notice_pending = False
@@ -256,19 +282,25 @@ class ChatSession:
             counters = yield from self.decoder.generate(tokens, max_new=max_new, rng=self.rng)
         except (DecodeError, UserError) as exc:
             self.decoder.reset()  # caches may be inconsistent: rebuild from scratch next turn
+            if previous is not None:
+                self._messages.append(previous)
             yield EngineError(str(exc))
             return
         st = self.controls.snapshot()
-        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
+        dec = self.decoder
+        drafting = st.speculative and dec.can_speculate and dec.drafter is not None
+        turn: Turn = counters.to_turn(
+            k=st.k if drafting else 0, drafter=dec.drafter_name or NONE, speculative=st.speculative,
+            target=dec.target.name,
+        )
         if record:
-            self._messages.append(
-                Message(
-                    "assistant",
-                    turn.text,
-                    tokens=list(turn.tokens),
-                    kinds=list(turn.kinds),
-                    stats=turn,
-                    stopped=turn.stop_reason == "stopped",
-                )
+            reply = Message(
+                "assistant",
+                turn.text,
+                tokens=list(turn.tokens),
+                kinds=list(turn.kinds),
+                stats=turn,
+                stopped=turn.stop_reason == "stopped",
             )
+            self._messages.append(previous.with_new_version(reply) if previous is not None else reply)
         yield turn
