@@ -52,7 +52,7 @@ def test_a_v1_database_is_upgraded_with_all_its_data(tmp_path):
     assert [row[0] for row in before["conversations"]] == [1, 3]
 
     with HistoryStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         conv, messages = store.load(1)
         assert conv.title == "What is [bold]speculative[/] decoding?" and conv.n_messages == 3
         assert [(m.role, m.content) for m in messages] == [
@@ -74,7 +74,10 @@ def test_a_v1_database_is_upgraded_with_all_its_data(tmp_path):
     raw = sqlite3.connect(str(path))
     after = {t: raw.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("conversations", "messages", "turn_stats")}
     assert after["conversations"][:2] == before["conversations"]  # same ids, same rows
-    assert after["messages"] == before["messages"] and after["turn_stats"] == before["turn_stats"]
+    # v3 adds two columns to messages (alternates): every v1 row keeps its values, as a message of its own
+    assert [row[:9] for row in after["messages"]] == before["messages"]
+    assert {row[9:] for row in after["messages"]} == {(None, 0)}
+    assert after["turn_stats"] == before["turn_stats"]
     assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     sql = raw.execute("SELECT sql FROM sqlite_master WHERE name = 'conversations'").fetchone()[0]
     assert "AUTOINCREMENT" in sql
