@@ -27,12 +27,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from specchat.engine.chat import ChatSession
 from specchat.engine.drafter_kinds import NONE
 from specchat.engine.events import EngineError, Notice, Piece, PieceKind, PromptDone, Step, Turn
 from specchat.errors import UserError
+
+if TYPE_CHECKING:  # the replay half is pure: a UI imports this module without llama.cpp
+    from specchat.engine.chat import ChatSession
 
 Lane = Literal["off", "on"]
 LANES: tuple[Lane, ...] = ("off", "on")
