@@ -15,18 +15,15 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.protocol import Message
-from specchat.history import APPLICATION_ID, SCHEMA_VERSION, HistoryError, HistoryStore, parse_export
+from specchat.history import SCHEMA_VERSION, HistoryError, HistoryStore, parse_export
 from test_history import reply
+from test_history_ids import write_database
 
 V2_DUMP = Path(__file__).resolve().parent / "data" / "history-v2.sql"
 
 
 def write_v2_database(path: Path) -> None:
-    conn = sqlite3.connect(str(path), isolation_level=None)
-    conn.executescript(V2_DUMP.read_text(encoding="utf-8"))
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 2")
-    conn.close()
+    write_database(path, V2_DUMP, 2)
 
 
 def regenerated(*versions: Message, chosen: int) -> Message:

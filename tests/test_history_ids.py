@@ -20,12 +20,17 @@ from specchat.history import APPLICATION_ID, SCHEMA_VERSION, HistoryStore
 V1_DUMP = Path(__file__).resolve().parent / "data" / "history-v1.sql"
 
 
-def write_v1_database(path: Path) -> None:
+def write_database(path: Path, dump: Path, version: int) -> None:
+    """A database from a dump of an older schema ``version`` (iterdump leaves out the two PRAGMAs: set here)."""
     conn = sqlite3.connect(str(path), isolation_level=None)
-    conn.executescript(V1_DUMP.read_text(encoding="utf-8"))
+    conn.executescript(dump.read_text(encoding="utf-8"))
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
+
+
+def write_v1_database(path: Path) -> None:
+    write_database(path, V1_DUMP, 1)
 
 
 def test_a_deleted_conversation_id_is_never_given_out_again(tmp_path):
