@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import platformdirs
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -53,6 +55,7 @@ CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
 CONFIG_FILENAME = "config.toml"
 HISTORY_FILENAME = "history.sqlite3"
 EXPORTS_DIRNAME = "exports"
+STATE_FILENAME = "ui-state.json"  # the app's remembered theme and sidebar (specchat.tui.state)
 
 
 class ConfigError(UserError):
@@ -123,6 +126,29 @@ class NgramSettings(BaseModel):
         return self
 
 
+#: what ``server_url`` accepts, for its error line
+SERVER_URL_RULE = "must be a llama-server's base URL: http:// or https://, a host and an optional port, e.g. http://127.0.0.1:8080"
+
+
+def check_server_url(value: str) -> str:
+    """``value`` without a trailing slash if it is an http(s) URL with a host (a path prefix is allowed, for a
+    server behind a proxy), else ValueError with :data:`SERVER_URL_RULE`."""
+    from urllib.parse import urlsplit
+
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError for a port that is not 0..65535
+    except ValueError:
+        raise ValueError(SERVER_URL_RULE) from None
+    if (
+        parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment
+        or port == 0 or any(c.isspace() for c in text)
+    ):
+        raise ValueError(SERVER_URL_RULE)
+    return text.rstrip("/")
+
+
 def _default_threads() -> int:
     return os.cpu_count() or 1
 
@@ -175,6 +201,14 @@ class Settings(BaseSettings):
         description=f"the TUI's key overrides, each entry either {KEYMAP_FORMS}; binding ids: F1 in the app",
     )
     data_dir: Path | None = Field(None, description="models, history; unset = the user data dir")
+    server_url: Text | None = Field(
+        None, description="a llama-server's base URL (http://host:port): it generates the replies; unset = local"
+    )
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_server_url(value)
 
     @classmethod
     def settings_customise_sources(
@@ -227,6 +261,11 @@ class ConfigLocation:
 
 def default_config_path() -> Path:
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
+
+
+def state_path(config_path: str | os.PathLike | None = None) -> Path:
+    """Where the app remembers its theme and sidebar: next to the config file in effect (specchat.tui.state)."""
+    return locate_config(config_path).path.parent / STATE_FILENAME
 
 
 def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
@@ -462,6 +501,8 @@ def allowed_values(key: Key) -> str:
     """Human description of what ``key`` accepts, derived from the model's constraints."""
     if key[:1] == ("keymap",) and len(key) == 2:
         return f"must be a string: an entry is {KEYMAP_FORMS}"
+    if key == ("server_url",):
+        return SERVER_URL_RULE
     info = _field_info(key)
     if info is None:
         return ""

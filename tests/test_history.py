@@ -685,3 +685,15 @@ def test_python_m_specchat_cli_reports_one_line(tmp_path):
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == f"specchat: error: no conversation with ID 7 in {db}; see 'specchat history list'\n"
+
+
+@pytest.mark.parametrize("reason", ["eos", "length", "stopped", "context", "error", "stop"])
+def test_every_stop_reason_the_engine_writes_survives_export_and_import(store, tmp_path, reason):
+    """The import's schema check accepts every stop reason the engine can record (the fallback chat format's
+    stop strings end a reply with "stop": a conversation with one must not become un-importable)."""
+    cid = store.create_conversation(target="tiny-target.gguf", draft="ngram", system_prompt="")
+    store.append_message(cid, Message("user", "hi"))
+    store.append_message(cid, reply(0, stop_reason=reason))
+    with HistoryStore(tmp_path / "other.sqlite3") as other:
+        new_id = other.import_json(json.loads(json.dumps(store.export_json(cid))))
+        assert other.load(new_id)[1][-1].stats.stop_reason == reason

@@ -15,11 +15,16 @@ from specchat.bench.progress import ProgressLine
 from specchat.bench.report import build_report, format_arithmetic, format_plot, format_table, noise_warnings, write_json
 from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
+from specchat.bench.remote import remote_plan, run_remote_once
 from specchat.bench.summary import summarize
+from specchat.commands.arguments import refuse_local_flags
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
 
 DEFAULT_KS = "0,1,2,3,5,8"
+#: the bench's flags that choose local models or K (a llama-server has its own), with their dests
+LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
 DEFAULT_N_PREDICT = 256
 
 
@@ -40,6 +45,8 @@ def parse_k_list(text: str) -> list[int]:
 
 def settings_overrides(args: Any) -> dict[str, Any]:
     o: dict[str, Any] = {}
+    if getattr(args, "server", None) is not None:
+        o["server_url"] = args.server
     for flag in ("target", "draft", "threads", "n_ctx", "data_dir"):  # data_dir: specchat --data-dir D bench
         v = getattr(args, flag, None)
         if v is not None:
@@ -95,6 +102,8 @@ def main(
     from specchat.config import load_settings
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    if settings.server_url:
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     from specchat.engine.loader import load_engine
 
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
@@ -107,6 +116,8 @@ def main(
         print("specchat: interrupted while loading; nothing measured", file=err)
         return 130
     progress.close()
+    if settings.server_url:
+        return _main_remote(args, session, suite, settings, progress, out, err, on_record)
     try:
         dec = session.decoder
         drafter = dec.drafter_name
@@ -169,6 +180,67 @@ def main(
         progress.close()
         session.close()
     return 130 if interrupted else 0
+
+
+def _main_remote(
+    args: Any, session: Any, suite: list[dict[str, str]], settings: Any, progress: ProgressLine,
+    out: TextIO, err: TextIO, on_record: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """``specchat bench --server URL`` (see :mod:`specchat.bench.remote`): the server's one configuration."""
+    try:
+        session.cache_prompt = False
+        info = session.info()
+        if info.can_speculate and not session.controls.snapshot().k:
+            # the server's K shows in /metrics once it has speculated: one unrecorded warm-up reply
+            progress(0, 1, "warm-up reply (learns the server's K)")
+            run_remote_once(session, suite[0]["prompt"], "spec", None)
+            info = session.info()
+        k = session.controls.snapshot().k if info.can_speculate else 0
+        plan = remote_plan(suite, args.runs, k)
+        meta = {
+            "target": info.target_name,
+            "drafter": info.draft_name,
+            "ks": [k],
+            "auto": False,
+            "runs": args.runs,
+            "n_predict": settings.n_predict,
+            "temperature": settings.sampling.temperature,
+            "seed": settings.sampling.seed,
+            "threads": None,  # the server's own
+            "n_ctx": info.n_ctx,
+            "suite": [p["name"] for p in suite],
+        }
+        print(
+            f"specchat bench: llama-server {info.target_name}, drafter {info.draft_name}, its K {k or 'none'}; "
+            f"{args.runs} run(s) per prompt, the server's one configuration (no baseline pairs: its speculation "
+            f"is set by its own flags); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}",
+            file=out,
+        )
+        out.flush()
+        runner = BenchRunner(
+            session, suite, [k], args.runs, progress=progress, on_record=on_record, run_fn=run_remote_once,
+            plan=plan, drafter=info.draft_name,
+        )  # fmt: skip
+        records = runner.run()
+        progress.close()
+        rows = summarize(records)
+        if runner.interrupted:
+            print(f"interrupted: {len(records)} run(s) measured so far", file=out)
+        if rows:
+            print("", file=out)
+            print(format_table(rows), file=out)
+            for w in noise_warnings(rows):
+                print(w, file=out)
+        if args.plot and rows:
+            print(format_plot(rows), file=out)
+        if args.json:
+            write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=None, interrupted=runner.interrupted))
+            print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)
+        out.flush()
+        return 130 if runner.interrupted else 0
+    finally:
+        progress.close()
+        session.close()
 
 
 __all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "main", "parse_k_list", "settings_overrides", "validate_args"]

@@ -92,6 +92,11 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         dec.auto_k.reset()
         c.set_speculative(True)
         c.set_auto_k(True)
+    return measure_reply(session, prompt)
+
+
+def measure_reply(session: Any, prompt: str) -> tuple[Any, RunStats]:
+    """Send ``prompt`` and count the reply's rounds; returns (Turn, RunStats). Any engine (local or remote)."""
     stats = RunStats()
     turn = None
     for ev in session.send(prompt):
@@ -167,18 +172,20 @@ class BenchRunner:
         progress: Progress | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         run_fn: Callable[..., tuple[Any, RunStats]] | None = None,
+        plan: list[PlanItem] | None = None,
+        drafter: str | None = None,
     ) -> None:
         self.session = session
         self.suite = list(suite)
         self.prompts = {p["name"]: p["prompt"] for p in self.suite}
-        self.plan = make_plan(self.suite, ks, runs, auto)
+        self.plan = plan if plan is not None else make_plan(self.suite, ks, runs, auto)
         self.progress = progress
         self.on_record = on_record
         self.run_fn = run_fn or (lambda *a: run_once(*a))  # looked up at call time
         self.records: list[dict[str, Any]] = []
         self.interrupted = False
         dec = getattr(session, "decoder", None)
-        self.drafter = getattr(dec, "drafter_name", None) or NONE
+        self.drafter = drafter or getattr(dec, "drafter_name", None) or NONE
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
@@ -206,4 +213,4 @@ class BenchRunner:
         return self.records
 
 
-__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "run_once"]
+__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "measure_reply", "run_once"]

@@ -19,6 +19,7 @@ import os
 import sys
 
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.commands.arguments import refuse_local_flags
 from specchat.errors import UserError
 
 ANSI = {
@@ -34,6 +35,7 @@ RESET = "\x1b[0m"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``specchat generate`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
+    p.add_argument("--server", metavar="URL", help="a llama-server's URL: it generates the reply with its own models and speculation")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default) or '{NONE}'")
     p.add_argument("--k", type=int, help=f"draft length K, 0..{K_MAX} (0 = no speculation); default 3")
@@ -55,8 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def settings_overrides(args: argparse.Namespace) -> dict:
     """Only the flags the user gave: they beat config file and environment."""
     o: dict = {}
-    for flag, key in (("target", "target"), ("draft", "draft"), ("k", "k"), ("n_predict", "n_predict"),
-                      ("threads", "threads"), ("n_ctx", "n_ctx"), ("system", "system_prompt")):
+    for flag, key in (("server", "server_url"), ("target", "target"), ("draft", "draft"), ("k", "k"),
+                      ("n_predict", "n_predict"), ("threads", "threads"), ("n_ctx", "n_ctx"), ("system", "system_prompt")):
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v
@@ -66,6 +68,11 @@ def settings_overrides(args: argparse.Namespace) -> dict:
     if sampling:
         o["sampling"] = sampling
     return o
+
+
+#: flags of the local engine (a llama-server has its own settings), with their argparse destinations
+LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto-k", "auto_k"),
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
 
 
 def load_conversation(path: str) -> list:
@@ -122,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     if args.n_predict is not None and args.n_predict <= 0:
         raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    if settings.server_url:
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     conversation = load_conversation(args.conversation) if args.conversation else None
 
     from specchat.engine.events import EngineError, Notice, Piece, Turn
@@ -129,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     auto_k = bool(args.auto_k)
     session = load_engine(settings, auto_k=auto_k)
-    if settings.k == 0:
+    if settings.k == 0 and not session.controls.fixed:
         session.controls.set_speculative(False)
     note = session.info().note
     if note:
@@ -171,7 +180,10 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(json_text(turn.to_dict()) + "\n")
         else:
             sys.stdout.write("\n")
-        print(turn.acceptance_line(), file=sys.stderr)
+        if session.controls.fixed and turn.speculative and turn.draft_n == 0:  # a llama-server: see remote.py
+            print("draft acceptance: not reported by the server (no draft was verified in this reply)", file=sys.stderr)
+        else:
+            print(turn.acceptance_line(), file=sys.stderr)
         print(
             f"prompt: {turn.prompt_n} tokens in {turn.prompt_ms:.1f} ms; predicted: {turn.predicted_n} tokens in "
             f"{turn.predicted_ms:.1f} ms ({turn.predicted_per_second:.2f} tok/s); stop: {turn.stop_reason}",

@@ -9,7 +9,8 @@ imports llama_cpp at start-up.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 
 # (flag, dest, type, settings key, help)
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
+    ("--server", "tui_server", str, "server_url",
+     "a llama-server's URL (http://host:port): it generates the replies with its own models and speculation"),
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
     ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
     ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
@@ -30,6 +33,9 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
     ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
 )
+#: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
+LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),
+                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))  # fmt: skip
 #: the app's on/off flags: (flag, dest, the value when not given)
 _SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 
@@ -114,13 +120,50 @@ def user_theme_dir(config_path: str | None) -> Path | None:
         return None
 
 
+def remembered_state(config_path: str | None, theme_flag: str | None) -> tuple[Any, Path | None, str | None]:
+    """The app's remembered theme and sidebar (:mod:`specchat.tui.state`), its file, and a problem to report.
+
+    A ``--theme`` flag beats the remembered theme for this run (what is remembered is not changed by it).
+    """
+    from specchat.config import state_path
+    from specchat.tui.state import UiState, load_state
+
+    try:
+        path = state_path(config_path)
+    except Exception:
+        return UiState(), None, None
+    state, problem = load_state(path)
+    if theme_flag:
+        state.theme = None
+    return state, path, problem
+
+
+#: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
+#: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
+#: the engine's round. 50 ms is Neovim's default ``ttimeoutlen`` for the same ambiguity; terminals send a
+#: key's whole sequence in one write, so only a link slower than that splits one. A user's ``ESCDELAY``
+#: (the ncurses variable Textual reads) wins.
+ESCAPE_DELAY_MS = 50
+
+
+def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set ``ESCDELAY`` to :data:`ESCAPE_DELAY_MS` unless the user set it (before Textual is imported)."""
+    environ.setdefault("ESCDELAY", str(ESCAPE_DELAY_MS))
+
+
 def run(args: argparse.Namespace) -> int:
+    set_escape_delay()
     from specchat.config import load_settings
     from specchat.tui.app import SpecChatApp
 
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, overrides_from_args(args))
+    if settings.server_url:
+        from specchat.commands.arguments import refuse_local_flags
+
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
+    ui_state, state_file, state_note = remembered_state(config_path, theme_flag=getattr(args, "tui_theme", None))
     app = SpecChatApp(
         make_factory(settings),
         settings,
@@ -128,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
         make_factory=make_factory,
         user_theme_dir=user_theme_dir(config_path),
         history_note=note,
+        ui_state=ui_state,
+        state_path=state_file,
+        state_note=state_note,
         stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
     )
     try:

@@ -2,12 +2,15 @@
 
 A turn yields, in order: optional :class:`ContextTrimmed`, :class:`PromptDone`, then for every
 draft/verify round some :class:`Piece` events followed by one :class:`Step`, and finally one
-:class:`Turn`. A :class:`Notice` may come before a round (e.g. :class:`AutoKNotice`: auto-K turned drafting
-off or back on).
+:class:`Turn` - or an :class:`EngineError` instead when the turn failed; a remote engine whose server
+failed mid-reply yields the partial reply's Turn (``stop_reason`` "error") and then the EngineError. A
+:class:`Notice` may come before a round (e.g. :class:`AutoKNotice`: auto-K turned drafting off or back on).
 
 Every figure says over which rounds it was computed: a :class:`Step` carries the reply so far and the recent
 window as two :class:`Figures` (each one all from the same rounds), and a :class:`KStatus` saying how the
-round's K was chosen. A figure that does not exist yet (no drafts: no acceptance) is ``None``, never 0. Names of the timing fields follow llama-server's ``timings`` object
+round's K was chosen. A figure that does not exist yet (no drafts: no acceptance) is ``None``, never 0.
+
+Names of the timing fields follow llama-server's ``timings`` object
 (``tools/server/server-common.cpp``: ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``,
 ``predicted_per_second``, ``draft_n``, ``draft_n_accepted``).
 """
@@ -26,7 +29,10 @@ PieceKind = Literal["accepted", "rejected", "corrected", "bonus", "plain"]
 #: the kinds at run time, in that order: the same Literal, not a second list
 PIECE_KINDS: tuple[PieceKind, ...] = get_args(PieceKind)
 
-StopReason = Literal["eos", "length", "stopped", "context", "error"]
+StopReason = Literal["eos", "length", "stopped", "context", "error", "stop"]
+#: eos - the model's end-of-generation token; length - n_predict reached; stopped - the user stopped it;
+#: context - no room left in n_ctx; error - the engine failed mid-reply; stop - a stop string ended it (the
+#: fallback chat format's turn markers, :func:`specchat.engine.chat.cut_at_stop_strings`)
 
 
 @dataclass(frozen=True, slots=True)

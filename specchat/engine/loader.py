@@ -1,4 +1,5 @@
-"""Build a :class:`~specchat.engine.chat.ChatSession` from :class:`specchat.config.Settings`.
+"""Build a :class:`~specchat.engine.chat.ChatSession` from :class:`specchat.config.Settings` (or, with
+``server_url`` set, a :class:`~specchat.engine.remote.RemoteSession` on that llama-server).
 
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
@@ -20,6 +21,9 @@ from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
+
+if TYPE_CHECKING:
+    from specchat.engine.remote import RemoteSession
 
 Progress = Callable[[float, str], None]
 
@@ -32,13 +36,24 @@ def sampling_from(settings: Any) -> SamplingParams:
         raise UserError(str(exc)) from exc
 
 
-def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool | None = None) -> ChatSession:
+def load_engine(
+    settings: Any, progress: Progress | None = None, *, auto_k: bool | None = None
+) -> ChatSession | RemoteSession:
     """Load the configured target and drafter(s) and return a ready conversation.
 
     ``settings`` is a :class:`specchat.config.Settings` (duck-typed: target, draft, k, auto_k, sampling,
-    ngram, threads, n_ctx, n_predict, system_prompt, data_dir).
+    ngram, threads, n_ctx, n_predict, system_prompt, data_dir, server_url). With ``server_url`` the replies
+    come from that llama-server, whose own flags set the models and speculation.
     """
     report = progress or (lambda f, what: None)
+    server_url = getattr(settings, "server_url", None)
+    if server_url:
+        from specchat.engine.remote import connect
+
+        return connect(
+            server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
+            sampling=sampling_from(settings), progress=report,
+        )  # fmt: skip
     data_dir = _data_dir(settings)
     pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target

@@ -1,7 +1,8 @@
 """What a chat engine offers the UI: a conversation you can send to, regenerate, edit, stop.
 
 This module imports neither llama_cpp nor Textual. The real implementation is
-:class:`specchat.engine.chat.ChatSession`; UI unit tests use a fake that satisfies :class:`ChatEngine`.
+:class:`specchat.engine.chat.ChatSession`, and :class:`specchat.engine.remote.RemoteSession` on a
+llama-server; UI unit tests use a fake that satisfies :class:`ChatEngine`.
 
 Every generating call returns an iterator of :mod:`specchat.engine.events` and must be consumed in one
 worker thread; :attr:`ChatEngine.controls` may be used from any thread meanwhile.
@@ -73,6 +74,7 @@ class EngineInfo:
     k_max: int
     can_speculate: bool  # False for recurrent/hybrid targets
     note: str = ""  # e.g. why speculation is unavailable
+    chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
 
 
 @runtime_checkable

@@ -34,7 +34,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual import on
 from textual.app import App, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -65,12 +64,18 @@ from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.state import UiState, save_state
 from specchat.tui.widgets.sidebar import Sidebar
 
-#: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
+#: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
+#: see SpecChatApp.ui_needs_to_yield)
 UI_NICE = 19
 #: after SIGHUP the process ends this many seconds later at the latest (a dead terminal blocks Textual's exit)
 HANGUP_EXIT_S = 10.0
+
+#: below this terminal width the sidebar (36 columns) hides by itself and a one-line status bar replaces it:
+#: at 100 columns the chat keeps 64 (a reply box of ~60), at 80 it would keep 44 and at 60 only ~22
+SIDEBAR_MIN_WIDTH = 100
 
 Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
@@ -130,6 +135,9 @@ class SpecChatApp(App[None]):
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
+        ui_state: UiState | None = None,
+        state_path: Path | None = None,
+        state_note: str | None = None,
         stop_signals: bool = False,
     ) -> None:
         super().__init__()
@@ -145,6 +153,11 @@ class SpecChatApp(App[None]):
         self.user_theme_dir = user_theme_dir
         self.export_dir = export_dir or _exports_dir(settings)
         self.history_note = history_note
+        #: remembered between runs (specchat.tui.state); written to ``state_path`` when it changes
+        self.ui_state = ui_state or UiState()
+        self.state_path = state_path
+        self._state_note = state_note
+        self._state_write_failed = False
         self._clock = clock
         self.engine: ChatEngine | None = None
         self.engine_error: str | None = None
@@ -167,6 +180,7 @@ class SpecChatApp(App[None]):
         self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
+        self._queued: list[UserMessage] = []  # messages sent during a reply, in order (see submit_prompt)
         self._shutting_down = False
         self._engine_closed = False
         # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
@@ -195,9 +209,21 @@ class SpecChatApp(App[None]):
             with Vertical(id="chat-column"):
                 yield Static(legend_content(True), id="legend")
                 yield ChatLog(id="chat")
-                yield PromptInput(id="prompt")
+                yield PromptInput(id="prompt", submit=self.submit_prompt)
             yield Sidebar(id="sidebar")
+        yield Static(id="status-bar")
         yield Footer()
+
+    def get_driver_class(self):
+        """Textual's driver, except on Linux terminals: :class:`specchat.tui.driver.FastEscapeLinuxDriver`."""
+        driver_class = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+
+            from specchat.tui.driver import FastEscapeLinuxDriver
+        except ImportError:  # not on Linux (or another Textual): Textual's own driver
+            return driver_class
+        return FastEscapeLinuxDriver if driver_class is LinuxDriver else driver_class
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         defaults = dict(TOKEN_DEFAULTS)
@@ -209,22 +235,41 @@ class SpecChatApp(App[None]):
             defaults["token-plain"] = foreground
         return defaults
 
-    def _yield_cpu_to_engine(self) -> None:
-        """Give the UI thread the lowest CPU priority, below the engine's threads (Linux; a no-op elsewhere).
+    def ui_needs_to_yield(self) -> bool:
+        """Lower the UI thread's priority only when llama.cpp's threads take every core.
 
-        llama.cpp runs one compute thread per core; a UI thread that wakes up to draw preempts one of them
-        and the others wait at their barrier. At nice 19 the UI draws in the gaps between two decodes
-        instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens, one process per run,
-        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice 19,
-        0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0. The engine thread is created first, so it
-        and the llama.cpp threads it starts keep the normal priority. With autogroup scheduling (the default
-        on desktop Linux) niceness only ranks the threads of this session, so other programs do not starve
-        the UI any more than before. Lowering a priority cannot be undone without privileges.
+        With ``threads`` = the core count (the default), llama.cpp's compute threads meet at a barrier after
+        every operation: a UI thread that wakes up to draw preempts one of them and the others wait. At nice
+        19 the UI draws in the gaps instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens,
+        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice
+        19, 0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0.
+
+        With fewer threads than cores there is a core for the UI, and nice 19 only starves it whenever
+        anything else runs: measured through a pty (tests/perf/ui_latency.py, ``--threads 1``, 2 cores,
+        load average ~4 from other processes, runs alternated), keystroke-to-screen while a reply streams
+        was p50 146-178 ms, p95 0.95-1.1 s before (nice 19) and p50 24-26 ms, p95 86-99 ms after (nice 0,
+        with the Esc driver and the 15 Hz updates). So then the UI keeps nice 0. The price under load: the
+        UI's CPU comes out of the process's scheduler share (see :mod:`specchat.tui.generation`).
+        """
+        import os
+
+        threads = _setting(self.settings, "threads", None)
+        cores = os.cpu_count() or 1
+        return threads is None or int(threads) >= cores
+
+    def _yield_cpu_to_engine(self) -> None:
+        """Give the UI thread the lowest CPU priority, below the engine's threads, when
+        :meth:`ui_needs_to_yield` (Linux; a no-op elsewhere).
+
+        The engine thread is created first, so it and the llama.cpp threads it starts keep the normal
+        priority. With autogroup scheduling (the default on desktop Linux) niceness only ranks the threads
+        of this session, so other programs do not starve the UI any more than before. Lowering a priority
+        cannot be undone without privileges.
         """
         import os
         import sys
 
-        if not sys.platform.startswith("linux") or UI_NICE <= 0:
+        if not sys.platform.startswith("linux") or UI_NICE <= 0 or not self.ui_needs_to_yield():
             return
         self._engine_executor.submit(lambda: None).result()  # the engine thread now exists, at nice 0
         try:
@@ -239,6 +284,10 @@ class SpecChatApp(App[None]):
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
+        self.sidebar.on_change = self._update_status_bar
+        self._apply_sidebar()
+        if self._state_note:
+            self.notify(f"UI state: {self._state_note}", severity="warning", timeout=10)
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         if self.history_note:
@@ -252,7 +301,7 @@ class SpecChatApp(App[None]):
         self.theme_errors = list(result.errors)
         for error in result.errors:
             self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
-        wanted = _setting(self.settings, "theme", DEFAULT_THEME)
+        wanted = self.ui_state.theme or _setting(self.settings, "theme", DEFAULT_THEME)
         if wanted not in self.available_themes:
             self.notify(
                 f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
@@ -261,6 +310,57 @@ class SpecChatApp(App[None]):
             )
             wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
         self.theme = wanted
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+
+    # -- remembered UI state: theme and sidebar ------------------------------------------------------
+    def _on_theme_changed(self, theme: Any) -> None:
+        name = getattr(theme, "name", None)
+        if name and name != self.ui_state.theme:
+            self.ui_state.theme = name
+            self._save_ui_state()
+
+    def _save_ui_state(self) -> None:
+        if self.state_path is None:
+            return
+        try:
+            save_state(self.state_path, self.ui_state)
+        except OSError as exc:
+            if not self._state_write_failed:  # once per session: the choice still holds until quit
+                self._state_write_failed = True
+                self.notify(
+                    f"Could not remember the theme and sidebar in {self.state_path} "
+                    f"({exc.strerror or exc}); they hold until you quit.", severity="warning", timeout=10,
+                )
+
+    def sidebar_visible(self, width: int | None = None) -> bool:
+        """Shown unless hidden with its key, or the terminal is narrower than :data:`SIDEBAR_MIN_WIDTH`."""
+        width = self.size.width if width is None else width
+        return self.ui_state.sidebar is not False and width >= SIDEBAR_MIN_WIDTH
+
+    def _apply_sidebar(self, width: int | None = None) -> None:
+        visible = self.sidebar_visible(width)
+        self.sidebar.display = visible
+        self.query_one("#status-bar", Static).display = not visible
+        self._update_status_bar()
+
+    def _update_status_bar(self) -> None:
+        bar = self.query_one("#status-bar", Static)
+        if bar.display:
+            bar.update(Content(self.sidebar.summary()))
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_sidebar(event.size.width)
+
+    def action_toggle_sidebar(self) -> None:
+        if self.size.width < SIDEBAR_MIN_WIDTH:
+            self.notify(
+                f"The terminal is {self.size.width} columns wide; the sidebar needs {SIDEBAR_MIN_WIDTH}. "
+                "The status bar shows tok/s, acceptance and K.", timeout=5,
+            )
+            return
+        self.ui_state.sidebar = not self.sidebar_visible()
+        self._apply_sidebar()
+        self._save_ui_state()
 
     def _setup_keymap(self) -> None:
         keymap, problems = resolve_keymap(_setting(self.settings, "keymap", {}) or {})
@@ -412,28 +512,73 @@ class SpecChatApp(App[None]):
             self.notify("The model is still loading; try again in a moment.", severity="warning")
         return None
 
-    @on(PromptInput.Submitted)
-    def _on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text
+    def submit_prompt(self, text: str) -> bool:
+        """Send ``text`` (the prompt's whole text when the send key was pressed); True if it was taken.
+
+        Called by :class:`PromptInput` in its own message queue, after every key typed before the send key
+        (see :mod:`specchat.tui.widgets.prompt`); the prompt clears itself only when this returns True, so a
+        refused message stays in the prompt, whole.
+
+        A message sent while a reply is being generated is *queued*: shown at the end of the chat marked
+        "queued", sent as is when the reply ends (by itself or by Esc), in the order sent. Refusing it instead
+        left it in the prompt, and whatever was typed next was appended to it: two messages typed back to back
+        were sent merged into one (issue 9).
+        """
         if not text.strip():
-            return
+            return False
         engine = self._engine_or_explain()
         if engine is None:
-            return
+            return False
         if self._generating:
-            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
-            return
+            self._queue_message(text)
+            return True
         if self.editing is not None:
             self._send_edit(engine, text)
-            return
-        event.prompt.clear()
+            return True
         self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_text=text)
+        return True
+
+    def _queue_message(self, text: str) -> None:
+        widget = UserMessage(text)
+        widget.add_class("queued")
+        widget.border_title = "you \u00b7 queued: sent when this reply ends"
+        self._queued.append(widget)
+        self.chat.mount(widget)
+        self.chat.anchor()
+
+    def _send_next_queued(self) -> None:
+        """Start the reply to the oldest queued message (its widget stays where it is, now a sent message)."""
+        engine = self.engine
+        if not self._queued or engine is None or self._generating or self._shutting_down:
+            return
+        widget = self._queued.pop(0)
+        widget.remove_class("queued")
+        widget.border_title = "you"
+        text = widget.text
+        self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_widget=widget)
+
+    def _unqueue_to_prompt(self) -> int:
+        """Take the queued messages off the chat and put their text back in the prompt (before what it holds)."""
+        if not self._queued:
+            return 0
+        texts = [w.text for w in self._queued]
+        for widget in self._queued:
+            widget.remove()
+        self._queued = []
+        prompt = self.prompt
+        prompt.set_text("\n\n".join([*texts, prompt.text] if prompt.text.strip() else texts))
+        return len(texts)
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
-        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning."""
+        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning.
+
+        "Empty" includes the keys still queued for the prompt: typed fast, "x" then up reaches this check
+        (an App priority binding) before the prompt has inserted the "x" (see :mod:`specchat.tui.widgets.prompt`);
+        with keys pending, up goes to the prompt behind them and moves its cursor.
+        """
         focused = self.focused
-        return isinstance(focused, PromptInput) and not focused.text.strip()
+        return isinstance(focused, PromptInput) and not focused.text.strip() and focused.message_queue_size == 0
 
     def action_edit_last(self) -> None:
         """The ``edit_last`` key: see :meth:`start_edit` (enabled by :meth:`check_action`)."""
@@ -486,14 +631,12 @@ class SpecChatApp(App[None]):
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
         self._end_edit(restore=False)
         if last_user is None:  # the conversation changed under the edit (e.g. a new chat): send it as new
-            self.prompt.clear()
             self._start_turn(partial(engine.send, text), [*messages, Message("user", text)], user_text=text)
             return
         children = list(self.chat.children)
         first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
         for widget in children[first:]:  # the old message, its reply and the notices about that turn
             widget.remove()
-        self.prompt.clear()
         # _start_turn saves first: if the app dies during the new reply, the old one is not left saved as current
         kept = [*messages[:last_user], Message("user", text)]
         self._start_turn(partial(engine.edit_last, text), kept, user_text=text)
@@ -510,7 +653,12 @@ class SpecChatApp(App[None]):
         return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
 
     def _start_turn(
-        self, start: Callable[[], Any], prompt_messages: list[Message], user_text: str | None = None
+        self,
+        start: Callable[[], Any],
+        prompt_messages: list[Message],
+        user_text: str | None = None,
+        *,
+        user_widget: UserMessage | None = None,
     ) -> None:
         """Save ``prompt_messages`` to history, then have the engine generate the reply (``start()``).
 
@@ -518,7 +666,8 @@ class SpecChatApp(App[None]):
         ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
         the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
         :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
-        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first.
+        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
+        ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.
         """
         if self._shutting_down:
             return
@@ -529,7 +678,10 @@ class SpecChatApp(App[None]):
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
         assistant.border_subtitle = inert(f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops")
-        chat.mount(assistant)
+        if user_widget is not None and user_widget.is_attached:
+            chat.mount(assistant, after=user_widget)
+        else:
+            chat.mount(assistant)
         chat.anchor()
         self._current = assistant
         self._turn_id += 1
@@ -576,9 +728,12 @@ class SpecChatApp(App[None]):
                 )
             )
         self._save_history()
+        if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
+            self._controls_changed()
         callbacks, self._after_turn = self._after_turn, []
         for callback in callbacks:
             callback()
+        self._send_next_queued()
 
     # -- history ---------------------------------------------------------------------------------------------
     def _save_history(self, messages: list[Message] | None = None) -> None:
@@ -702,7 +857,7 @@ class SpecChatApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # "stop" stays enabled when idle (a no-op): toggling it would re-compose the footer twice per turn,
         # each a layout pass of the whole screen while the engine runs
-        if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
+        if action in APP_ACTIONS and action not in ("help", "quit") and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
@@ -737,12 +892,27 @@ class SpecChatApp(App[None]):
             self.notify("Nothing to regenerate yet: send a message first.")
 
     def action_new_chat(self) -> None:
-        if self._generating:
-            if self.engine is not None:
-                self.engine.controls.request_stop()
-            self._after_turn.append(self._new_chat_now)
+        """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).
+
+        A notice, not a confirmation: nothing is lost (the conversation, with its partial reply, stays in
+        history, and messages queued for after the reply go back to the prompt), and a dialog would put a
+        step in front of an action the user asked for by name.
+        """
+        if not self._generating:
+            self._new_chat_now()
             return
-        self._new_chat_now()
+        if self._new_chat_now in self._after_turn:
+            return  # already stopping for a new chat
+        if self.engine is not None:
+            self.engine.controls.request_stop()
+        if self._current is not None:
+            self._current.border_subtitle = "stopping\u2026 then a new chat"
+        note = "Stopping the reply, then starting a new chat; this one stays in history (ctrl+o)."
+        queued = self._unqueue_to_prompt()
+        if queued:
+            note += f" {queued} queued message{'s' if queued > 1 else ''} went back to the prompt."
+        self.notify(note, title="New chat", timeout=6)
+        self._after_turn.append(self._new_chat_now)
 
     def _new_chat_now(self) -> None:
         self._conversation_deleted = False
@@ -757,7 +927,7 @@ class SpecChatApp(App[None]):
     def _chat_markdown(self) -> str:
         lines = ["# specchat conversation", ""]
         for widget in self.chat.children:
-            if isinstance(widget, UserMessage):
+            if isinstance(widget, UserMessage) and widget not in self._queued:
                 lines += ["## You", "", widget.text, ""]
             elif isinstance(widget, AssistantMessage):
                 lines += ["## Assistant" + (" (stopped)" if widget.stopped else ""), "", widget.reply_text, ""]
@@ -805,8 +975,17 @@ class SpecChatApp(App[None]):
         if note:
             self.notify(note + (" (from the next step)" if self._generating else ""), timeout=2)
 
-    def set_k(self, k: int) -> None:
+    def _speculation_engine(self) -> ChatEngine | None:
+        """The engine, if its speculation settings can change here; else None, having said why (a
+        llama-server sets them with its own flags: :attr:`Controls.fixed`)."""
         engine = self._engine_or_explain()
+        if engine is not None and engine.controls.fixed:
+            self.notify(engine.controls.fixed, severity="warning", timeout=6)
+            return None
+        return engine
+
+    def set_k(self, k: int) -> None:
+        engine = self._speculation_engine()
         if engine is None:
             return
         k = max(0, min(K_MAX, int(k)))
@@ -819,27 +998,27 @@ class SpecChatApp(App[None]):
         self._controls_changed(note)
 
     def action_k_up(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k >= K_MAX:
             self.notify(f"K is at its maximum ({K_MAX}).", timeout=2)
             return
         self.set_k(state.k + 1)
 
     def action_k_down(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k <= 0:
             self.notify("K is 0 already (no drafting).", timeout=2)
             return
         self.set_k(state.k - 1)
 
     def action_toggle_speculation(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -851,7 +1030,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"speculation {'off' if state.speculative else 'on'}")
 
     def action_toggle_auto_k(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -859,7 +1038,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"auto-K {'off' if state.auto_k else 'on'}")
 
     def set_drafter(self, name: str) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         engine.controls.set_drafter(name)

@@ -29,28 +29,38 @@ class KeySpec:
     priority: bool = True  # checked before the focused widget (TextArea binds f6/f7 itself)
 
 
+#: Every function has a key that is not an F-key too (GNOME Terminal takes F1, macOS needs fn for F-keys):
+#: ctrl+g help (as in nano), ctrl+b sidebar (as in VS Code), ctrl+up/down K, ctrl+t speculation, and alt+letter
+#: for the display toggles (terminals send alt+x as ESC x; macOS Terminal needs "Use Option as Meta key").
+#: ctrl letters the prompt (a TextArea) uses for editing (a e w d x c v u k z y) are left to it.
 APP_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("help", "f1", "help", "Help", "this help: keys, colours, binding ids"),
-    KeySpec("k_down", "f3", "k_down", "K\u2212", "draft length K down (applies at the next step)"),
-    KeySpec("k_up", "f4", "k_up", "K+", "draft length K up (applies at the next step)"),
-    KeySpec("toggle_speculation", "f5", "toggle_speculation", "Spec", "speculation on / off (next step)"),
-    KeySpec("toggle_auto_k", "f6", "toggle_auto_k", "Auto-K", "let the cost model choose K"),
-    KeySpec("toggle_ghosts", "f7", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens"),
-    KeySpec("toggle_markdown", "f8", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens"),
-    KeySpec("copy_reply", "f9", "copy_reply", "Copy", "copy the last reply (never the ghosts)"),
+    KeySpec("help", "ctrl+g,f1", "help", "Help", "this help: keys, colours, binding ids"),
+    KeySpec("toggle_sidebar", "ctrl+b,f2", "toggle_sidebar", "Sidebar",
+            "show / hide the statistics sidebar (hidden by itself when the terminal is narrow)"),
+    KeySpec("k_down", "f3,ctrl+down", "k_down", "K\u2212", "draft length K down (applies at the next step)", show=False),
+    KeySpec("k_up", "f4,ctrl+up", "k_up", "K+", "draft length K up (applies at the next step)", show=False),
+    KeySpec("toggle_speculation", "f5,ctrl+t", "toggle_speculation", "Spec", "speculation on / off (next step)",
+            show=False),
+    KeySpec("toggle_auto_k", "f6,alt+k", "toggle_auto_k", "Auto-K", "let the cost model choose K", show=False),
+    KeySpec("toggle_ghosts", "f7,alt+g", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens", show=False),
+    KeySpec("toggle_markdown", "f8,alt+m", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens",
+            show=False),
+    KeySpec("copy_reply", "f9,alt+c", "copy_reply", "Copy", "copy the last reply (never the ghosts)", show=False),
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
-    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again"),
-    KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation"),
-    KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats"),
-    KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown"),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again", show=False),
+    KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation (during a reply: stops it first)",
+            show=False),
+    KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats", show=False),
+    KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown", show=False),
     # as in chat apps: only in an *empty, focused* prompt (SpecChatApp.check_action); anywhere else the key
     # keeps its own meaning (up moves the prompt's cursor, scrolls the chat)
     KeySpec(
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
+    KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (

@@ -20,7 +20,8 @@ must hold:
   turn, detokenize, close) and, for the real engine, by :func:`record_llama_threads` (every llama.cpp C
   function) are the app's one engine thread;
 - the SQLite history equals the screen: the messages of the open conversation (role, text, stopped flag, in
-  order) are the chat pane's, except the reply still being generated; and when no reply is being generated,
+  order) are the chat pane's, except the reply still being generated and the messages queued behind it
+  (sent during a reply: saved when they are sent, once it ends); and when no reply is being generated,
   the engine's conversation is the screen's too.
 
 A failure raises :class:`AssertionError` naming the seed and the actions; ``SPECCHAT_FUZZ_SEED=<seed>
@@ -292,7 +293,8 @@ class Fuzz:
         out = []
         for widget in self.app.chat.children:
             if isinstance(widget, UserMessage):
-                out.append(("user", widget.text, False))
+                if not widget.has_class("queued"):  # sent during a reply: saved once it is sent, after the reply
+                    out.append(("user", widget.text, False))
             elif isinstance(widget, AssistantMessage) and widget is not self.app._current:
                 out.append(("assistant", widget.reply_text, widget.stopped))
         return out

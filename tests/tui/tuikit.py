@@ -70,6 +70,11 @@ async def reopen_first_saved(pilot) -> None:
     assert not isinstance(pilot.app.screen, HistoryScreen)
 
 
+def notifications(app) -> list[str]:
+    """The text of every notification the app has shown (toasts)."""
+    return [n.message for n in app._notifications]
+
+
 def saved_messages(store, conv_id: int) -> list[tuple[str, str]]:
     """(role, content) of a conversation as the history database holds it, system prompt left out."""
     _, messages = store.load(conv_id)

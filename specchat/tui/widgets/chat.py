@@ -93,7 +93,7 @@ class AssistantMessage(Vertical):
         subtitle = []
         if self.stopped:
             subtitle.append("stopped")
-        elif turn is not None and turn.stop_reason not in ("eos", ""):
+        elif turn is not None and turn.stop_reason not in ("eos", "stop", ""):  # "stop": a turn marker (engine.chat)
             subtitle.append(f"ended: {turn.stop_reason}")
         if error:
             subtitle.append("error")
