@@ -28,6 +28,8 @@ from specchat.errors import UserError
 COMMANDS: dict[str, str] = {
     "generate": "generate one reply headless (stdout), with speculation statistics",
     "bench": "measure baseline vs speculation (interleaved A B A B runs) and explain the speedup",
+    "race": "answer one message with speculation off, then on: both speeds, the ratio, the same text",
+    "demo": "the guided tour of when speculation helps and when it hurts (--headless)",
     "models": "list, derive and download models",
     "history": "list, show, export, import or delete saved conversations",
     "config": "show the effective settings or where the config file is",

@@ -13,9 +13,17 @@ Tables::
 
     conversations (id AUTOINCREMENT: never reused after a delete, title, created, updated, target, draft,
                    system_prompt)
-    messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created)
+    messages      (id, conversation_id, idx, role, content, tokens json, kinds json, stopped, created,
+                   alternate_of, version)
     turn_stats    (message_id, target, drafter, k, auto_k, speculative, sampling json, the Turn timings
                    (prompt_n ... stop_reason), accepted_per_pos json, extra json)
+
+Alternates (schema v3): regenerating a reply keeps the previous one. The replies to one user message are
+*versions* (:class:`~specchat.engine.protocol.Message`: ``versions()``, ``alternates``, ``alternate_index``):
+the chosen one is the conversation's message at its ``idx``; every other version is a ``messages`` row with the
+same ``idx`` and ``alternate_of`` = the chosen row's id (deleted with it), and ``version`` orders them all (the
+chosen row's own ``version`` is its place). Each version keeps its own turn stats. Exports list them under
+the chosen reply (JSON: ``alternates`` and ``alternate_index``; Markdown: "Other versions of this reply").
 
 Untrusted text: an import file or a hand-edited database may hold anything. Imports are validated field by field
 (:func:`parse_export`: dates are ISO 8601 dates, roles, token kinds and stop reasons come from their known sets,
@@ -47,7 +55,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import quote
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator, model_validator
 
 from specchat.engine.events import PIECE_KINDS, StopReason, Turn
 from specchat.engine.protocol import Message
@@ -56,7 +64,9 @@ from specchat.sanitize import read_stdin_text, sanitize, sanitize_line
 
 APPLICATION_ID = 0x53504354  # "SPCT"
 EXPORT_FORMAT = "specchat-conversation"
-EXPORT_VERSION = 1
+#: 2: a reply may carry ``alternates`` (the other versions, regenerate) and ``alternate_index``; files of
+#: version 1 (no alternates) read the same
+EXPORT_VERSION = 2
 ROLES = ("system", "user", "assistant")
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 #: the largest id SQLite can hold (a signed 64-bit INTEGER)
@@ -87,6 +97,8 @@ TURN_REAL_COLUMNS = (
     "overhead_ms",
     "step_ms",
 )
+#: REAL columns whose NULL is None (a figure that does not exist: no drafts, no acceptance), not NaN
+TURN_OPTIONAL_COLUMNS = ("acceptance",)
 TURN_TEXT_COLUMNS = ("stop_reason", "drafter")
 TURN_COLUMNS = TURN_INT_COLUMNS + TURN_REAL_COLUMNS + TURN_TEXT_COLUMNS + ("speculative", "accepted_per_pos")
 #: Turn fields that normally repeat the message; stored (as turn_text/turn_tokens/turn_kinds) only if different.
@@ -172,8 +184,35 @@ _V2 = (
     "CREATE INDEX conversations_by_updated ON conversations(updated)",
 )
 
+# v3: a reply keeps its alternates (regenerate). They are message rows too (their own content, tokens, kinds
+# and turn stats) with ``alternate_of`` = the chosen reply's id and the same ``idx``, so UNIQUE (conversation_id,
+# idx) must hold for the conversation's own messages only: a partial unique index. A table constraint cannot be
+# dropped: the table is rebuilt and its rows copied with their ids (as in v2), and turn_stats, which references
+# messages by name, keeps pointing at the same ids.
+_V3 = (
+    """CREATE TABLE messages_v3 (
+        id              INTEGER PRIMARY KEY,
+        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        idx             INTEGER NOT NULL CHECK (idx >= 0),
+        role            TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content         TEXT NOT NULL,
+        tokens          TEXT NOT NULL DEFAULT '[]',
+        kinds           TEXT NOT NULL DEFAULT '[]',
+        stopped         INTEGER NOT NULL DEFAULT 0,
+        created         TEXT NOT NULL,
+        alternate_of    INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        version         INTEGER NOT NULL DEFAULT 0 CHECK (version >= 0)
+    )""",
+    "INSERT INTO messages_v3 (id, conversation_id, idx, role, content, tokens, kinds, stopped, created)"
+    " SELECT id, conversation_id, idx, role, content, tokens, kinds, stopped, created FROM messages",
+    "DROP TABLE messages",
+    "ALTER TABLE messages_v3 RENAME TO messages",
+    "CREATE UNIQUE INDEX messages_in_order ON messages(conversation_id, idx) WHERE alternate_of IS NULL",
+    "CREATE INDEX messages_alternates ON messages(alternate_of) WHERE alternate_of IS NOT NULL",
+)
+
 #: Migration i (0-based) takes the schema from user_version i to i + 1. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -249,6 +288,14 @@ class StoredMessage:
     target: str | None = None  # the target model of the turn (assistant messages with stats)
     auto_k: bool | None = None
     sampling: dict[str, Any] | None = None
+    #: the other versions of this reply as saved, in :meth:`Message.versions` order without this one (their
+    #: messages are ``message.alternates``)
+    alternates: list[StoredMessage] = dataclasses.field(default_factory=list)
+
+    def version_records(self) -> list[StoredMessage]:
+        """Every version's record in :meth:`Message.versions` order (this one at ``message.alternate_index``)."""
+        i = self.message.alternate_index if self.alternates else 0
+        return [*self.alternates[:i], self, *self.alternates[i:]]
 
 
 def _conversation(row: Sequence[Any], n_messages: int) -> Conversation:
@@ -484,7 +531,9 @@ class HistoryStore:
     def get_conversation(self, conv_id: int) -> Conversation:
         with self._lock:
             row = self._require(self._conn, conv_id)
-            n = self._conn.execute("SELECT count(*) FROM messages WHERE conversation_id = ?", (conv_id,)).fetchone()[0]
+            n = self._conn.execute(
+                "SELECT count(*) FROM messages WHERE conversation_id = ? AND alternate_of IS NULL", (conv_id,)
+            ).fetchone()[0]
         return _conversation(row, n)
 
     def list_conversations(self) -> list[Conversation]:
@@ -492,7 +541,7 @@ class HistoryStore:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT c.id, c.title, c.created, c.updated, c.target, c.draft, c.system_prompt,"
-                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id)"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id AND m.alternate_of IS NULL)"
                 " FROM conversations c ORDER BY c.updated DESC, c.id DESC"
             ).fetchall()
         return [_conversation(row, row[7]) for row in rows]
@@ -513,7 +562,7 @@ class HistoryStore:
         with self._lock:
             rows = self._conn.execute(
                 "SELECT * FROM (SELECT c.id, c.title, c.created, c.updated, c.target, c.draft, c.system_prompt,"
-                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id),"
+                " (SELECT count(*) FROM messages m WHERE m.conversation_id = c.id AND m.alternate_of IS NULL),"
                 " (SELECT m.idx FROM messages m WHERE m.conversation_id = c.id"
                 "  AND instr(specchat_fold(m.content), ?1) > 0 ORDER BY m.idx LIMIT 1) AS hit,"
                 " instr(specchat_fold(c.title), ?1) > 0 AS in_title"
@@ -526,8 +575,10 @@ class HistoryStore:
                 if row[8] is None:
                     out.append(SearchHit(conv))
                     continue
-                role, content = self._conn.execute(
-                    "SELECT role, content FROM messages WHERE conversation_id = ? AND idx = ?", (conv.id, row[8])
+                role, content = self._conn.execute(  # the conversation's message, or a version kept beside it
+                    "SELECT role, content FROM messages WHERE conversation_id = ? AND idx = ?"
+                    " AND instr(specchat_fold(content), ?) > 0 ORDER BY alternate_of IS NOT NULL, version LIMIT 1",
+                    (conv.id, row[8], needle),
                 ).fetchone()
                 out.append(SearchHit(conv, role, content))
         return out
@@ -573,7 +624,8 @@ class HistoryStore:
         with self._transaction() as conn:
             self._require(conn, conv_id)
             row = conn.execute(
-                "SELECT id, idx, role FROM messages WHERE conversation_id = ? ORDER BY idx DESC LIMIT 1",
+                "SELECT id, idx, role FROM messages WHERE conversation_id = ? AND alternate_of IS NULL"
+                " ORDER BY idx DESC LIMIT 1",
                 (conv_id,),
             ).fetchone()
             if row is None or row[2] != "assistant":
@@ -603,16 +655,21 @@ class HistoryStore:
         Keeps the common prefix, deletes what differs after it (a regenerated or edited tail), then appends
         the rest one transaction per message. Returns the ids of the appended messages.
         """
-        stored = [r.message for r in self.records(conv_id)[1]]
+        records = self.records(conv_id)[1]
+        stored = [r.message for r in records]
         common = 0
         while common < min(len(stored), len(messages)) and _same(stored[common], messages[common]):
             common += 1
         if common < len(stored):
             self.truncate_after(conv_id, common - 1)
-        return [
-            self.append_message(conv_id, m, target=target, auto_k=auto_k, sampling=sampling)
-            for m in messages[common:]
-        ]
+        # a reply regenerated since: its earlier versions keep the run details (and dates) they were saved with
+        known = {_version_key(v.message): v for r in records[common:] for v in (r, *r.alternates)}
+        ids = []
+        for m in messages[common:]:
+            runs = [known.get(_version_key(v)) for v in m.versions()] if m.alternates else None
+            with self._transaction() as conn:
+                ids.append(self._insert(conn, conv_id, None, m, target, auto_k, sampling, None, versions=runs))
+        return ids
 
     def _insert(
         self,
@@ -624,7 +681,14 @@ class HistoryStore:
         auto_k: bool | None,
         sampling: Any,
         created: str | None,
+        *,
+        versions: Sequence[StoredMessage | None] | None = None,
     ) -> int:
+        """Insert ``message`` (and its turn stats) at ``idx`` (default: next), then its alternates; returns its id.
+
+        ``versions``: per version of the message (:meth:`Message.versions` order), a stored record whose run
+        details (target, auto-K, sampling) and date that version keeps, or None for this call's.
+        """
         conv = self._require(conn, conv_id)
         if message.role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, not {message.role!r}")
@@ -633,23 +697,38 @@ class HistoryStore:
                 "SELECT coalesce(max(idx) + 1, 0) FROM messages WHERE conversation_id = ?", (conv_id,)
             ).fetchone()[0]
         created = created or now_iso()
-        cur = conn.execute(
-            "INSERT INTO messages (conversation_id, idx, role, content, tokens, kinds, stopped, created)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                conv_id,
-                idx,
-                message.role,
-                message.content,
-                json.dumps(list(message.tokens)),
-                json.dumps(list(message.kinds)),
-                int(bool(message.stopped)),
-                created,
-            ),
-        )
-        message_id = int(cur.lastrowid)
-        if message.stats is not None:
-            self._insert_stats(conn, message_id, message, target if target is not None else conv[4], auto_k, sampling)
+        all_versions = message.versions() if message.alternates else [message]
+        chosen = message.alternate_index if message.alternates else 0
+        runs = list(versions) if versions is not None else [None] * len(all_versions)
+        message_id = 0
+        for position in [chosen, *(i for i in range(len(all_versions)) if i != chosen)]:
+            version, run = all_versions[position], runs[position] if position < len(runs) else None
+            cur = conn.execute(
+                "INSERT INTO messages (conversation_id, idx, role, content, tokens, kinds, stopped, created,"
+                " alternate_of, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conv_id,
+                    idx,
+                    message.role,
+                    version.content,
+                    json.dumps(list(version.tokens)),
+                    json.dumps(list(version.kinds)),
+                    int(bool(version.stopped)),
+                    run.created if run is not None else created,
+                    None if position == chosen else message_id,
+                    position,
+                ),
+            )
+            row_id = int(cur.lastrowid)
+            if position == chosen:
+                message_id = row_id
+            if version.stats is not None:
+                if run is not None:
+                    v_target, v_auto_k, v_sampling = run.target, run.auto_k, run.sampling
+                else:
+                    v_target = target if target is not None else (version.stats.target or conv[4])
+                    v_auto_k, v_sampling = auto_k, sampling
+                self._insert_stats(conn, row_id, version, v_target, v_auto_k, v_sampling)
         title = conv[1]
         if not title and message.role == "user":
             title = default_title(message.content)
@@ -699,26 +778,36 @@ class HistoryStore:
         with self._lock:
             conv = self.get_conversation(conv_id)
             rows = self._conn.execute(
-                "SELECT m.id, m.idx, m.role, m.content, m.tokens, m.kinds, m.stopped, m.created, s.message_id, "
+                "SELECT m.id, m.idx, m.role, m.content, m.tokens, m.kinds, m.stopped, m.created, m.alternate_of,"
+                " m.version, s.message_id, "
                 + ", ".join(f"s.{c}" for c in stat_cols)
                 + " FROM messages m LEFT JOIN turn_stats s ON s.message_id = m.id"
-                " WHERE m.conversation_id = ? ORDER BY m.idx",
+                " WHERE m.conversation_id = ? ORDER BY m.idx, m.version",
                 (conv_id,),
             ).fetchall()
         out: list[StoredMessage] = []
+        versions: dict[int, list[tuple[int, StoredMessage]]] = {}  # chosen id -> (version, record) of every version
         for row in rows:
-            mid, idx, role, content, tokens, kinds, stopped, created, stats_id = row[:9]
+            mid, idx, role, content, tokens, kinds, stopped, created, alternate_of, version, stats_id = row[:11]
             message = Message(
                 role=role, content=content, tokens=json.loads(tokens), kinds=json.loads(kinds), stopped=bool(stopped)
             )
             record = StoredMessage(id=mid, idx=idx, created=created, message=message)
             if stats_id is not None:
-                s = dict(zip(stat_cols, row[9:]))
+                s = dict(zip(stat_cols, row[11:]))
                 record.target = s["target"]
                 record.auto_k = None if s["auto_k"] is None else bool(s["auto_k"])
                 record.sampling = None if s["sampling"] is None else json.loads(s["sampling"])
                 message.stats = _turn_from_row(s, message)
-            out.append(record)
+            versions.setdefault(alternate_of if alternate_of is not None else mid, []).append((version, record))
+            if alternate_of is None:
+                out.append(record)
+        for record in out:
+            group = sorted(versions[record.id], key=lambda vr: (vr[0], vr[1].id))
+            if len(group) > 1:
+                record.alternates = [r for _v, r in group if r is not record]
+                record.message.alternates = [r.message for r in record.alternates]
+                record.message.alternate_index = next(i for i, (_v, r) in enumerate(group) if r is record)
         return conv, out
 
     def load(self, conv_id: int) -> tuple[Conversation, list[Message]]:
@@ -751,10 +840,17 @@ class HistoryStore:
             )
             new_id = int(cur.lastrowid)
             for i, r in enumerate(records):
-                self._insert(conn, new_id, i, r.message, r.target, r.auto_k, r.sampling, r.created)
+                self._insert(
+                    conn, new_id, i, r.message, r.target, r.auto_k, r.sampling, r.created, versions=r.version_records()
+                )
             # _insert bumps `updated` to the newest message; keep the exported value when it is later.
             conn.execute("UPDATE conversations SET title = ?, updated = max(updated, ?) WHERE id = ?", (conv.title, conv.updated, new_id))
         return new_id
+
+
+def _version_key(m: Message) -> str:
+    """What identifies one version of a reply (its text and exact tokens)."""
+    return json.dumps([m.content, list(m.tokens)])
 
 
 def _same(a: Message, b: Message) -> bool:
@@ -779,7 +875,7 @@ def _turn_from_row(s: Mapping[str, Any], message: Message) -> Turn:
     for name in TURN_INT_COLUMNS:
         kwargs[name] = int(s[name] or 0)
     for name in TURN_REAL_COLUMNS:
-        kwargs[name] = _float_in(s[name])
+        kwargs[name] = None if name in TURN_OPTIONAL_COLUMNS and s[name] is None else _float_in(s[name])
     for name in TURN_TEXT_COLUMNS:
         kwargs[name] = s[name] or ""
     kwargs["speculative"] = bool(s["speculative"])
@@ -821,6 +917,9 @@ def _message_export(record: StoredMessage) -> dict[str, Any]:
         stats["accepted_per_pos"] = [_json_float(v) for v in stats["accepted_per_pos"]]
         out["stats"] = stats
         out["run"] = {"target": record.target, "auto_k": record.auto_k, "sampling": record.sampling}
+    if record.alternates:
+        out["alternates"] = [_message_export(r) for r in record.alternates]
+        out["alternate_index"] = m.alternate_index
     return out
 
 
@@ -889,8 +988,24 @@ class _MessageIn(BaseModel):
     created: str | None = None
     stats: dict[str, Any] | None = None
     run: _RunIn | None = None
+    alternates: list[_MessageIn] = []
+    alternate_index: int = 0
 
     _check_created = field_validator("created")(_iso_date)
+
+    @model_validator(mode="after")
+    def _versions(self) -> _MessageIn:
+        if not self.alternates:
+            if self.alternate_index:
+                raise ValueError("alternate_index without alternates")
+            return self
+        if self.role != "assistant":
+            raise ValueError("only a reply (role assistant) has alternates")
+        if any(a.role != "assistant" or a.alternates for a in self.alternates):
+            raise ValueError("alternates are replies (role assistant) without alternates of their own")
+        if not 0 <= self.alternate_index <= len(self.alternates):
+            raise ValueError(f"alternate_index must be 0..{len(self.alternates)} (the chosen reply's place)")
+        return self
 
     @field_validator("kinds")
     @classmethod
@@ -959,6 +1074,34 @@ def _check_unicode(data: Any, source: str) -> None:
                 ) from None
 
 
+def _record_in(m: _MessageIn, idx: int, created: str, source: str, where: str) -> StoredMessage:
+    """One validated message of an export (its stats rebuilt into a :class:`Turn`), without its alternates."""
+    message = Message(role=m.role, content=m.content, tokens=m.tokens, kinds=m.kinds, stopped=m.stopped)
+    record = StoredMessage(id=0, idx=idx, created=created, message=message)
+    if m.stats is not None:
+        raw = {"text": m.content, "tokens": list(m.tokens), "kinds": list(m.kinds), **m.stats}
+        raw = {
+            k: (math.nan if v is None and k in TURN_REAL_COLUMNS and k not in TURN_OPTIONAL_COLUMNS else v)
+            for k, v in raw.items()
+        }
+        raw["accepted_per_pos"] = [math.nan if v is None else v for v in raw.get("accepted_per_pos") or []]
+        try:
+            message.stats = _TURN.validate_python(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise HistoryError(f"{source}: {where}.stats.{_loc(err['loc'])}: {err['msg']}") from None
+        if message.stats.stop_reason not in STOP_REASONS:
+            raise HistoryError(
+                f"{source}: {where}.stats.stop_reason: {sanitize_line(message.stats.stop_reason)[:40]!r} "
+                f"is not a stop reason; use one of {', '.join(STOP_REASONS)}"
+            )
+        message.stats.drafter = sanitize_line(message.stats.drafter)
+        message.stats.target = sanitize_line(message.stats.target)
+        if m.run is not None:
+            record.target, record.auto_k, record.sampling = m.run.target, m.run.auto_k, m.run.sampling
+    return record
+
+
 def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversation, list[StoredMessage]]:
     """Validate export data; raise :class:`HistoryError` with one line naming ``source`` and the bad field.
 
@@ -991,25 +1134,14 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
     conv = Conversation(0, c.title, created, c.updated or created, c.target, c.draft, c.system_prompt, len(parsed.messages))
     records: list[StoredMessage] = []
     for i, m in enumerate(parsed.messages):
-        message = Message(role=m.role, content=m.content, tokens=m.tokens, kinds=m.kinds, stopped=m.stopped)
-        record = StoredMessage(id=0, idx=i, created=m.created or created, message=message)
-        if m.stats is not None:
-            raw = {"text": m.content, "tokens": list(m.tokens), "kinds": list(m.kinds), **m.stats}
-            raw = {k: (math.nan if v is None and k in TURN_REAL_COLUMNS else v) for k, v in raw.items()}
-            raw["accepted_per_pos"] = [math.nan if v is None else v for v in raw.get("accepted_per_pos") or []]
-            try:
-                message.stats = _TURN.validate_python(raw)
-            except ValidationError as exc:
-                err = exc.errors()[0]
-                raise HistoryError(f"{source}: messages[{i}].stats.{_loc(err['loc'])}: {err['msg']}") from None
-            if message.stats.stop_reason not in STOP_REASONS:
-                raise HistoryError(
-                    f"{source}: messages[{i}].stats.stop_reason: {sanitize_line(message.stats.stop_reason)[:40]!r} "
-                    f"is not a stop reason; use one of {', '.join(STOP_REASONS)}"
-                )
-            message.stats.drafter = sanitize_line(message.stats.drafter)
-            if m.run is not None:
-                record.target, record.auto_k, record.sampling = m.run.target, m.run.auto_k, m.run.sampling
+        record = _record_in(m, i, m.created or created, source, f"messages[{i}]")
+        if m.alternates:
+            record.alternates = [
+                _record_in(a, i, a.created or created, source, f"messages[{i}].alternates[{j}]")
+                for j, a in enumerate(m.alternates)
+            ]
+            record.message.alternates = [r.message for r in record.alternates]
+            record.message.alternate_index = m.alternate_index
         records.append(record)
     return conv, records
 
@@ -1136,7 +1268,7 @@ def _stat_cells(record: StoredMessage) -> dict[str, str]:
     t = record.message.stats
     assert t is not None
     if t.draft_n:
-        acceptance = f"{_num(t.acceptance * 100, '.1f')} % ({t.draft_n_accepted}/{t.draft_n})"
+        acceptance = f"{_num(None if t.acceptance is None else t.acceptance * 100, '.1f')} % ({t.draft_n_accepted}/{t.draft_n})"
         mean_len = _num(t.mean_len, ".2f")
     else:
         acceptance, mean_len = "–", "–"
@@ -1152,6 +1284,16 @@ def _stat_cells(record: StoredMessage) -> dict[str, str]:
         "prompt": f"{t.prompt_n} tok / {_num(t.prompt_ms, '.0f')} ms",
         "stop": sanitize_line(t.stop_reason),
     }
+
+
+def _stat_summary(record: StoredMessage) -> str:
+    cells = _stat_cells(record)
+    t = record.message.stats
+    assert t is not None
+    summary = f"{cells['tok/s']} tok/s"
+    if t.draft_n:
+        summary += f" · acceptance {cells['acceptance']} · mean len {cells['mean len']} · K {cells['K']}"
+    return summary + f" · {cells['drafter']}"
 
 
 def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str:
@@ -1171,7 +1313,7 @@ def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str
     if conv.system_prompt and not any(r.message.role == "system" for r in records):
         lines.append(f"- **System prompt:** {sanitize_line(conv.system_prompt)}")
     lines.append("")
-    turns: list[tuple[int, StoredMessage]] = []
+    turns: list[tuple[str, StoredMessage]] = []
     for number, record in enumerate(records, start=1):
         m = record.message
         lines += ["---", "", f"### {number}. {m.role.capitalize()}", ""]
@@ -1180,13 +1322,28 @@ def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str
         if m.stopped:
             lines += ["*(stopped before the end)*", ""]
         if m.stats is not None:
-            cells = _stat_cells(record)
-            summary = f"{cells['tok/s']} tok/s"
-            if m.stats.draft_n:
-                summary += f" · acceptance {cells['acceptance']} · mean len {cells['mean len']} · K {cells['K']}"
-            summary += f" · {cells['drafter']}"
-            lines += [f"*{summary}*", ""]
-            turns.append((number, record))
+            lines += [f"*{_stat_summary(record)}*", ""]
+            turns.append((str(number), record))
+        if record.alternates:
+            versions = record.version_records()
+            chosen = m.alternate_index
+            lines += [
+                f"*Other versions of this reply (regenerated): the conversation continues from version {chosen + 1} "
+                f"of {len(versions)}, above.*",
+                "",
+            ]
+            for j, version in enumerate(versions):
+                if version is record:
+                    continue
+                vm = version.message
+                lines += [f"#### {number}. Version {j + 1} of {len(versions)}", ""]
+                lines.append(sanitize(vm.content) if vm.content else "*(empty)*")
+                lines.append("")
+                if vm.stopped:
+                    lines += ["*(stopped before the end)*", ""]
+                if vm.stats is not None:
+                    lines += [f"*{_stat_summary(version)}*", ""]
+                    turns.append((f"{number} (v{j + 1})", version))
     if turns:
         header = ["#", "tok/s", "acceptance", "mean len", "K", "drafter", "tokens", "prompt", "stop"]
         lines += ["---", "", "## Turn statistics", ""]

@@ -25,6 +25,7 @@ from specchat.engine.protocol import Message
 from specchat.history import (
     APPLICATION_ID,
     EXPORT_FORMAT,
+    EXPORT_VERSION,
     MIGRATIONS,
     SCHEMA_VERSION,
     HistoryError,
@@ -129,7 +130,10 @@ def test_new_database_schema_pragmas_and_columns(tmp_path):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("conversations", "messages", "turn_stats")}
     assert cols["conversations"] == ["id", "title", "created", "updated", "target", "draft", "system_prompt"]
-    assert cols["messages"] == ["id", "conversation_id", "idx", "role", "content", "tokens", "kinds", "stopped", "created"]
+    assert cols["messages"] == [
+        "id", "conversation_id", "idx", "role", "content", "tokens", "kinds", "stopped", "created", "alternate_of",
+        "version",
+    ]  # fmt: skip
     for name in (
         "message_id target drafter k auto_k sampling prompt_n prompt_ms predicted_n predicted_ms predicted_per_second "
         "draft_n draft_n_accepted acceptance mean_len accepted_per_pos draft_ms_per_step verify_ms_per_step "
@@ -434,7 +438,7 @@ def test_json_export_import_round_trip(store, tmp_path):
     messages += [Message("user", "go on"), stopped]
     data = store.export_json(cid)
     text = json.dumps(data, allow_nan=False)  # plain JSON
-    assert data["format"] == EXPORT_FORMAT and data["version"] == 1
+    assert data["format"] == EXPORT_FORMAT and data["version"] == EXPORT_VERSION == 2
     # the Turn's text/tokens/kinds are not repeated when they equal the message's
     assert "tokens" not in data["messages"][2]["stats"] and data["messages"][2]["tokens"] == [100, 101, 102, 103]
 

@@ -20,12 +20,17 @@ from specchat.history import APPLICATION_ID, SCHEMA_VERSION, HistoryStore
 V1_DUMP = Path(__file__).resolve().parent / "data" / "history-v1.sql"
 
 
-def write_v1_database(path: Path) -> None:
+def write_database(path: Path, dump: Path, version: int) -> None:
+    """A database from a dump of an older schema ``version`` (iterdump leaves out the two PRAGMAs: set here)."""
     conn = sqlite3.connect(str(path), isolation_level=None)
-    conn.executescript(V1_DUMP.read_text(encoding="utf-8"))
+    conn.executescript(dump.read_text(encoding="utf-8"))
     conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
+
+
+def write_v1_database(path: Path) -> None:
+    write_database(path, V1_DUMP, 1)
 
 
 def test_a_deleted_conversation_id_is_never_given_out_again(tmp_path):
@@ -52,7 +57,7 @@ def test_a_v1_database_is_upgraded_with_all_its_data(tmp_path):
     assert [row[0] for row in before["conversations"]] == [1, 3]
 
     with HistoryStore(path) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION == 3
         conv, messages = store.load(1)
         assert conv.title == "What is [bold]speculative[/] decoding?" and conv.n_messages == 3
         assert [(m.role, m.content) for m in messages] == [
@@ -74,7 +79,10 @@ def test_a_v1_database_is_upgraded_with_all_its_data(tmp_path):
     raw = sqlite3.connect(str(path))
     after = {t: raw.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in ("conversations", "messages", "turn_stats")}
     assert after["conversations"][:2] == before["conversations"]  # same ids, same rows
-    assert after["messages"] == before["messages"] and after["turn_stats"] == before["turn_stats"]
+    # v3 adds two columns to messages (alternates): every v1 row keeps its values, as a message of its own
+    assert [row[:9] for row in after["messages"]] == before["messages"]
+    assert {row[9:] for row in after["messages"]} == {(None, 0)}
+    assert after["turn_stats"] == before["turn_stats"]
     assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     sql = raw.execute("SELECT sql FROM sqlite_master WHERE name = 'conversations'").fetchone()[0]
     assert "AUTOINCREMENT" in sql

@@ -12,6 +12,7 @@ the runs and keeps what was measured.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -147,7 +148,11 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "stop_reason": turn.stop_reason,
         "drafter": drafter if item.mode != "baseline" else NONE,
         # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
-        "estimate": asdict(stats.last_cost) if item.mode == "auto" and stats.last_cost is not None else None,
+        # (an infinite break-even α - nothing pays - is not JSON: null)
+        "estimate": (
+            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(stats.last_cost).items()}
+            if item.mode == "auto" and stats.last_cost is not None else None
+        ),
     }
 
 

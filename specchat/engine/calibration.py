@@ -80,8 +80,8 @@ def calibrate_draft_cost(
     ``ratios`` (from :func:`draft_cost_ratios`) scale the cost model's single-row target time, so call
     after :func:`calibrate_verify_cost`; without a ratio the draft's own one-token decode is timed at its
     current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
-    does not warm up a drafter for which no K could pay even at full acceptance (the seed's lesson: a
-    draft about as costly as the target never wins).
+    does not warm up a drafter for which no K could pay even at full acceptance (a draft about as
+    costly as the target never wins).
     """
     t1 = cost_model.target_ms()
     for name, d in drafters.items():

@@ -199,7 +199,12 @@ class ChatSession(Conversation):
             yield EngineError(str(exc))
             return
         st = self.controls.snapshot()
-        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
+        dec = self.decoder
+        drafting = st.speculative and dec.can_speculate and dec.drafter is not None
+        turn: Turn = counters.to_turn(
+            k=st.k if drafting else 0, drafter=dec.drafter_name or NONE, speculative=st.speculative,
+            target=dec.target.name,
+        )
         if record:
             self._messages.append(reply_message(turn))
         yield turn

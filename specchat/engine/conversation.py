@@ -12,6 +12,13 @@ sentinel; the text between sentinels is tokenized and the exact generated ids of
 back in (:func:`spliced_prompt_tokens`). So old replies are never re-tokenized, and turn n+1's tokens
 start with turn n's tokens: a KV cache keeps their common prefix and a new turn decodes only what is new.
 
+**Regenerate keeps the previous reply.** The replies to one user message are its *versions*
+(:meth:`Message.versions`): regenerating records the new reply as the newest version, chosen, with the
+earlier ones as its alternates; if no reply comes (an error before any token), the previous reply stays.
+:meth:`Conversation.select_alternate` chooses which version the conversation continues from - only the
+message list changes; the next turn's prompt holds the chosen version's exact ids, so a KV cache (local
+or the server's) keeps its common prefix with it and decodes the rest, as after an edit.
+
 **Context limit.** If the rendered conversation plus a reply reserve (``min(n_predict, n_ctx/4)``) does
 not fit ``n_ctx``, the oldest messages after the system prompt are dropped from what the model sees
 (they stay in :attr:`Conversation.messages` and in history) and the run reports how many were dropped
@@ -137,11 +144,49 @@ class Conversation:
         return self._reply()
 
     def regenerate(self) -> Iterator[Event]:
+        previous = None
         if self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
-        if not self._messages or self._messages[-1].role != "user":
-            raise UserError("nothing to regenerate: send a message first")
-        return self._reply()
+            previous = self._messages.pop()
+        try:
+            if not self._messages or self._messages[-1].role != "user":
+                raise UserError("nothing to regenerate: send a message first")
+            events = self._reply()
+        except UserError:
+            if previous is not None:
+                self._messages.append(previous)
+            raise
+        return events if previous is None else self._as_new_version(events, previous)
+
+    def _as_new_version(self, events: Iterator[Event], previous: Message) -> Iterator[Event]:
+        """Pass a regenerated reply's events through; the reply :meth:`_run` records becomes the newest version
+        of ``previous`` (before its Turn is passed on), or ``previous`` comes back when none is recorded."""
+        n = len(self._messages)
+
+        def version() -> bool:
+            if len(self._messages) > n and self._messages[-1].role == "assistant":
+                self._messages[-1] = previous.with_new_version(self._messages[-1])
+                return True
+            return False
+
+        done = False
+        for event in events:
+            if not done and isinstance(event, Turn):
+                done = version()
+            yield event
+        if not done and not version():
+            self._messages.append(previous)
+
+    def select_alternate(self, index: int) -> Message:
+        """Make version ``index`` of the last reply the one the conversation continues from (see the module
+        docstring and :meth:`ChatEngine.select_alternate`)."""
+        if not self._messages or self._messages[-1].role != "assistant":
+            raise UserError("no reply to choose a version of: the conversation does not end with a reply")
+        last = self._messages[-1]
+        n = len(last.alternates) + 1
+        if not (isinstance(index, int) and 0 <= index < n):
+            raise UserError(f"the last reply has {n} version(s), numbered 0..{n - 1}; {index!r} is not one")
+        self._messages[-1] = last.with_version(index)
+        return self._messages[-1]
 
     def edit_last(self, user_text: str) -> Iterator[Event]:
         while self._messages and self._messages[-1].role == "assistant":

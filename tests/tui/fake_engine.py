@@ -130,6 +130,15 @@ class FakeEngine:
         self._messages.pop()
         return self._generate()
 
+    def select_alternate(self, index: int) -> Message:
+        """As :meth:`ChatSession.select_alternate` (this fake's regenerate keeps no alternates: one version)."""
+        self.calls.append(f"select_alternate:{index}")
+        last = self._messages[-1] if self._messages else None
+        if last is None or last.role != "assistant" or not 0 <= index <= len(last.alternates):
+            raise ValueError(f"no reply version {index}")
+        self._messages[-1] = last.with_version(index)
+        return self._messages[-1]
+
     def edit_last(self, user_text: str) -> Iterator[Event]:
         self.calls.append(f"edit:{user_text}")
         while self._messages and self._messages[-1].role == "assistant":

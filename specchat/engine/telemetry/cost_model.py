@@ -9,26 +9,69 @@ once per round and is cheap (tens of microseconds: the replay curve is one small
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import CostEstimate
 from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
-from specchat.engine.telemetry.speedup import best_k, speedup_curve
+from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
 from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
 
 
+@dataclass(frozen=True, slots=True)
+class AlphaWindow:
+    """The rounds α is estimated from, as the cost model weights them (see :class:`CostModel`): sums over one
+    drafter's rounds, each weighted by its age in tokens of text - the same weights for every sum, so figures
+    computed from them (α, acceptance, mean accepted length) all describe the same rounds. ``prior_*`` is the
+    part of ``accepted``/``rejections`` that is the prior's pseudo-observations, not evidence."""
+
+    accepted: float  # accepted draft tokens, prior included
+    rejections: float  # rounds whose draft was cut short, prior included
+    drafted: float  # drafted tokens
+    rounds: float  # rounds that asked the drafter for tokens
+    drafting_rounds: float  # of those, rounds that drafted at least one token
+    prior_accepted: float
+    prior_rejections: float
+    half_life: float  # in tokens of text
+
+    @property
+    def alpha(self) -> float | None:
+        """The cost model's α (prior included); None when no round drafted (it would be the prior alone)."""
+        tot = self.accepted + self.rejections
+        return self.accepted / tot if tot > 0.0 and self.drafting_rounds > 0.0 else None
+
+
 class _DrafterStats:
-    __slots__ = ("acc", "rej", "clock", "draft", "spec_steps", "last", "replay")
+    __slots__ = (
+        "acc", "rej", "clock", "draft", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
+        "prior_rej",
+    )  # fmt: skip
 
     def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
         # prior as pseudo-observations: prior_weight rejections and the matching accepted count
         self.rej = prior_weight
         self.acc = prior_weight * prior_alpha / (1.0 - prior_alpha)
+        self.prior_rej = self.rej
+        self.prior_acc = self.acc
+        # the other sums of the same rounds, aged with the same factor (AlphaWindow)
+        self.drafted = 0.0
+        self.rounds = 0.0
+        self.drafting = 0.0
         self.clock = clock
         self.draft = RecentMedian(window)  # ms per drafted token
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
         self.replay = Replay(replay)
+
+    def age(self, f: float) -> None:
+        self.acc *= f
+        self.rej *= f
+        self.prior_acc *= f
+        self.prior_rej *= f
+        self.drafted *= f
+        self.rounds *= f
+        self.drafting *= f
 
 
 class CostModel:
@@ -115,8 +158,7 @@ class CostModel:
             tot = st.acc + st.rej
             if tot * f < self.alpha_min_weight:  # age, but keep some evidence: one probe is not all
                 f = min(1.0, self.alpha_min_weight / tot) if tot > 0.0 else 1.0
-            st.acc *= f
-            st.rej *= f
+            st.age(f)
             st.clock = self._clock
         return st
 
@@ -131,9 +173,14 @@ class CostModel:
         rows_verified: int,
         t_overhead_ms: float = 0.0,
         natural: int | None = None,
+        catch_up_ms: float = 0.0,
     ) -> None:
         """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
         the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``catch_up_ms``: the part of ``t_draft_ms`` spent reading context the drafter had missed
+        (:attr:`specchat.engine.drafters.Draft.catch_up_ms`): not a cost per drafted token. The draft cost
+        is then timed on the round's other tokens (its first came out of the catch-up decode), or not at all.
 
         ``natural``: the draft length the drafter would have chosen with no cap (a drafter that decides
         its own length, e.g. n-gram; 0 = it found nothing to propose); None = it always fills K. A round
@@ -147,11 +194,18 @@ class CostModel:
         st = self._stats(drafter)
         if k > 0:
             st.replay.add(drafted, accepted, natural, self._clock)
+            st.rounds += 1.0
         if drafted > 0:
+            st.drafted += drafted
+            st.drafting += 1.0
             st.acc += accepted
             if accepted < drafted:
                 st.rej += 1.0
-            st.draft.add(max(0.0, t_draft_ms) / drafted)
+            if catch_up_ms > 0.0:
+                if drafted > 1:
+                    st.draft.add(max(0.0, t_draft_ms - catch_up_ms) / (drafted - 1))
+            else:
+                st.draft.add(max(0.0, t_draft_ms) / drafted)
             st.spec_steps += 1
             st.last = (drafted, accepted)
         self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
@@ -190,6 +244,22 @@ class CostModel:
             return self.prior_alpha
         tot = st.acc + st.rej
         return st.acc / tot if tot > 0.0 else self.prior_alpha
+
+    def window(self, drafter: str) -> AlphaWindow:
+        """The weighted rounds of ``drafter`` that α comes from (:class:`AlphaWindow`), aged to now."""
+        st = self._stats(drafter) if drafter in self._drafters else None
+        if st is None:
+            acc = self.prior_weight * self.prior_alpha / (1.0 - self.prior_alpha)
+            return AlphaWindow(acc, self.prior_weight, 0.0, 0.0, 0.0, acc, self.prior_weight, self.alpha_half_life)
+        return AlphaWindow(
+            st.acc, st.rej, st.drafted, st.rounds, st.drafting, st.prior_acc, st.prior_rej, self.alpha_half_life
+        )
+
+    def break_even_alpha(self, drafter: str, k_max: int = K_MAX, gain: float = 1.0) -> float:
+        """The smallest α at which some K in 1..``k_max`` beats plain decoding by more than ``gain`` with this
+        drafter's measured c and the measured v(K) (:func:`~specchat.engine.telemetry.speedup.break_even_alpha`:
+        the geometric model, every round drafting K); ``math.inf`` when none does even at α = 1."""
+        return break_even_alpha(self.c(drafter), self.verify.table(), k_max, gain)
 
     def draft_ms_per_token(self, drafter: str) -> float:
         st = self._drafters.get(drafter)
@@ -263,7 +333,9 @@ class CostModel:
             predicted_speedup=curve[b],
             target_ms_per_token=t1 or 0.0,
             draft_ms_per_token=self.draft_ms_per_token(drafter),
+            alpha_to_pay=self.break_even_alpha(drafter, k_max),
+            alpha_is_prior=self.spec_steps(drafter) == 0,
         )
 
 
-__all__ = ["CostModel"]
+__all__ = ["AlphaWindow", "CostModel"]
