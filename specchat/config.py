@@ -18,9 +18,10 @@ Tables (``sampling``, ``ngram``, ``keymap``) merge key by key across the layers,
 :class:`Settings` is a pydantic-settings model, but constructing it directly validates exactly what it
 is given (defaults + keyword arguments): it does not read the environment or any file, so library code
 and tests get deterministic values. :func:`load_settings` is the one place that reads the file and the
-environment, records where every value came from (``specchat config show``), and turns a validation
-failure into one :class:`~specchat.errors.UserError` line naming the key, the file or variable, and the
-allowed values.
+environment, each with pydantic-settings' own source (``TomlConfigSettingsSource``, ``EnvSettingsSource``
+with the ``SPECCHAT_`` prefix and ``__`` nesting), one at a time: on top of them it records where every
+value came from (``specchat config show``), and turns a validation failure into one
+:class:`~specchat.errors.UserError` line naming the key, the file or variable, and the allowed values.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
@@ -41,7 +43,7 @@ from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
 )
 from pydantic_core import PydanticCustomError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
@@ -149,6 +151,20 @@ def check_server_url(value: str) -> str:
     return text.rstrip("/")
 
 
+def refuse_local_flags(args: Any, server_url: str, flags: tuple[tuple[str, str], ...]) -> None:
+    """A flag that sets the local models or speculation would do nothing with a llama-server: say so.
+
+    ``flags`` are ``(flag, argparse destination)`` pairs; a destination that is ``None`` or ``False`` was not given.
+    """
+    for flag, dest in flags:
+        if getattr(args, dest, None) not in (None, False):
+            raise UserError(
+                f"{flag} does not apply to a llama-server ({server_url}): its models, K and speculation are "
+                "set by its own flags (-m, --spec-type, --spec-draft-model, --spec-draft-n-max); drop "
+                f"{flag}, or unset --server / server_url to run here"
+            )
+
+
 def _default_threads() -> int:
     return os.cpu_count() or 1
 
@@ -210,12 +226,20 @@ class Settings(BaseSettings):
     def _server_url(cls, value: str | None) -> str | None:
         return None if value is None else check_server_url(value)
 
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            expand_user(value)  # "~nosuchuser/..." is a bad value here, not a traceback wherever it is used
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
     ):
-        # Only what the caller passes: load_settings() layers file and environment itself so it can
-        # say where each value came from.
+        # Only what the caller passes. settings_sources() runs pydantic-settings' TOML and env sources itself,
+        # one at a time, so that every value keeps the name of its file or variable (``config show``) and an
+        # error names them; merged here, the sources' values would arrive without their origins.
         return (init_settings,)
 
     def effective_data_dir(self) -> Path:
@@ -259,6 +283,18 @@ class ConfigLocation:
         }[self.origin]
 
 
+def expand_user(path: str | os.PathLike) -> Path:
+    """``Path(path).expanduser()``, or a one-line error when ``~user`` names no user (pathlib raises
+    RuntimeError, which reached the terminal as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise PydanticCustomError(
+            "unknown_user", "{path}: the home directory of {user} is not known; give the path in full",
+            {"path": str(path), "user": str(path).split("/", 1)[0]},
+        ) from None
+
+
 def default_config_path() -> Path:
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
 
@@ -271,11 +307,15 @@ def state_path(config_path: str | os.PathLike | None = None) -> Path:
 def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
     """Where the config file is looked for: ``--config``, else ``$SPECCHAT_CONFIG``, else the user config dir."""
     environ = os.environ if environ is None else environ
-    if config_path not in (None, ""):
-        return ConfigLocation(Path(config_path).expanduser(), "--config")
-    from_env = environ.get(CONFIG_ENV, "")
-    if from_env:
-        return ConfigLocation(Path(from_env).expanduser(), "SPECCHAT_CONFIG")
+    try:
+        if config_path not in (None, ""):
+            return ConfigLocation(expand_user(config_path), "--config")
+        from_env = environ.get(CONFIG_ENV, "")
+        if from_env:
+            return ConfigLocation(expand_user(from_env), "SPECCHAT_CONFIG")
+    except PydanticCustomError as exc:
+        origin = "--config" if config_path not in (None, "") else f"${CONFIG_ENV}"
+        raise ConfigError(f"config error: config file {exc.message()} ({origin})") from None
     return ConfigLocation(default_config_path(), "default")
 
 
@@ -350,13 +390,39 @@ def _label(layer: Layer, data: Any, prefix: Key, label: str, where: str) -> None
             layer.where[key] = where
 
 
+class _TomlFileSource(TomlConfigSettingsSource):
+    """pydantic-settings' TOML file source, reading the file through :func:`read_toml` (one-line errors that
+    name the file, line and column, instead of tomllib's exception)."""
+
+    def __init__(self, location: ConfigLocation) -> None:
+        self._origin = location.describe_origin()
+        super().__init__(Settings, toml_file=location.path)
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        return read_toml(Path(str(file_path)), self._origin)
+
+
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source (``SPECCHAT_`` prefix, ``__`` nesting, names in any case, a
+    table whole as JSON) over the given variables rather than always ``os.environ``."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(
+            Settings, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED_DELIMITER
+        )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}
+
+
 def _file_layer(location: ConfigLocation) -> Layer | None:
     if not location.exists:
         # a missing default file is fine; anything else there (a directory...) is an error, never "missing"
         if location.explicit or os.path.lexists(location.path):
             read_toml(location.path, location.describe_origin())  # raises "not found" / "is a directory"
         return None
-    data = read_toml(location.path, location.describe_origin())
+    data = _TomlFileSource(location)()
     data_dir = data.get("data_dir")
     if isinstance(data_dir, str) and data_dir and not data_dir.startswith("~") and not Path(data_dir).is_absolute():
         # a relative data_dir in a file means "next to this file", wherever specchat is started from
@@ -369,71 +435,81 @@ def _file_layer(location: ConfigLocation) -> Layer | None:
 _TABLE_FIELDS = ("sampling", "ngram", "keymap")
 
 
-def _field_allows_none(name: str, sub: str | None = None) -> bool:
-    model: type[BaseModel] = Settings
-    if sub is not None:
-        model = {"sampling": SamplingSettings, "ngram": NgramSettings}.get(name)  # type: ignore[assignment]
-        if model is None:
-            return False
-        name = sub
-    info = model.model_fields.get(name)
+def _field_allows_none(key: Key) -> bool:
+    info = _field_info(key)
     return info is not None and info.default is None and not info.is_required()
 
 
-def _env_layer(environ: Mapping[str, str]) -> tuple[Layer, list[str]]:
-    """``SPECCHAT_<FIELD>`` and ``SPECCHAT_<TABLE>__<KEY>``; names are case-insensitive.
+def _env_names(environ: Mapping[str, str]) -> tuple[dict[Key, str], list[str]]:
+    """The variable behind each key the environment sets (``("sampling", "seed")`` -> its name), and the
+    ``SPECCHAT_*`` variables that name no setting (ignored: other tools may share the prefix).
 
-    Variables whose first part names no setting are returned as *ignored* (other tools may share the
-    prefix); a bad key inside a table is an error like a typo in the file.
+    Raises :class:`ConfigError` for the mistakes pydantic-settings' env source lets through or reports
+    without the variable's name: a sub-key of a setting that is not a table (it ignores it), a key nested
+    deeper than a table's (it nests it deeper), a table given whole that is not a JSON object (it raises
+    "error parsing value for field").
     """
-    layer = Layer("env")
+    names: dict[Key, str] = {}
     ignored: list[str] = []
     for name in sorted(environ):
         if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
             continue
-        raw = environ[name]
-        parts = name[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER)
-        top = parts[0]
+        key = tuple(name[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER))
+        top = key[0]
         if top not in Settings.model_fields:
             ignored.append(name)
             continue
-        if top in _TABLE_FIELDS:
-            if len(parts) == 1:
-                try:
-                    value = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(
-                        f"config error: {top} from environment variable {name} is not a JSON object "
-                        f"({exc.msg}); set {name}='{{\"key\": value}}' or use {ENV_PREFIX}{top.upper()}__<KEY>"
-                    ) from None
-                if not isinstance(value, dict):
-                    raise ConfigError(
-                        f"config error: {top} from environment variable {name} must be a JSON object, "
-                        f"got {raw!r}"
-                    )
-                table = layer.data.setdefault(top, {})
-                if not isinstance(table, dict):  # pragma: no cover - only one variable can name it
-                    table = layer.data[top] = {}
-                table.update(value)
-                _label(layer, value, (top,), f"env {name}", f"from environment variable {name}")
-            elif len(parts) == 2 and parts[1]:
-                value = None if raw == "" and _field_allows_none(top, parts[1]) else raw
-                layer.data.setdefault(top, {})[parts[1]] = value
-                _label(layer, value, (top, parts[1]), f"env {name}", f"from environment variable {name}")
-            else:
+        if top not in _TABLE_FIELDS and len(key) > 1:
+            raise ConfigError(
+                f"config error: environment variable {name}: {top} is not a table; use {ENV_PREFIX}{top.upper()}=<value>"
+            )
+        if len(key) > 2 or (len(key) == 2 and not key[1]):
+            raise ConfigError(
+                f"config error: environment variable {name} nests too deep; use {ENV_PREFIX}{top.upper()}__<KEY>"
+            )
+        if len(key) == 1 and top in _TABLE_FIELDS:
+            raw = environ[name]
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
                 raise ConfigError(
-                    f"config error: environment variable {name} nests too deep; "
-                    f"use {ENV_PREFIX}{top.upper()}__<KEY>"
-                )
-        else:
-            if len(parts) != 1:
+                    f"config error: {top} from environment variable {name} is not a JSON object "
+                    f"({exc.msg}); set {name}='{{\"key\": value}}' or use {ENV_PREFIX}{top.upper()}__<KEY>"
+                ) from None
+            if not isinstance(value, dict):
                 raise ConfigError(
-                    f"config error: environment variable {name}: {top} is not a table; "
-                    f"use {ENV_PREFIX}{top.upper()}=<value>"
+                    f"config error: {top} from environment variable {name} must be a JSON object, got {raw!r}"
                 )
-            layer.data[top] = None if raw == "" and _field_allows_none(top) else raw
-            _label(layer, raw, (top,), f"env {name}", f"from environment variable {name}")
+        names[key] = name
+    return names, ignored
+
+
+def _env_layer(environ: Mapping[str, str]) -> tuple[Layer, list[str]]:
+    """What pydantic-settings' env source reads from ``environ`` (:class:`_EnvSource`), each value labelled
+    with its variable, and the ignored variables (:func:`_env_names`). An empty variable unsets a setting
+    that may be unset (``SPECCHAT_SERVER_URL=""``); for any other it is the value ``""``."""
+    names, ignored = _env_names(environ)
+    data = _EnvSource(environ)()
+    layer = Layer("env", data)
+    for key in filter(None, _leaves(data)):  # (the root of an empty layer is no key)
+        if key in names and _get_leaf(data, key) == "" and _field_allows_none(key):
+            _set_leaf(data, key, None)
+        name = next(names[key[:i]] for i in range(len(key), 0, -1) if key[:i] in names)
+        layer.labels[key] = f"env {name}"
+        layer.where[key] = f"from environment variable {name}"
     return layer, ignored
+
+
+def _get_leaf(data: dict[str, Any], key: Key) -> Any:
+    for part in key:
+        data = data[part]
+    return data
+
+
+def _set_leaf(data: dict[str, Any], key: Key, value: Any) -> None:
+    for part in key[:-1]:
+        data = data[part]
+    data[key[-1]] = value
 
 
 def _normalise_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -607,7 +683,7 @@ def _describe_error(err: dict, layers: list[Layer]) -> str:
     is_table = info is not None and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     if is_table and err["type"] == "value_error":  # a rule across the table's keys
         return f"config error: [{dotted}] {where}: {err['msg'].removeprefix('Value error, ')}"
-    if err["type"] == "not_utf8":  # the validator's own sentence
+    if err["type"] in ("not_utf8", "unknown_user"):  # the validator's own sentence
         allowed = err["msg"]
     if not allowed:
         allowed = err["msg"]

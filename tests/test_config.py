@@ -458,3 +458,23 @@ def test_keymap_description_and_errors_name_both_forms_the_app_accepts():
     for example in examples:
         keymap, problems = resolve_keymap(tomllib.loads(example))
         assert problems == [] and set(keymap) == {"k_up"}, example
+
+
+# -- a ~user that names no user: one line, exit 2, never a traceback --------------------------------------
+
+
+def test_config_path_with_an_unknown_user_is_one_line_exit_2(isolated, monkeypatch, capsys):
+    code, _, err = run_cli(["--config", "~nosuchuser-specchat/c.toml", "config", "path"], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "~nosuchuser-specchat/c.toml: the home directory of ~nosuchuser-specchat is not known" in err
+    monkeypatch.setenv("SPECCHAT_CONFIG", "~nosuchuser-specchat/c.toml")
+    with pytest.raises(ConfigError, match=r"is not known; give the path in full \(\$SPECCHAT_CONFIG\)$"):
+        load_settings()
+
+
+def test_data_dir_with_an_unknown_user_names_the_key_and_where(isolated, monkeypatch):
+    path = write(isolated.tmp / "c.toml", 'data_dir = "~nosuchuser-specchat/chats"\n')
+    with pytest.raises(ConfigError, match=rf"^config error: data_dir = \S+ in {re.escape(str(path))}: .*is not known"):
+        load_settings(str(path))
+    with pytest.raises(ConfigError, match="from the command line: .*is not known"):
+        load_settings(overrides={"data_dir": "~nosuchuser-specchat/x"})

@@ -320,7 +320,7 @@ class _HostileSession:
 def test_generate_reply_on_a_terminal_is_inert_and_its_json_escapes_controls(monkeypatch, capsys, isolated_config, mode):
     """On a terminal the reply (plain or coloured) and every notice reach it with no raw control character; the
     JSON is the same value with \\uXXXX escapes; piped, the reply is the model's text byte for byte."""
-    import specchat.engine.loader as loader
+    import specchat.loading as loader
 
     monkeypatch.setattr(loader, "load_engine", lambda settings, **kw: _HostileSession())
     monkeypatch.setattr(sys.stdout, "isatty", lambda: mode != "pipe")

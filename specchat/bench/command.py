@@ -17,7 +17,6 @@ from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
 from specchat.bench.remote import remote_plan, run_remote_once
 from specchat.bench.summary import summarize
-from specchat.commands.arguments import refuse_local_flags
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
 
@@ -99,12 +98,12 @@ def main(
 ) -> int:
     """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
     ks, suite = validate_args(args)
-    from specchat.config import load_settings
+    from specchat.config import load_settings, refuse_local_flags
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)

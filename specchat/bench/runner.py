@@ -1,6 +1,6 @@
 """Running the bench: the plan of runs, one measured reply per run, and the record of each.
 
-**Protocol.** One loaded target + drafter (:func:`specchat.engine.loader.load_engine`). For every prompt
+**Protocol.** One loaded target + drafter (:func:`specchat.loading.load_engine`). For every prompt
 of the suite and every run index r, each speculative mode (fixed K = 1.., and ``auto`` with ``--auto``)
 is measured as an adjacent pair ``baseline, mode`` - so a run of the bench reads A B A C A B A C ... and
 slow drift of a shared machine (thermal, other processes) hits both halves of a pair alike. The baseline

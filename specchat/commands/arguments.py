@@ -1,12 +1,14 @@
-"""Command-line arguments several subcommands share: where the config file and the data directory are, and
-the flags that do not apply when a llama-server generates the replies."""
+"""Command-line arguments several subcommands share: where the config file and the data directory are.
+
+(The flags that do not apply when a llama-server generates the replies are refused by
+:func:`specchat.config.refuse_local_flags`, next to ``server_url`` itself: the bench command, below this
+layer, needs it too.)"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from specchat.errors import UserError
 
 
 def add_location_arguments(parser: argparse.ArgumentParser, *, data_dir: bool = False) -> None:
@@ -33,16 +35,3 @@ def location_overrides(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = getattr(args, "data_dir", None)
     return {} if data_dir is None else {"data_dir": data_dir}
 
-
-def refuse_local_flags(args: argparse.Namespace, server_url: str, flags: tuple[tuple[str, str], ...]) -> None:
-    """A flag that sets the local models or speculation would do nothing with a llama-server: say so.
-
-    ``flags`` are ``(flag, argparse destination)`` pairs; a destination that is ``None`` or ``False`` was not given.
-    """
-    for flag, dest in flags:
-        if getattr(args, dest, None) not in (None, False):
-            raise UserError(
-                f"{flag} does not apply to a llama-server ({server_url}): its models, K and speculation are "
-                "set by its own flags (-m, --spec-type, --spec-draft-model, --spec-draft-n-max); drop "
-                f"{flag}, or unset --server / server_url to run here"
-            )

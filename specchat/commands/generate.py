@@ -19,7 +19,6 @@ import os
 import sys
 
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
-from specchat.commands.arguments import refuse_local_flags
 from specchat.errors import UserError
 
 ANSI = {
@@ -118,7 +117,7 @@ def read_prompt(value: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_settings
+    from specchat.config import load_settings, refuse_local_flags
     from specchat.sanitize import json_text, sanitize
 
     prompt = read_prompt(args.prompt)
@@ -134,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     conversation = load_conversation(args.conversation) if args.conversation else None
 
     from specchat.engine.events import EngineError, Notice, Piece, Turn
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     auto_k = bool(args.auto_k)
     session = load_engine(settings, auto_k=auto_k)

@@ -116,7 +116,7 @@ def connect(
     except BaseException:
         server.close()
         raise
-    report(1.0, "ready")
+    report(1.0, "connected")  # not "ready": the app is ready once it has taken the session
     return session
 
 

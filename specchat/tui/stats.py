@@ -1,7 +1,7 @@
 """Live statistics for the sidebar, computed from the engine's events (pure Python, no Textual).
 
-:class:`LiveStats` is fed by the generation worker (one turn at a time) and hands out immutable
-:class:`StatsSnapshot` objects, which the worker posts to the UI. Definitions follow llama.cpp:
+:class:`LiveStats` is fed by the turn's pump (one turn at a time) and hands out immutable
+:class:`StatsSnapshot` objects, which the pump posts to the UI. Definitions follow llama.cpp:
 
 - acceptance = accepted / drafted (tokens the target kept / tokens proposed, llama.cpp PR #14104);
 - mean accepted length = 1 + accepted / (steps that verified a draft) (``server_slot::print_timings``);

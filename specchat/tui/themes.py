@@ -1,4 +1,5 @@
-"""Themes: ``themes/*.toml`` in the repository plus the user's ``<config dir>/themes/*.toml``.
+"""Themes: the built-in ``specchat/themes/*.toml`` (package data, read with :mod:`importlib.resources`, so
+an installed specchat has them wherever it is installed) plus the user's ``<config dir>/themes/*.toml``.
 
 A theme file is one Textual :class:`~textual.theme.Theme` (same field names) plus the token colours in
 ``[variables]``::
@@ -39,14 +40,16 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from textual.color import Color, ColorParseError
 from textual.css.stylesheet import Stylesheet
 from textual.theme import Theme
 
-#: the repository's themes directory (the package is installed editable; see pyproject.toml)
-BUILTIN_THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
+#: the built-in themes, inside the package (``package-data`` in pyproject.toml)
+BUILTIN_THEMES_DIR: Traversable = files("specchat") / "themes"
 
 DEFAULT_THEME = "specchat-dark"
 
@@ -92,10 +95,9 @@ class ThemeFileError(ValueError):
 class ThemeLoadResult:
     themes: list[Theme] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    sources: dict[str, Path] = field(default_factory=dict)
 
 
-def _check_color(path: Path, key: str, value: object) -> str:
+def _check_color(path: Traversable, key: str, value: object) -> str:
     if not isinstance(value, str):
         raise ThemeFileError(f"{path}: {key} must be a colour string like \"#1a1b26\", got {value!r}")
     try:
@@ -133,7 +135,7 @@ def _variable_property(name: str) -> str | None:
     return next((p for p in _VALUE_PROPERTIES if _declaration_parses(p, default)), None)
 
 
-def _check_variable(path: Path, key: object, value: object) -> str:
+def _check_variable(path: Traversable, key: object, value: object) -> str:
     if not isinstance(key, str) or not (key in TOKEN_VARIABLES or key in _textual_variables()):
         raise ThemeFileError(
             f"{path}: variables.{key} is not a theme variable; use {', '.join(TOKEN_VARIABLES)} or one of "
@@ -154,7 +156,7 @@ def _check_variable(path: Path, key: object, value: object) -> str:
     return value
 
 
-def load_theme_file(path: Path) -> Theme:
+def load_theme_file(path: Traversable) -> Theme:
     """Read one theme file; raise :class:`ThemeFileError` with a one-line message on any problem."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -207,28 +209,27 @@ def load_theme_file(path: Path) -> Theme:
     return theme
 
 
-def theme_dirs(user_config_dir: Path | None) -> list[Path]:
+def theme_dirs(user_config_dir: Path | None) -> list[Traversable]:
     """Where themes are looked for, lowest precedence first (a user theme may replace a built-in one)."""
-    dirs = [BUILTIN_THEMES_DIR]
+    dirs: list[Traversable] = [BUILTIN_THEMES_DIR]
     if user_config_dir is not None:
         dirs.append(user_config_dir / "themes")
     return dirs
 
 
-def load_themes(dirs: list[Path]) -> ThemeLoadResult:
+def load_themes(dirs: list[Traversable]) -> ThemeLoadResult:
     """Load every ``*.toml`` in ``dirs`` (missing dirs are fine); bad files go to ``errors``."""
     result = ThemeLoadResult()
     by_name: dict[str, Theme] = {}
     for directory in dirs:
         if not directory.is_dir():
             continue
-        for path in sorted(directory.glob("*.toml")):
+        for path in sorted((p for p in directory.iterdir() if p.name.endswith(".toml")), key=lambda p: p.name):
             try:
                 theme = load_theme_file(path)
             except ThemeFileError as exc:
                 result.errors.append(str(exc))
                 continue
             by_name[theme.name] = theme
-            result.sources[theme.name] = path
     result.themes = list(by_name.values())
     return result

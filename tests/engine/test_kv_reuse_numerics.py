@@ -19,7 +19,7 @@ import pytest
 from enginekit import VerifiedRows, assert_same_greedy_reply_up_to_near_ties
 from specchat.config import Settings
 from specchat.engine.events import Step, Turn
-from specchat.engine.loader import load_engine
+from specchat.loading import load_engine
 
 #: the largest logit difference measured between two batch splits of the same tokens on the bundled Q4_1 model
 #: (0.86, one batch of 112 tokens vs one token at a time), rounded up: a near-tie at this size can flip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from specchat.config import Settings
 from specchat.engine.events import Step, Turn
-from specchat.engine.loader import load_engine
+from specchat.loading import load_engine
 
 
 def test_a_k_changed_mid_reply_is_recorded_as_the_turns_k_range(tmp_path, tiny_pair, greedy_prompts):

@@ -104,7 +104,7 @@ def test_connecting_while_the_server_starts_waits_for_it(llama_server):
     seen: list[str] = []
     session = connect(server.url, server=LlamaServer(server.url, retries=30), progress=lambda f, what: seen.append(what))
     try:
-        assert seen[0].startswith("connecting to llama-server") and seen[-1] == "ready"
+        assert seen[0].startswith("connecting to llama-server") and seen[-1] == "connected"
         turn = [e for e in session.send("Hi") if isinstance(e, Turn)][0]
         assert turn.tokens
     finally:

@@ -211,8 +211,7 @@ class Fuzz:
 
     # -- the loop --------------------------------------------------------------------------------------
     async def run(self, length: int) -> None:
-        future = self.app._engine_executor.submit(threading.get_ident)
-        self.engine_thread = await asyncio.wrap_future(future)
+        self.engine_thread = await self.app.host.call(threading.get_ident)
         await self.settle()
         self.check()
         for _ in range(length):

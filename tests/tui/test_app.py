@@ -408,7 +408,9 @@ async def test_keymap_from_settings_remaps_bindings(make_app):
     app, engine = make_app(settings=settings)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        assert len(app.keymap_problems) == 1 and "teleport" in app.keymap_problems[0]
+        assert len(app.keymap_problems) == 2 and "teleport" in app.keymap_problems[0]
+        assert "ctrl+g to toggle_ghosts, but it is also help's default key" in app.keymap_problems[1]
+        assert sum("help's default key" in n for n in notifications(app)) == 1
         await pilot.press("ctrl+k")
         assert engine.controls.snapshot().k == 4
         await pilot.press("f4")  # the old key no longer raises K
@@ -488,7 +490,7 @@ async def test_quit_mid_reply_stops_the_engine_and_waits_for_the_worker(make_app
         await pilot.press("ctrl+q")
     assert engine.controls.stop_requested or engine.messages[-1].stopped
     assert not engine.generating.is_set()  # the engine's generator ran to its end
-    assert app._turn_done.is_set() and engine.closed
+    assert not app.host.turn_running and engine.closed
 
 
 async def test_exit_without_quit_action_also_stops_the_worker(make_app):
@@ -524,6 +526,7 @@ async def test_palette_commands_switch_drafter_k_temperature_and_theme(make_app)
 
 async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_path):
     from specchat.config import Settings
+    from specchat.tui.commands import model_choices
 
     first, second = FakeEngine(["from the first model"]), FakeEngine(["from the second model"])
     built: list[str] = []
@@ -550,7 +553,7 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         assert built == ["bundled"] and app.engine is second and first.closed
         assert [m.content for m in second.loaded] == ["hello", "from the first model"]
         assert app.settings.target == "bundled"
-        labels = [label for label, *_ in app.model_choices()]
+        labels = [label for label, *_ in model_choices()]
         assert "preset smollm2-f16-q41" in labels
 
 

@@ -22,7 +22,7 @@ async def test_engine_messages_that_arrive_once_the_app_is_closing_are_not_drawn
         await wait_ready(pilot)
         await send(pilot, "go")
         await wait_hold(pilot, engine)
-        turn_id = app._turn_id
+        turn_id = app.host.turn_id
         snapshot = app._stats.snapshot()
     late = [
         StatsUpdated(snapshot),

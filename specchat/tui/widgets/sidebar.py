@@ -1,7 +1,7 @@
 """The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
 
-It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the generation
-worker posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
+It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
+pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
 pure ``format_*`` functions below, which the tests call directly.
 """
@@ -26,23 +26,12 @@ MAX_POSITIONS = 8
 
 
 def break_even_text(cost: CostEstimate | None) -> str:
-    """The cost model's verdict, from :func:`specchat.engine.telemetry.break_even_line` (pure Python)."""
+    """The cost model's verdict (:func:`specchat.engine.telemetry.break_even_line`), or what it waits for."""
     if cost is None:
         return "break-even: waiting for the cost model (a few speculative steps)"
-    try:
-        from specchat.engine.telemetry import break_even_line
-    except ImportError:  # the telemetry module is optional for the UI: same sentence, built here
-        return _break_even_fallback(cost)
+    from specchat.engine.telemetry import break_even_line  # numpy: not at start-up, the window comes first
+
     return break_even_line(cost)
-
-
-def _break_even_fallback(cost: CostEstimate) -> str:
-    head = f"draft costs {cost.c:.2f}\u00d7 target per token"
-    if cost.c >= 1.0:
-        return f"{head}: speculation cannot pay here; best K = off"
-    if cost.best_k == 0:
-        return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = off"
-    return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = {cost.best_k}, predicted {cost.predicted_speedup:.1f}\u00d7"
 
 
 def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:

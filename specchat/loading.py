@@ -1,5 +1,9 @@
-"""Build a :class:`~specchat.engine.chat.ChatSession` from :class:`specchat.config.Settings` (or, with
-``server_url`` set, a :class:`~specchat.engine.remote.RemoteSession` on that llama-server).
+"""Loading: :class:`specchat.config.Settings` in, a ready conversation out - a
+:class:`~specchat.engine.chat.ChatSession` on local models, or, with ``server_url`` set, a
+:class:`~specchat.engine.remote.RemoteSession` on that llama-server.
+
+It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.config` (the layers in
+``pyproject.toml``'s import contract): the engine knows nothing of settings files or model names.
 
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
@@ -10,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
@@ -23,12 +27,13 @@ from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
 
 if TYPE_CHECKING:
+    from specchat.config import Settings
     from specchat.engine.remote import RemoteSession
 
 Progress = Callable[[float, str], None]
 
 
-def sampling_from(settings: Any) -> SamplingParams:
+def sampling_from(settings: Settings) -> SamplingParams:
     s = settings.sampling
     try:
         return SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
@@ -37,16 +42,15 @@ def sampling_from(settings: Any) -> SamplingParams:
 
 
 def load_engine(
-    settings: Any, progress: Progress | None = None, *, auto_k: bool | None = None
+    settings: Settings, progress: Progress | None = None, *, auto_k: bool | None = None
 ) -> ChatSession | RemoteSession:
     """Load the configured target and drafter(s) and return a ready conversation.
 
-    ``settings`` is a :class:`specchat.config.Settings` (duck-typed: target, draft, k, auto_k, sampling,
-    ngram, threads, n_ctx, n_predict, system_prompt, data_dir, server_url). With ``server_url`` the replies
-    come from that llama-server, whose own flags set the models and speculation.
+    With ``settings.server_url`` the replies come from that llama-server, whose own flags set the models
+    and speculation.
     """
     report = progress or (lambda f, what: None)
-    server_url = getattr(settings, "server_url", None)
+    server_url = settings.server_url
     if server_url:
         from specchat.engine.remote import connect
 
@@ -54,8 +58,7 @@ def load_engine(
             server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=report,
         )  # fmt: skip
-    data_dir = _data_dir(settings)
-    pair = resolve_pair(settings.target, settings.draft, data_dir)
+    pair = resolve_pair(settings.target, settings.draft, settings.effective_data_dir())
     target_path = pair.target
     draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
@@ -109,7 +112,7 @@ def load_engine(
         )
     )
     decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected)
-    report(1.0, "ready")
+    report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine
     return ChatSession(
         decoder,
         system_prompt=settings.system_prompt,
@@ -118,9 +121,3 @@ def load_engine(
         draft_label=selected or NONE,
     )
 
-
-def _data_dir(settings: Any) -> Path | None:
-    fn = getattr(settings, "effective_data_dir", None)
-    if callable(fn):
-        return fn()
-    return getattr(settings, "data_dir", None)
