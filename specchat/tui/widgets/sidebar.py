@@ -3,7 +3,8 @@
 It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
 pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
-pure ``format_*`` functions below, which the tests call directly.
+pure ``format_*`` functions below, which the tests call directly; the A/B table (one section per pair) is
+:class:`~specchat.tui.widgets.ab_table.ABTable`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from specchat.engine.controls import ControlState
 from specchat.engine.events import CostEstimate
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.sanitize import sanitize
-from specchat.tui.stats import ABRow, StatsSnapshot
+from specchat.tui.stats import StatsSnapshot
+from specchat.tui.widgets.ab_table import ABTable
 
 DASH = "\u2013"
 TIMES = "\u00d7"
@@ -99,25 +101,6 @@ def format_positions(per_position: tuple[float, ...], width: int = 10) -> list[s
     return lines
 
 
-def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
-    if not rows:
-        return ["A/B: finish a turn with speculation on and one with it off to compare"]
-    lines = [f"{'A/B':<13}{'turns':>5}{'tok/s':>7}{TIMES:>5}"]
-    for row in rows:
-        ratio = DASH if row.ratio is None else f"{row.ratio:.2f}"
-        label = row.label if len(row.label) <= 13 else row.label[:12] + "\u2026"
-        lines.append(f"{label:<13}{row.turns:>5}{row.tok_s:>7.1f}{ratio:>5}")
-    labels = {r.label for r in rows}
-    if "off" not in labels:
-        lines.append("toggle speculation for a baseline turn")
-    elif len(labels) == 1:
-        lines.append("turn speculation on to compare")
-    else:
-        best = max(rows, key=lambda r: r.tok_s)
-        lines.append(f"faster: {best.label}")
-    return lines
-
-
 class Sidebar(VerticalScroll):
     """Live statistics of the running reply and of the session."""
 
@@ -146,7 +129,7 @@ class Sidebar(VerticalScroll):
         yield Static("tok/s (rolling)", id="tok-s-label", classes="caption")
         yield Static(id="figures")
         yield Static(id="break-even")
-        yield Static(id="ab")
+        yield ABTable(id="ab")
         yield Static(id="pair")
         yield Static("tok/s per step", classes="caption")
         yield Sparkline([], id="spark-tok")
@@ -239,7 +222,7 @@ class Sidebar(VerticalScroll):
             if tuple(spark.data or ()) != data:
                 spark.data = list(data)
         self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
-        self._put("ab", "\n".join(format_ab(snapshot.ab)))
+        self.query_one(ABTable).show(snapshot.ab)
         self._put("break-even", break_even_text(snapshot.cost), rewraps=True)
         self._changed()
 
