@@ -365,7 +365,8 @@ class SpecChatApp(App[None]):
             if spec.action == "stop" and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
-            callback = self.start_edit if spec.action == "edit_last" else partial(self.run_action, spec.action)
+            callback = {"edit_last": self.start_edit, "reply_prev": partial(self.flip_reply, -1),
+                        "reply_next": partial(self.flip_reply, 1)}.get(spec.action, partial(self.run_action, spec.action))
             yield SystemCommand(spec.description, f"{spec.help} [{self.effective_keys.get(spec.id, spec.keys)}]",
                                 callback)
 
@@ -649,6 +650,7 @@ class SpecChatApp(App[None]):
         self._current = None
         if assistant is not None:
             assistant.finish(message.turn, message.error)
+            self._show_reply_versions(assistant, message.turn)
         if message.error:
             self.chat.mount(
                 ChatNotice(
@@ -665,6 +667,12 @@ class SpecChatApp(App[None]):
         for callback in callbacks:
             callback()
         self._send_next_queued()
+
+    def _show_reply_versions(self, reply: AssistantMessage, turn: Any) -> None:
+        """A finished reply that the engine recorded: mark which version of its reply it is (``reply 2/3``)."""
+        last = self.engine.messages[-1] if self.engine is not None and self.engine.messages else None
+        if turn is not None and last is not None and last.role == "assistant" and last.stats is turn:
+            reply.set_versions(last)
 
     # -- history ---------------------------------------------------------------------------------------------
     def _save_history(self, messages: list[Message] | None = None) -> None:
@@ -774,8 +782,8 @@ class SpecChatApp(App[None]):
         # each a layout pass of the whole screen while the engine runs
         if action in APP_ACTIONS and action not in ("help", "quit") and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
-        if action == "edit_last":
-            # False lets the key through to the focused widget: up still moves the prompt's cursor
+        if action in ("edit_last", "reply_prev", "reply_next"):
+            # False lets the key through to the focused widget: up, left, right still move the prompt's cursor
             return self._edit_key_applies()
         return True
 
@@ -800,11 +808,55 @@ class SpecChatApp(App[None]):
             replies = self.assistant_messages()
             if replies:
                 replies[-1].remove()
-            self._start_turn(engine.regenerate, messages[:-1])  # the old reply leaves history before the new one
+            # history keeps the old reply until the new one is recorded beside it as its newest version: if
+            # the app dies mid-reply, the old reply is still saved, with its own numbers and date
+            self._start_turn(engine.regenerate, messages)
+            if replies and self._current is not None:
+                self._current.keep_versions_of(replies[-1])
         elif messages and messages[-1].role == "user":  # the last turn failed: try again
             self._start_turn(partial(engine.edit_last, messages[-1].content), messages)
         else:
             self.notify("Nothing to regenerate yet: send a message first.")
+
+    def action_reply_prev(self) -> None:
+        """The ``reply_prev`` key: see :meth:`flip_reply` (enabled by :meth:`check_action`)."""
+        self.flip_reply(-1)
+
+    def action_reply_next(self) -> None:
+        self.flip_reply(+1)
+
+    def flip_reply(self, step: int) -> None:
+        """Show the previous (``step`` -1) or next (+1) version of the last reply and continue from it.
+
+        The engine chooses it (:meth:`ChatEngine.select_alternate`: nothing is decoded), the pane draws it with
+        its own colours and numbers (:meth:`AssistantMessage.show_version`) and history saves the choice.
+        Refused with a notice during a reply (the engine would be choosing a version under a reply being
+        generated after it; the keys work again once it ends).
+        """
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if self.host.generating:
+            self.notify("A reply is being generated: flip between versions once it ends (Esc stops it).",
+                        severity="warning", timeout=4)
+            return
+        last = engine.messages[-1] if engine.messages else None
+        if last is None or last.role != "assistant" or not last.alternates:
+            key = self.effective_keys.get("regenerate", "ctrl+r").split(",")[0]
+            self.notify(f"The last reply has one version: regenerate it ({key}) to keep both and compare.",
+                        timeout=4)
+            return
+        count = len(last.alternates) + 1
+        index = last.alternate_index + step
+        if not 0 <= index < count:
+            edge = "first" if step < 0 else "last"
+            self.notify(f"Reply {last.alternate_index + 1}/{count} is the {edge} version.", timeout=2)
+            return
+        chosen = engine.select_alternate(index)
+        replies = self.assistant_messages()
+        if replies and not replies[-1].show_version(chosen):
+            self._colour_saved_replies()
+        self._save_history()
 
     def action_new_chat(self) -> None:
         """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).

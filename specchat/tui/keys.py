@@ -52,7 +52,8 @@ APP_KEYS: tuple[KeySpec, ...] = (
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
-    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again", show=False),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate",
+            "generate the last reply again (the earlier one is kept: flip with \u2190 \u2192)", show=False),
     KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation (during a reply: stops it first)",
             show=False),
     KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats", show=False),
@@ -63,6 +64,13 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
+    # the versions of the last reply (regenerate keeps the earlier ones): ← → as chat apps do, under the same
+    # rule as edit_last (an empty, focused prompt; anywhere else the arrows move the cursor), and alt+p / alt+n
+    # for terminals or fingers without handy arrows (alt+letter: see above; no other binding has them)
+    KeySpec("reply_prev", "left,alt+p", "reply_prev", "Previous version",
+            "in an empty prompt: show the previous version of the last reply (ctrl+r keeps them)", show=False),
+    KeySpec("reply_next", "right,alt+n", "reply_next", "Next version",
+            "in an empty prompt: show the next version of the last reply", show=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 
