@@ -65,7 +65,8 @@ def _verdict(rows: list[ABRow]) -> str:
 
 def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
     """The table's lines: per pair (in the order the pairs first ran) its heading, the column header, its rows
-    and a verdict; then what ``barely`` and ``mixed`` mean, if such a row is shown."""
+    and a verdict; then what the draft column means, and what ``barely`` and ``mixed`` mean if such a row is
+    shown."""
     if not rows:
         return [EMPTY]
     from specchat.engine.telemetry.ab import BARELY_RAN_SHARE
@@ -73,14 +74,12 @@ def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
     sections: dict[tuple[str, str], list[ABRow]] = {}
     for row in rows:
         sections.setdefault(row.pair, []).append(row)
-    lines = ["A/B per pair (this session; draft = drafted tokens per reply)"]
+    lines = ["A/B per pair, this session"]
     for (target, drafter), pair_rows in sections.items():
         lines += ["", pair_title(target, drafter), HEADER, *(_row_line(r) for r in pair_rows), _verdict(pair_rows)]
     shown = {row.mode for row in rows}
     notes = [text.format(share=BARELY_RAN_SHARE * 100) for mode, text in NOTES.items() if mode in shown]
-    if notes:
-        lines += ["", *notes]
-    return lines
+    return [*lines, "", "draft: tokens drafted per reply", *notes]
 
 
 class ABTable(Static):
