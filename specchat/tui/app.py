@@ -516,7 +516,8 @@ class SpecChatApp(App[None]):
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
-        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning.
+        """The edit key (up) edits, and the version keys (left, right) flip, only in the focused, empty prompt;
+        elsewhere they keep their own meaning.
 
         "Empty" includes the keys still queued for the prompt: typed fast, "x" then up reaches this check
         (an App priority binding) before the prompt has inserted the "x" (see :mod:`specchat.tui.widgets.prompt`);
@@ -609,7 +610,8 @@ class SpecChatApp(App[None]):
 
         ``prompt_messages`` is the conversation the reply will follow, as the engine will hold it once
         ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
-        the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
+        the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost (a regenerated
+        reply's earlier version is in ``prompt_messages``: it stays saved until the new one joins it).
         :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
         saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
         ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.

@@ -145,6 +145,8 @@ class AssistantMessage(Vertical):
         self.version = (message.alternate_index if message.alternates else 0, len(message.alternates) + 1)
         if self.pieces and (self.saved_message is None or self.saved_coloured):
             self.version_pieces[self.version[0]] = list(self.pieces)
+        if self.version[1] > 1:  # every version titled alike, from its own Turn (not the settings it began with)
+            self.border_title = inert(version_title(message.stats))
         if self.finished:
             self._show_subtitle()
 
@@ -172,7 +174,6 @@ class AssistantMessage(Vertical):
         self.stopped = message.stopped
         self.set_class(self.stopped, "stopped")
         self.remove_class("failed")
-        self.border_title = inert(version_title(message.stats))
         self.set_versions(message)
         if self._want_markdown:
             self.set_markdown(True)
