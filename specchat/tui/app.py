@@ -516,8 +516,7 @@ class SpecChatApp(App[None]):
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
-        """The edit key (up) edits, and the version keys (left, right) flip, only in the focused, empty prompt;
-        elsewhere they keep their own meaning.
+        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning.
 
         "Empty" includes the keys still queued for the prompt: typed fast, "x" then up reaches this check
         (an App priority binding) before the prompt has inserted the "x" (see :mod:`specchat.tui.widgets.prompt`);
@@ -784,8 +783,8 @@ class SpecChatApp(App[None]):
         # each a layout pass of the whole screen while the engine runs
         if action in APP_ACTIONS and action not in ("help", "quit") and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
-        if action in ("edit_last", "reply_prev", "reply_next"):
-            # False lets the key through to the focused widget: up, left, right still move the prompt's cursor
+        if action == "edit_last":
+            # False lets the key through to the focused widget: up still moves the prompt's cursor
             return self._edit_key_applies()
         return True
 
@@ -821,7 +820,8 @@ class SpecChatApp(App[None]):
             self.notify("Nothing to regenerate yet: send a message first.")
 
     def action_reply_prev(self) -> None:
-        """The ``reply_prev`` key: see :meth:`flip_reply` (enabled by :meth:`check_action`)."""
+        """The ``reply_prev`` keys: see :meth:`flip_reply` (left reaches it only from an empty prompt:
+        :class:`~specchat.tui.widgets.prompt.PromptInput` steps aside)."""
         self.flip_reply(-1)
 
     def action_reply_next(self) -> None:

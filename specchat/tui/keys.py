@@ -64,13 +64,15 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
-    # the versions of the last reply (regenerate keeps the earlier ones): ← → as chat apps do, under the same
-    # rule as edit_last (an empty, focused prompt; anywhere else the arrows move the cursor), and alt+p / alt+n
-    # for terminals or fingers without handy arrows (alt+letter: see above; no other binding has them)
+    # the versions of the last reply (regenerate keeps the earlier ones): left / right as chat apps do, in an
+    # empty prompt only (elsewhere the arrows keep their meaning), and alt+p / alt+n anywhere (alt+letter: see
+    # above; no other binding has them). Not priority bindings: a key reaches them in order, after the keys
+    # typed before it, once the prompt has stepped aside (PromptInput.check_action)
     KeySpec("reply_prev", "left,alt+p", "reply_prev", "Previous version",
-            "in an empty prompt: show the previous version of the last reply (ctrl+r keeps them)", show=False),
+            "show the previous version of the last reply (left: in an empty prompt; ctrl+r keeps versions)",
+            show=False, priority=False),
     KeySpec("reply_next", "right,alt+n", "reply_next", "Next version",
-            "in an empty prompt: show the next version of the last reply", show=False),
+            "show the next version of the last reply (right: in an empty prompt)", show=False, priority=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 
