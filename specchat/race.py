@@ -196,7 +196,7 @@ def _first_difference(off: RaceRun, on: RaceRun) -> int | None:
     return first
 
 
-def _tie_verdict(gap: float, first: int, a: str, b: str, how: str, where: str) -> str:
+def _tie_verdict(gap: float, first: int, a: str, how: str, where: str) -> str:
     """The one line saying where two replies of the same weights part and whether that is a near-tie."""
     kind = "a near-tie" if abs(gap) <= NEAR_TIE else "not a near-tie: a defect, please report it"
     return (
@@ -209,17 +209,32 @@ def _eot_verdict(first: int) -> str:
     return f"one reply stopped after {first} tokens and the other went on: the end-of-text token was a near-tie"
 
 
-def _near_tie(session: ChatSession, run: RaceRun, other: RaceRun, at: int) -> float:
+def _near_tie(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> float:
     """How much the target prefers ``run``'s token over ``other``'s where they part, decoded in one batch on
     fresh caches (the logit gap; small = a near-tie)."""
     dec = session.decoder
-    context = session.template.tokens(session.messages[:-1]) + list(run.turn.tokens[:at])
+    context = prompt_ids + list(run.turn.tokens[:at])
     dec.reset()
     logits = dec.target.decode(context, logits_last=1)
     dec.reset()
     assert logits is not None
     row = logits[0]
     return float(row[run.turn.tokens[at]] - row[other.turn.tokens[at]])
+
+
+def local_difference(session: ChatSession, prompt_ids: list[int], off: RaceRun, on: RaceRun) -> tuple[int | None, str]:
+    """Where the runs without (``off``) and with speculation (``on``) part (None: identical) and why, in one
+    line: the target scores the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect)."""
+    first = _first_difference(off, on)
+    if first is None:
+        return None, ""
+    if first >= min(len(off.turn.tokens), len(on.turn.tokens)):
+        return first, _eot_verdict(first)
+    gap = _near_tie(session, prompt_ids, off, on, first)
+    piece = session.decoder.target.piece
+    a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
+    b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
+    return first, _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target")
 
 
 def record_race(
@@ -254,17 +269,7 @@ def record_race(
         if k is not None:
             controls.set_k(k)
         on = _local_run(session, prompt, "on", clock, on_piece)
-        first = _first_difference(off, on)
-        difference = ""
-        if first is not None:
-            if first < min(len(off.turn.tokens), len(on.turn.tokens)):
-                gap = _near_tie(session, off, on, first)
-                piece = dec.target.piece
-                a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
-                b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
-                difference = _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target")
-            else:
-                difference = _eot_verdict(first)
+        first, difference = local_difference(session, session.template.tokens(session.messages[:-1]), off, on)
     finally:
         controls.set_sampling(saved_state.sampling)
         controls.set_speculative(saved_state.speculative)
@@ -312,6 +317,33 @@ def _server_piece(run: RaceRun, at: int) -> str:
     return pieces[at].text if at < len(pieces) else ""
 
 
+def server_difference(
+    a: RemoteSession, prompt_ids: list[int], off: RaceRun, on: RaceRun, *, model_b: str | None
+) -> tuple[int | None, str]:
+    """Where server A's run ``off`` and server B's run ``on`` part (None: identical) and why, in one line.
+
+    ``model_b`` None: both servers hold the same weights, so a parting is judged by server A's own scores of
+    the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect); else B's model,
+    and the texts of two different models may differ."""
+    first = _first_difference(off, on)
+    if first is None:
+        return None, ""
+    both = first < min(len(off.turn.tokens), len(on.turn.tokens))
+    if model_b is not None:
+        where = f"at token {first + 1}" if both else f"after {first} tokens (one reply stopped)"
+        return first, (
+            f"the texts part {where}: server A runs {a.server_info.model} and server B {model_b}, which are not "
+            "the same weights (/v1/models), so their greedy replies may differ - not a defect"
+        )
+    if not both:
+        return first, _eot_verdict(first)
+    if min(off.turn.tokens[first], on.turn.tokens[first]) < 0:
+        return first, f"the texts part at token {first + 1}, where a server did not name the token's id"
+    gap = _server_gap(a, prompt_ids, off, on, first)
+    how = f"on server A, {_server_piece(on, first)!r} on server B"
+    return first, _tie_verdict(gap, first, _server_piece(off, first), how, "server A's model")
+
+
 def record_server_race(
     a: RemoteSession,
     b: RemoteSession,
@@ -343,25 +375,7 @@ def record_server_race(
                 prompt_ids = a.prompt_tokens(a.messages[:-1])
         off, on = runs[LANE_A], runs[LANE_B]
         same = _weights_id(a) == _weights_id(b)
-        first = _first_difference(off, on)
-        difference = ""
-        if first is not None:
-            both = first < min(len(off.turn.tokens), len(on.turn.tokens))
-            if not same:
-                where = f"at token {first + 1}" if both else f"after {first} tokens (one reply stopped)"
-                difference = (
-                    f"the texts part {where}: server A runs {a.server_info.model} and server B "
-                    f"{b.server_info.model}, which are not the same weights (/v1/models), so their greedy replies "
-                    "may differ - not a defect"
-                )
-            elif both and min(off.turn.tokens[first], on.turn.tokens[first]) >= 0:
-                gap = _server_gap(a, prompt_ids, off, on, first)
-                how = f"on server A, {_server_piece(on, first)!r} on server B"
-                difference = _tie_verdict(gap, first, _server_piece(off, first), how, "server A's model")
-            elif both:
-                difference = f"the texts part at token {first + 1}, where a server did not name the token's id"
-            else:
-                difference = _eot_verdict(first)
+        first, difference = server_difference(a, prompt_ids, off, on, model_b=None if same else b.server_info.model)
     finally:
         for lane, s in sessions.items():
             sampling, messages, system, cache = saved[lane]
@@ -474,5 +488,5 @@ def play(
 
 __all__ = [
     "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "Lane", "RaceResult", "RaceRun", "Replay", "ReplayEvent",
-    "TimedPiece", "play", "record_race", "record_server_race", "server_label", "timeline",
+    "TimedPiece", "local_difference", "play", "record_race", "record_server_race", "server_difference", "server_label", "timeline",
 ]  # fmt: skip

@@ -245,3 +245,42 @@ def test_bench_server_b_refused(capsys, self_draft_server):
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith(f"specchat: error: server B: cannot connect to llama-server at {dead}: connection refused")
+
+
+def test_a_parting_of_the_same_weights_is_judged_by_server_a(self_draft_server, plain_server):
+    """Where two same-weights replies part, server A scores both tokens: its runner-up is a near-tie exactly
+    when the logit gap is within NEAR_TIE; a token far down its list is a defect; other weights are neither."""
+    from dataclasses import replace
+
+    from specchat.race import NEAR_TIE, server_difference
+
+    a = connect(self_draft_server.url, n_predict=8)
+    b = connect(plain_server.url, n_predict=8)
+    try:
+        race = record_server_race(a, b, PROMPT)
+        prompt_ids = a.prompt_tokens([Message("user", PROMPT)])
+        at = 3
+        top = a.server.top_logprobs(prompt_ids + list(race.off.turn.tokens[:at]), 40)
+        ranked = sorted(top, key=top.__getitem__, reverse=True)
+        assert ranked[0] == race.off.turn.tokens[at]  # greedy: the server's own first choice
+
+        def b_chose(token: int):
+            tokens = list(race.on.turn.tokens)
+            tokens[at] = token
+            return replace(race.on, turn=replace(race.on.turn, tokens=tokens))
+
+        for token in (ranked[1], ranked[-1]):
+            gap = top[ranked[0]] - top[token]
+            first, difference = server_difference(a, prompt_ids, race.off, b_chose(token), model_b=None)
+            assert first == at and f"the texts part at token {at + 1}" in difference
+            assert f"scores them {gap:.2f} apart" in difference
+            assert ("not a near-tie: a defect" in difference) == (gap > NEAR_TIE)
+            result = replace(race, first_difference=first, difference=difference)
+            assert result.defect == (gap > NEAR_TIE)
+        assert top[ranked[0]] - top[ranked[-1]] > NEAR_TIE  # the 40th choice is no near-tie
+        first, difference = server_difference(a, prompt_ids, race.off, b_chose(ranked[-1]), model_b="other.gguf")
+        assert first == at and "not the same weights" in difference
+        assert not replace(race, first_difference=first, difference=difference, same_weights=False).defect
+    finally:
+        a.close()
+        b.close()
