@@ -284,3 +284,53 @@ def test_a_parting_of_the_same_weights_is_judged_by_server_a(self_draft_server, 
     finally:
         a.close()
         b.close()
+
+
+def _pty_env(tmp_path: Path) -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECCHAT_")}
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    env.update(TERM="xterm-256color", SPECCHAT_CONFIG=str(config), SPECCHAT_DATA_DIR=str(tmp_path))
+    return env
+
+
+def test_the_app_with_two_servers_in_a_real_terminal(tmp_path, self_draft_server, plain_server):
+    """``specchat --server A --server-b B`` starts on server A, and quits cleanly."""
+    import sys
+
+    import pexpect
+
+    from .test_tui import Screen
+
+    cols, rows = 80, 24
+    child = pexpect.spawn(sys.executable, ["-m", "specchat.cli", "--server", self_draft_server.url, "--server-b",
+                                           plain_server.url], env=_pty_env(tmp_path), dimensions=(rows, cols))  # fmt: skip
+    screen = Screen(child, cols, rows)
+    try:
+        screen.wait_for(r"ready")
+        assert _host(self_draft_server.url) in screen.text()  # the engine is server A
+        child.send("\x11")  # ctrl+q
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, screen.text()
+
+
+def test_the_app_refuses_server_b_alone_in_a_real_terminal(tmp_path):
+    import sys
+
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "specchat.cli", "--server-b", "http://127.0.0.1:8"],
+                          env=_pty_env(tmp_path), dimensions=(24, 80))  # fmt: skip
+    try:
+        child.expect(pexpect.EOF, timeout=60)
+        output = child.before.decode()
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 2
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specchat: error: server B (http://127.0.0.1:8")
+    assert "\x1b[?1049h" not in output  # the app never took the screen
