@@ -311,12 +311,6 @@ def _server_gap(a: RemoteSession, prompt_ids: list[int], run_a: RaceRun, run_b: 
     return top.get(mine, floor) - top.get(theirs, floor)
 
 
-def _server_piece(run: RaceRun, at: int) -> str:
-    """The text of token ``at`` of a run (its piece as streamed; "" for a token whose text came with the next)."""
-    pieces = [p for p in run.pieces if p.kind != "rejected"]
-    return pieces[at].text if at < len(pieces) else ""
-
-
 def server_difference(
     a: RemoteSession, prompt_ids: list[int], off: RaceRun, on: RaceRun, *, model_b: str | None
 ) -> tuple[int | None, str]:
@@ -340,8 +334,8 @@ def server_difference(
     if min(off.turn.tokens[first], on.turn.tokens[first]) < 0:
         return first, f"the texts part at token {first + 1}, where a server did not name the token's id"
     gap = _server_gap(a, prompt_ids, off, on, first)
-    how = f"on server A, {_server_piece(on, first)!r} on server B"
-    return first, _tie_verdict(gap, first, _server_piece(off, first), how, "server A's model")
+    mine, theirs = (a.server.detokenize([run.turn.tokens[first]]) for run in (off, on))
+    return first, _tie_verdict(gap, first, mine, f"on server A, {theirs!r} on server B", "server A's model")
 
 
 def record_server_race(

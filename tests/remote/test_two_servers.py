@@ -274,6 +274,7 @@ def test_a_parting_of_the_same_weights_is_judged_by_server_a(self_draft_server, 
             first, difference = server_difference(a, prompt_ids, race.off, b_chose(token), model_b=None)
             assert first == at and f"the texts part at token {at + 1}" in difference
             assert f"scores them {gap:.2f} apart" in difference
+            assert f"{a.server.detokenize([token])!r} on server B" in difference
             assert ("not a near-tie: a defect" in difference) == (gap > NEAR_TIE)
             result = replace(race, first_difference=first, difference=difference)
             assert result.defect == (gap > NEAR_TIE)
