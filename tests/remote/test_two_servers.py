@@ -335,3 +335,34 @@ def test_the_app_refuses_server_b_alone_in_a_real_terminal(tmp_path):
     lines = [line for line in output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("specchat: error: server B (http://127.0.0.1:8")
     assert "\x1b[?1049h" not in output  # the app never took the screen
+
+
+def test_bench_two_servers_interrupted_keeps_what_was_measured(self_draft_server, plain_server, tmp_path):
+    """Ctrl-C after the third run (A, B, A): the report has both of the first pair and A's half of the second;
+    the ratio counts only the complete pair; exit code 130."""
+    import argparse
+    import io
+
+    from specchat import bench
+
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps([{"name": "one", "prompt": "Say one."}]))
+    report = tmp_path / "partial.json"
+    args = argparse.Namespace(server=self_draft_server.url, server_b=plain_server.url, target=None, draft=None,
+                              k=None, suite=str(suite), runs=3, n_predict=4, temperature=None, seed=None, auto=False,
+                              json=str(report), plot=False, threads=None, n_ctx=None, no_arithmetic=False,
+                              progress=False, no_progress=True)  # fmt: skip
+    seen: list[str] = []
+
+    def interrupt_after_three(record: dict) -> None:
+        seen.append(record["server"])
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    out = io.StringIO()
+    assert bench.main(args, out=out, err=io.StringIO(), on_record=interrupt_after_three) == 130
+    data = json.loads(report.read_text())
+    assert data["interrupted"] is True and data["a"]["interrupted"] is True
+    assert len(data["a"]["records"]) == 2 and len(data["b"]["records"]) == 1
+    assert data["ratio"]["pairs"] == 1 and [p["pair"] for p in data["ratio"]["per_pair"]] == [0]
+    assert "interrupted: 3 run(s) measured so far" in out.getvalue()
