@@ -283,11 +283,13 @@ def _main_servers(
             info, k = _prepare_server(session, suite, progress, name)
             sides.append((BenchServer(name, session, k, info.draft_name), info))
         (sa, info_a), (sb, info_b) = sides
+        def spec(side: BenchServer, info: Any) -> str:
+            return f"drafter {info.draft_name}, its K {side.k}" if side.k else "no speculation"
+
         print(
-            f"specchat bench: server A {info_a.target_name} (drafter {info_a.draft_name}, its K {sa.k or 'none'}) "
-            f"vs server B {info_b.target_name} (drafter {info_b.draft_name}, its K {sb.k or 'none'}); {args.runs} "
-            f"run(s) per prompt on each, interleaved A B A B; n_predict {settings.n_predict}, "
-            f"T = {settings.sampling.temperature:g}",
+            f"specchat bench: server A {info_a.target_name} ({spec(sa, info_a)}) vs server B {info_b.target_name} "
+            f"({spec(sb, info_b)}); {args.runs} run(s) per prompt on each, interleaved A B A B; n_predict "
+            f"{settings.n_predict}, T = {settings.sampling.temperature:g}",
             file=out,
         )
         out.flush()

@@ -143,9 +143,13 @@ def _run_servers(args: argparse.Namespace, settings, prompt: str) -> int:
             b.close()
     finally:
         a.close()
+    def side(run_) -> str:
+        t = run_.turn
+        spec = f"{t.drafter}, K {t.k}" if t.speculative else "no speculation"
+        return f"{run_.label.split(': ', 1)[1]} ({spec})"
+
     head = (
-        f"race: server A {race.off.label.removeprefix('A: ')} ({race.off.turn.drafter}) vs server B "
-        f"{race.on.label.removeprefix('B: ')} ({race.on.turn.drafter}), greedy, at most {settings.n_predict} tokens "
+        f"race: server A {side(race.off)} vs server B {side(race.on)}, greedy, at most {settings.n_predict} tokens "
         "per run, A then B"
     )
     return _report(args, race, head)

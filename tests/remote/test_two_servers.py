@@ -87,8 +87,9 @@ def test_specchat_race_two_servers_text(capsys, self_draft_server, plain_server)
     out, err = capsys.readouterr()
     assert rc == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith(f"race: server A SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(self_draft_server.url)} ")
-    assert f"vs server B SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(plain_server.url)} (server)" in lines[0]
+    assert lines[0].startswith(f"race: server A SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(self_draft_server.url)} "
+                               f"(server: draft-simple, K {SERVER_K}) vs server B ")  # fmt: skip
+    assert f"vs server B SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(plain_server.url)} (no speculation)" in lines[0]
     assert lines[1].startswith("A: ") and "acceptance 100 %" in lines[1]
     assert lines[2].startswith("B: ") and lines[2].endswith("(no draft)")
     assert lines[3].startswith("ratio: ") and lines[3].endswith("(server B / server A)")
@@ -216,7 +217,9 @@ def test_bench_two_servers(capsys, tmp_path, self_draft_server, plain_server):
         assert pair["b_over_a"] == pytest.approx(b_rec["predicted_per_second"] / a_rec["predicted_per_second"])
     assert [p["prompt"] for p in ratio["per_prompt"]] == ["count", "hello"]
     assert ratio["min"] <= ratio["b_over_a"] <= ratio["max"]
-    assert "server A SmolLM2" in out and "server B SmolLM2" in out and "all prompts" in out and "B / A" in out
+    assert f"(drafter server: draft-simple, its K {SERVER_K}) vs server B SmolLM2" in out
+    assert "(no speculation); 2 run(s) per prompt on each, interleaved A B A B" in out
+    assert "all prompts" in out and "B / A" in out
 
 
 def test_bench_two_servers_runs_interleaved(self_draft_server, plain_server, tmp_path):
