@@ -210,11 +210,11 @@ def run_tour(
 
     ``settings``: a :class:`specchat.config.Settings` (threads, n_ctx, data dir ...; target and draft are the
     scenes'); ``n_predict`` overrides every scene's length (a short CI run); ``load`` builds an engine from
-    settings (default :func:`specchat.engine.loader.load_engine`). Each pair is loaded once.
+    settings (default :func:`specchat.loading.load_engine`). Each pair is loaded once.
     """
     say = progress or (lambda _msg: None)
     if load is None:
-        from specchat.engine.loader import load_engine
+        from specchat.loading import load_engine
 
         load = load_engine
     data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
