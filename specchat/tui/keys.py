@@ -161,9 +161,15 @@ def _prompt_clashes(remapped: Mapping[str, list[str]]) -> list[str]:
         if isinstance(binding, Binding)
         for key in binding.key.split(",")
     }
+    priority = {spec.id: spec.priority for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    outcome = {  # a priority binding comes before the prompt; any other comes after it (reply_prev, stop)
+        True: "{b} gets it and the prompt loses it",
+        False: "the prompt keeps it while it has the focus, so {b} gets it only elsewhere",
+    }
     return [
-        f"keymap gives {key} to {binding_id}, but the prompt uses {key} to {editing[key]}: {binding_id} gets it "
-        f"and the prompt loses it; to keep both, give {binding_id} another key"
+        f"keymap gives {key} to {binding_id}, but the prompt uses {key} to {editing[key]}: "
+        + outcome[priority.get(binding_id, True)].format(b=binding_id)
+        + f"; to keep both, give {binding_id} another key"
         for binding_id, keys in remapped.items()
         for key in keys
         if key in editing and key not in taken

@@ -164,3 +164,9 @@ def test_version_keys_clash_with_no_other_binding():
     assert resolve_keymap({}) == ({}, [])
     _, problems = resolve_keymap({"reply_next": "ctrl+r"})  # the keymap reports a clash it would make
     assert any("regenerate" in p for p in problems)
+    # a key the prompt edits with stays the prompt's for these (not priority) bindings: said so, not the opposite
+    _, problems = resolve_keymap({"reply_prev": "ctrl+left"})
+    assert problems == [
+        "keymap gives ctrl+left to reply_prev, but the prompt uses ctrl+left to cursor word left: the prompt keeps "
+        "it while it has the focus, so reply_prev gets it only elsewhere; to keep both, give reply_prev another key"
+    ]
