@@ -212,8 +212,9 @@ class Fuzz:
         self.settle_polls = settle_polls
         self.engine_thread: int | None = None
         self.saved_reply: Message | None = None  # see seed_history
-        #: the reply a regeneration under way replaces (history keeps it until the new version joins it)
-        self.regenerating: tuple[str, str, bool] | None = None
+        #: the turn id of a regeneration and the reply it regenerates (history keeps that reply until the new
+        #: version joins it, i.e. while that turn is the one being generated)
+        self.regenerating: tuple[int, tuple[str, str, bool]] | None = None
         names = list(self.WEIGHTS)
         self._names, self._weights = names, [self.WEIGHTS[n] for n in names]
 
@@ -323,10 +324,12 @@ class Fuzz:
         else:
             _, messages = self.store.load(app.conversation_id)
             saved = [(m.role, m.content, m.stopped) for m in messages if m.role != "system"]
-        if not app.generating:
+        regenerating = self.regenerating
+        if regenerating is not None and app.generating and app.host.turn_id == regenerating[0]:
+            if app.conversation_id is not None:
+                shown = [*shown, regenerating[1]]
+        else:
             self.regenerating = None
-        elif self.regenerating is not None and app.conversation_id is not None:
-            shown = [*shown, self.regenerating]
         assert saved == shown, f"history {saved} != screen {shown}"
         if not app.generating:
             engine = [(m.role, m.content, m.stopped) for m in self.engine.messages if m.role != "system"]
@@ -410,9 +413,10 @@ class Fuzz:
         regenerates = self.main and not self.app.generating and last is not None and last.role == "assistant"
         if held:
             self.engine.hold_next()
+        before = self.app.host.turn_id
         await self.press("ctrl+r")
-        if regenerates:
-            self.regenerating = ("assistant", last.content, last.stopped)
+        if regenerates and self.app.host.turn_id != before:
+            self.regenerating = (self.app.host.turn_id, ("assistant", last.content, last.stopped))
         return None if regenerates else "nothing to regenerate here"  # a hold stays armed for the next turn
 
     async def do_regenerate_held(self) -> str | None:
