@@ -287,7 +287,7 @@ def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1)
     import llama_cpp
     import numpy as np
 
-    from specchat.engine.model import ensure_backend
+    from specchat.engine.kernels import ensure_backend
 
     _quiet_llama()
     ensure_backend()
