@@ -104,6 +104,11 @@ class NgramSettings(BaseModel):
         return self
 
 
+#: ``repack``: put the target's weights in llama.cpp's extra buffer types (its ``--repack``), see
+#: :func:`specchat.engine.loader.repack_for` for what ``auto`` chooses
+Repack = Literal["auto", "on", "off"]
+
+
 def _default_threads() -> int:
     return os.cpu_count() or 1
 
@@ -133,6 +138,12 @@ class Settings(BaseSettings):
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     ngram: NgramSettings = Field(default_factory=NgramSettings)
     threads: Int = Field(default_factory=_default_threads, ge=1, description="CPU threads for llama.cpp")
+    threads_batch: Int | None = Field(
+        None, ge=1, description="CPU threads for multi-row batches (prompt, verify); unset = threads"
+    )
+    repack: Repack = Field(
+        "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay), on, off"
+    )
     n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
     system_prompt: str = Field("", description="system message of a new conversation")
@@ -435,6 +446,8 @@ def allowed_values(key: Key) -> str:
         ann = get_args(ann)[0]
     if ann is bool:
         return "must be true or false"
+    if get_origin(ann) is Literal:
+        return "must be one of " + ", ".join(json.dumps(a) for a in get_args(ann))
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return f"must be a table with keys {', '.join(ann.model_fields)}"
     if ann in (dict, dict[str, str]) or getattr(ann, "__origin__", None) is dict:

@@ -8,10 +8,15 @@ import numpy as np
 
 from specchat.engine.chat import ChatSession
 from specchat.engine.controls import Controls, ControlState, SamplingParams
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.drafters import ModelDrafter, NgramDrafter
 from specchat.engine.events import Piece, Step, Turn
 from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
+
+
+#: a whole verify batch of the largest K in one decode, as the loader sizes it
+N_BATCH = K_MAX + 1
 
 
 def build_decoder(
@@ -25,10 +30,10 @@ def build_decoder(
     n_ctx: int = 1024,
     threads: int = 1,  # tiny models: one thread avoids OpenMP spin-waits on a busy 2-core box
 ) -> SpeculativeDecoder:
-    tgt = Model(target, n_ctx=n_ctx, n_batch=64, threads=threads)
+    tgt = Model(target, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads)
     drafters = {"ngram": NgramDrafter(1, 4)}
     if draft is not None:
-        drafters["model"] = ModelDrafter(Model(draft, n_ctx=n_ctx, n_batch=64, threads=threads), "model")
+        drafters["model"] = ModelDrafter(Model(draft, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads), "model")
     controls = Controls(ControlState(k=k, speculative=speculative, sampling=sampling or SamplingParams()))
     return SpeculativeDecoder(tgt, drafters, controls, drafter=drafter)
 

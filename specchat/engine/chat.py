@@ -129,6 +129,8 @@ class ChatSession:
             k_max=K_MAX,
             can_speculate=d.can_speculate,
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
+            verify=d.verify if d.can_speculate else None,
+            weights=d.target.weights,
         )
 
     def reset(self, system_prompt: str | None = None) -> None:

@@ -3,6 +3,8 @@
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
 and always offers the n-gram drafter. ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+The target's weights go where the ``repack`` setting says (:func:`specchat.engine.kernels.repack_for`),
+and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
+from specchat.engine.gguf import read_gguf_info
+from specchat.engine.kernels import repack_for
 from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
@@ -45,9 +50,12 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
+    threads_batch = getattr(settings, "threads_batch", None)
     report(0.0, f"loading {target_path.name}")
+    weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
     target = Model(
-        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
+        repack=repack_for(getattr(settings, "repack", "auto"), weights, speculates=pair.drafter != NONE),
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
@@ -60,7 +68,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
             )
         if draft_path is not None:
             draft_model = Model(
-                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
                 progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
             )
             try:
@@ -93,7 +101,8 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
             sampling=sampling_from(settings),
         )
     )
-    decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected)
+    cache = CalibrationCache(data_dir / CALIBRATION_DIR) if data_dir is not None else None
+    decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected, calibration_cache=cache)
     report(1.0, "ready")
     return ChatSession(
         decoder,

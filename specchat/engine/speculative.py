@@ -31,14 +31,16 @@ import numpy as np
 from specchat.engine.calibration import (
     CALIBRATION_ROWS,
     calibrate_draft_cost,
-    calibrate_verify_cost,
     draft_cost_ratios,
+    load_cached_verify_cost,
+    verify_cost_for,
 )
+from specchat.engine.calibration_cache import CalibrationCache
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
-from specchat.engine.events import Event, Piece, PieceKind, PromptDone, Step, StopReason
+from specchat.engine.events import Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
@@ -61,6 +63,7 @@ class SpeculativeDecoder:
         drafter: str | None = None,
         cost_model: CostModel | None = None,
         auto_k: AutoK | None = None,
+        calibration_cache: CalibrationCache | None = None,
     ) -> None:
         self.target = target
         self.drafters = drafters
@@ -68,8 +71,22 @@ class SpeculativeDecoder:
         self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
         self.cost_model = cost_model or CostModel()
         self.auto_k = auto_k or AutoK(k_max=K_MAX)
+        #: where the target's v(K) timings are kept between sessions (None: time them every session)
+        self.calibration_cache = calibration_cache
+        #: where the cost model's v(K) came from: nothing yet, this file's cached calibration, or timed here
+        self.verify_source: VerifySource = "prior"
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
         self.can_speculate = not target.is_recurrent
+        if calibration_cache is not None and self.can_speculate:  # start warm: v(K) known before the first turn
+            if load_cached_verify_cost(target, self.cost_model, calibration_cache):
+                self.verify_source = "cache"
+        #: the latest v(K) curve in words, refreshed on the engine thread (so another thread, e.g. the UI's
+        #: EngineInfo, reads a finished value and never makes the cost model refit under the engine)
+        self.verify = self._verify_curve()
+
+    def _verify_curve(self) -> VerifyCurve:
+        """The target's v(K) curve as the cost model fits it now, with its reason in words."""
+        return self.cost_model.verify.curve(self.target.weights, self.verify_source, row_by_row=self.target.row_by_row)
 
     @property
     def drafter(self) -> Drafter | None:
@@ -137,9 +154,10 @@ class SpeculativeDecoder:
     # -- the named steps ---------------------------------------------------------------------------
     def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
         """Decode what the target KV is missing of ``context``, all but its last token (the first verify
-        batch carries it); yield :class:`PromptDone`. When auto-K will choose and v(K) was never measured,
-        time the drafts before the prompt (on equal footing with an empty KV) and v(K) and c after it
-        (:mod:`specchat.engine.calibration`); that time is not part of the prompt's."""
+        batch carries it); yield :class:`PromptDone`. When auto-K will choose: if v(K) was never measured,
+        take it from this target's cached calibration or time it after the prompt; if a model drafter's
+        cost is unknown, time the drafts before the prompt (on equal footing with an empty KV) and c after
+        it (:mod:`specchat.engine.calibration`). That time is not part of the prompt's."""
         target = self.target
         t0 = time.perf_counter()
         keep = min(target.sync_prefix(context), len(context) - 1)
@@ -148,22 +166,24 @@ class SpeculativeDecoder:
             keep = 0
         target.trim(keep)
         st = self.controls.snapshot()
-        calibrate = (
-            st.auto_k and st.speculative and self.can_speculate and self.drafter is not None
-            and self.cost_model.largest_measured_rows() < CALIBRATION_ROWS[-1]
-        )  # fmt: skip
+        cm = self.cost_model
+        auto = st.auto_k and st.speculative and self.can_speculate and self.drafter is not None
+        verify = auto and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
+        draft = auto and any(not d.free and not cm.has_draft_cost(name) for name, d in self.drafters.items())
         ratios: dict[str, float] = {}
-        if calibrate and not target.tokens:
+        if draft and not target.tokens:
             t_ratio = time.perf_counter()
             ratios = draft_cost_ratios(target, self.drafters, int(context[0]))
             t0 += time.perf_counter() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
-        if calibrate:
-            last = int(context[-1])
-            calibrate_verify_cost(target, self.cost_model, last)
-            calibrate_draft_cost(self.cost_model, self.drafters, last, ratios)
+        last = int(context[-1])
+        if verify:
+            self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
+            self.verify = self._verify_curve()
+        if draft:
+            calibrate_draft_cost(cm, self.drafters, last, ratios)
         return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
 
     def _stop_reason(self, n_reply: int, max_new: int) -> StopReason | None:
@@ -244,12 +264,14 @@ class SpeculativeDecoder:
             )  # fmt: skip
         else:
             self.cost_model.observe_plain(t_verify + overhead)
+        self.verify = self._verify_curve()
         cap = drafter.k_cap if drafter is not None else K_MAX
         return Step(
             k=k, drafted=drafted, accepted=accepted, emitted=emitted, t_draft_ms=draft.t_ms,
             t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
             auto_k=bool(st.auto_k and speculative), drafter=name, n_past=len(self.target.tokens),
-            cost=self.cost_model.estimate(name, k, cap), natural=draft.natural if k > 0 else None,
+            cost=self.cost_model.estimate(name, k, cap, verify=self.verify),
+            natural=draft.natural if k > 0 else None,
         )  # fmt: skip
 
     def close(self) -> None:
