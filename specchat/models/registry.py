@@ -25,7 +25,16 @@ from pathlib import Path
 
 from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE
 from specchat.errors import ModelFileError
-from specchat.models.presets import PRESET_PREFIX, PRESETS, ModelFile, Preset, get_preset, how_to_get, local_path
+from specchat.models.presets import (
+    PRESET_PREFIX,
+    PRESETS,
+    ModelFile,
+    NgramDraft,
+    Preset,
+    get_preset,
+    how_to_get,
+    local_path,
+)
 
 BUNDLED = "bundled"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -58,7 +67,12 @@ def _looks_like_path(spec: str) -> bool:
     return "/" in spec or "\\" in spec or spec.endswith(".gguf") or spec.startswith("~")
 
 
-def _preset_file(preset: Preset, role: str, file: ModelFile, data_dir: Path | None) -> Path:
+def _preset_file(preset: Preset, role: str, file: ModelFile | NgramDraft, data_dir: Path | None) -> Path:
+    if isinstance(file, NgramDraft):
+        raise ModelFileError(
+            f"preset {preset.name!r} has no {role} file: it drafts with n-gram lookup; use draft = \"{NGRAM}\" "
+            f"with target = \"preset:{preset.name}\""
+        )
     mdir = models_dir(data_dir)
     if mdir is None:
         mdir = Path("models")  # only reached without a data dir; the path below then names what is missing
@@ -120,6 +134,8 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     if draft_spec.lower() == NONE:
         return ResolvedPair(target, NONE, None, preset.name if preset else None)
     if draft_spec.lower() == NGRAM:
+        if preset is not None and isinstance(preset.draft, NgramDraft):
+            return ResolvedPair(target, NGRAM, None, preset.name)
         if preset is not None:
             draft = _preset_file(preset, "draft", preset.draft, data_dir)
             return ResolvedPair(target, MODEL, draft, preset.name)

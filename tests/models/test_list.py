@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE
+from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_Q8_FILE, SMOLLM2_SKIP_FILE
 from specchat.models.registry import BUNDLED_FILE
 
 from .clirun import run_cli
@@ -111,7 +111,7 @@ def test_the_printed_derive_command_writes_exactly_the_preset_file(bundled_model
 
     blocks = read_gguf_info(bundled_model).block_count
     derived = {f for p in PRESETS.values() for _, f in p.files() if isinstance(f, DerivedFile)}
-    assert {f.filename for f in derived} == {SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE}
+    assert {f.filename for f in derived} == {SMOLLM2_F16_FILE, SMOLLM2_Q8_FILE, SMOLLM2_SKIP_FILE}
     for f in derived:
         assert f.source == "bundled" and "--from" not in f.derive_command  # derive's default source
         keep = parse_layers(f.keep_layers, blocks) if f.keep_layers else None
