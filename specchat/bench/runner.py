@@ -202,7 +202,7 @@ class BenchRunner:
         self.prompts = {p["name"]: p["prompt"] for p in self.suite}
         self.plan = make_plan(
             self.suite, ks, runs, auto, targets=list(self.sessions), baseline_only=baseline_only,
-            reference=reference if len(self.sessions) > 1 else None,
+            reference=reference,
         )  # fmt: skip
         self.progress = progress
         self.on_record = on_record
