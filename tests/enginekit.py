@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat.engine.calibration_cache import CalibrationCache
 from specchat.engine.chat import ChatSession
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
@@ -29,13 +30,14 @@ def build_decoder(
     sampling: SamplingParams | None = None,
     n_ctx: int = 1024,
     threads: int = 1,  # tiny models: one thread avoids OpenMP spin-waits on a busy 2-core box
+    calibration_cache: CalibrationCache | None = None,
 ) -> SpeculativeDecoder:
     tgt = Model(target, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads)
     drafters = {"ngram": NgramDrafter(1, 4)}
     if draft is not None:
         drafters["model"] = ModelDrafter(Model(draft, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads), "model")
     controls = Controls(ControlState(k=k, speculative=speculative, sampling=sampling or SamplingParams()))
-    return SpeculativeDecoder(tgt, drafters, controls, drafter=drafter)
+    return SpeculativeDecoder(tgt, drafters, controls, drafter=drafter, calibration_cache=calibration_cache)
 
 
 def run_turn(dec: SpeculativeDecoder, context: list[int], max_new: int, seed: int = 0):
