@@ -105,7 +105,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     split = cores if settings.threads < cores else None
     prompts = {p["name"]: p["prompt"] for p in DEFAULT_SUITE}
     cache = CalibrationCache(data_dir / CALIBRATION_DIR)
-    costs = tn.measure_verify_costs(sessions, prompts["copy-heavy"], reps=args.reps, split_threads_batch=split,
+    costs = tn.measure_verify_costs(sessions, prompts["prose"], reps=args.reps, split_threads_batch=split,
                                     progress=progress, cache=cache)  # fmt: skip
     results: list[tn.VariantResult] = []
     for v in variants:

@@ -10,7 +10,7 @@ pays. Tune measures instead of guessing, in the bench's way (interleaved, median
    derived into ``<data dir>/models`` when missing; on a CPU whose AMX batch kernels crash, every AMX format's
    one-row-kernel variant too;
 2. **verify cost** of each: the engine's calibration (:func:`specchat.engine.calibration.calibrate_verify_cost`
-   over :data:`~specchat.engine.calibration.MEASURE_ROWS`) into an engine cost model, interleaved across the
+   over :data:`TUNE_ROWS`) into an engine cost model, interleaved across the
    variants ``reps`` times, at the configured threads - and, where ``threads`` < the cores, with the batch on
    every core (``threads_batch``): on 2 cores a verify batch may want both while a single row wants one. The
    timings go into the calibration cache (:mod:`specchat.engine.calibration_cache`), so the app starts warm on
@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specchat.engine.calibration import CALIBRATION_ROWS
+
 #: the directory under the data dir
 TUNE_DIR = "tune"
 #: the workloads and the bench suite prompt each is measured on
@@ -51,6 +53,12 @@ TIE_MARGIN = 0.03
 SPLIT_GAIN = 0.10
 #: the K whose verify cost the summary quotes
 SHOWN_K = (1, 4, 8, 16, 32, 64)
+#: the verify batches tune times: the engine's calibration sizes (K = 0, 2, 4, ..., 64) and K = 1, so the
+#: cached curve is the one a session would have measured (135 rows a repetition)
+TUNE_ROWS: tuple[int, ...] = tuple(sorted({2, *CALIBRATION_ROWS}))
+#: a one-row-kernel target decodes a batch as that many single rows (v(K) = K + 1 by construction): timing up
+#: to 17 rows shows it, the fit's line carries it on
+ONE_ROW_ROWS: tuple[int, ...] = tuple(r for r in TUNE_ROWS if r <= 17)
 
 
 @dataclass(slots=True)
@@ -237,7 +245,7 @@ def measure_verify_costs(
     ``split_threads_batch`` threads, for a target that batches). Each target holds ``prompt`` (chat-formatted)
     in its KV while timed. Returns ``{label: {"cost": CostModel, "split": CostModel | None, "timings": ...}}``
     and stores each target's timings in ``cache`` (a :class:`~specchat.engine.calibration_cache.CalibrationCache`)."""
-    from specchat.engine.calibration import MEASURE_ROWS, calibrate_verify_cost
+    from specchat.engine.calibration import calibrate_verify_cost
     from specchat.engine.calibration_cache import CalibrationKey
     from specchat.engine.protocol import Message
     from specchat.engine.telemetry import CostModel
@@ -249,18 +257,18 @@ def measure_verify_costs(
         session.decoder.reset()
         session.reset()
         ctx = session.template.tokens([Message("user", prompt)])
-        ctx = ctx[: max(2, min(len(ctx), target.n_ctx - MEASURE_ROWS[-1] - 2))]
+        ctx = ctx[: max(2, min(len(ctx), target.n_ctx - TUNE_ROWS[-1] - 2))]
         target.decode(ctx[:-1], logits_last=0)
         lasts[label] = int(ctx[-1])
         split = split_threads_batch is not None and not target.row_by_row
         out[label] = {"cost": CostModel(), "split": CostModel() if split else None, "timings": [], "split_timings": []}
-    rows = list(MEASURE_ROWS)
     for rep in range(reps):
         for i, (label, session) in enumerate(sessions.items()):
             if progress:
                 progress(rep * len(sessions) + i, reps * len(sessions), f"verify cost v(K): {label}")
             target = session.decoder.target
             entry = out[label]
+            rows = ONE_ROW_ROWS if target.row_by_row else TUNE_ROWS
             entry["timings"] += calibrate_verify_cost(target, entry["cost"], lasts[label], rows, reps=1)
             if entry["split"] is not None:
                 threads = target.threads

@@ -32,6 +32,8 @@ def test_list_shows_bundled_derived_presets_and_pairs(capsys, isolated_config: P
     assert skip[1] == "derived" and "12" in skip and "llama" in skip  # 12 of 30 blocks
     assert "smollm2-f16-q41      local  ready" in out
     assert "smollm2-layerskip    local  ready" in out
+    assert "smollm2-q8-ngram     local  ready" in out
+    assert "draft  ngram (n-gram lookup over the conversation: no file)" in out
     assert "qwen2.5-1.5b         hub    not downloaded: run specchat models pull qwen2.5-1.5b" in out
     assert f"  {SMOLLM2_F16_FILE} <- {BUNDLED_FILE}" in out
     assert f"  {BUNDLED_FILE} <- {SMOLLM2_SKIP_FILE}" in out
