@@ -64,3 +64,14 @@ def steps(events) -> list[Step]:
 
 def pieces(events) -> list[Piece]:
     return [e for e in events if isinstance(e, Piece)]
+
+
+def plain_then_speculative(session: ChatSession, prompt: str) -> tuple[list[int], list]:
+    """``prompt`` with speculation off, then on a fresh conversation with speculation on: (the plain reply's
+    ids, the speculative turn's events). Greedy exactness: its accepted ids must equal the plain ones."""
+    controls = session.decoder.controls
+    controls.set_speculative(False)
+    plain = [p.token for p in pieces(session.send(prompt)) if p.kind != "rejected"]
+    session.reset()
+    controls.set_speculative(True)
+    return plain, list(session.send(prompt))

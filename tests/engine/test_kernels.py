@@ -12,7 +12,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from enginekit import N_BATCH, build_decoder, pieces, run_turn, steps
+from enginekit import N_BATCH, build_decoder, pieces, plain_then_speculative, run_turn, steps
 from specchat.engine import kernels
 from specchat.engine.kernels import AMX_FORMATS, extra_buffer_types_safe, repack_for
 from specchat.engine.model import Model
@@ -88,13 +88,8 @@ def test_speculation_on_a_row_by_row_target_is_still_exact_and_costs_k_plus_1_ro
     dec.target.row_by_row = True  # as on this CPU; forced so the test means the same on any CPU
     session = ChatSession(dec, n_predict=80)
     try:
-        dec.controls.set_speculative(False)
-        plain = [p.token for p in pieces(session.send(prompt)) if p.kind != "rejected"]
-        session.reset()
-        dec.controls.set_speculative(True)
-        events = list(session.send(prompt))
-        spec = [p.token for p in pieces(events) if p.kind != "rejected"]
-        assert spec == plain
+        plain, events = plain_then_speculative(session, prompt)
+        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
         assert max(s.drafted for s in steps(events)) > 16
     finally:
         session.close()

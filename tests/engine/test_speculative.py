@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from enginekit import build_decoder, pieces, run_turn, steps
+from enginekit import build_decoder, pieces, plain_then_speculative, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.events import Piece, Step
 from specchat.engine.model import Model
@@ -471,11 +471,7 @@ def test_ngram_at_k_64_drafts_past_16_and_equals_plain_decoding(bundled_model):
     dec = build_decoder(bundled_model, bundled_model, drafter="ngram", k=64, n_ctx=2048)
     session = ChatSession(dec, n_predict=160)
     try:
-        dec.controls.set_speculative(False)
-        plain = [p.token for p in pieces(session.send(prompt)) if p.kind != "rejected"]
-        session.reset()
-        dec.controls.set_speculative(True)
-        events = list(session.send(prompt))
+        plain, events = plain_then_speculative(session, prompt)
         st = steps(events)
         assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
         assert max(s.drafted for s in st) > 16 and max(s.drafted for s in st) <= 64
