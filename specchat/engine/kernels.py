@@ -70,8 +70,8 @@ def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
     extra buffer types are safe; on a CPU where they crash (:func:`extra_buffer_types_safe`) the target
     then decodes one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), which only pays when
     nothing is verified in batches and the format has the fast one-row AMX kernels: on for a session that
-    does not speculate (``speculates`` False, e.g. ``--draft none``) with weights in :data:`AMX_FORMATS`,
-    off otherwise. ``specchat models tune`` measures both for a file.
+    does not speculate (``speculates`` False: ``draft = "none"``, or a fixed K = 0) with weights in
+    :data:`AMX_FORMATS`, off otherwise. ``specchat models tune`` measures both for a file.
     """
     if setting == "on":
         return True

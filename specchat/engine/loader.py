@@ -51,11 +51,14 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
     threads_batch = getattr(settings, "threads_batch", None)
+    auto = settings.auto_k if auto_k is None else auto_k
+    # a session speculates unless it has no drafter, or K = 0 is fixed (0 = plain decoding)
+    speculates = pair.drafter != NONE and (auto or settings.k > 0)
     report(0.0, f"loading {target_path.name}")
     weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
     target = Model(
         target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
-        repack=repack_for(getattr(settings, "repack", "auto"), weights, speculates=pair.drafter != NONE),
+        repack=repack_for(getattr(settings, "repack", "auto"), weights, speculates=speculates),
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
@@ -96,7 +99,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         ControlState(
             k=settings.k,
             speculative=selected != NONE,
-            auto_k=settings.auto_k if auto_k is None else auto_k,
+            auto_k=auto,
             drafter=None,
             sampling=sampling_from(settings),
         )

@@ -155,3 +155,23 @@ def test_run_turn_on_a_row_by_row_target_reports_plain_pieces(tiny_target):
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.parametrize(
+    "draft, k, auto_k, one_row",
+    [("none", 3, False, True), ("ngram", 0, False, True), ("ngram", 3, False, False), ("ngram", 0, True, False)],
+)
+def test_repack_auto_gives_the_one_row_kernels_to_sessions_that_do_not_speculate(monkeypatch, bundled_model, draft, k,
+                                                                                 auto_k, one_row):  # fmt: skip
+    """On a CPU whose AMX batches crash (simulated for the choice; the model itself checks the real CPU), the
+    bundled Q4_1 gets llama.cpp's repacked layouts exactly when the session will not verify batches: no
+    drafter, or a fixed K = 0."""
+    from specchat.config import Settings
+    from specchat.engine.loader import load_engine
+
+    monkeypatch.setattr(kernels, "extra_buffer_types_safe", lambda: False)
+    s = load_engine(Settings(target=str(bundled_model), draft=draft, k=k, auto_k=auto_k, threads=1, n_ctx=256))
+    try:
+        assert s.decoder.target.repack is one_row
+    finally:
+        s.close()

@@ -3,9 +3,10 @@
 Fitted online from timings of target decodes by row count - the engine's calibration batches
 (:mod:`specchat.engine.calibration`), every round's verify batch, and plain single-row rounds. Leviathan et
 al. 2023 assume v = 1 (a verify call costs one target step); on a CPU it is far from flat and depends on the
-weight format: measured here with one thread on re-encodings of the bundled SmolLM2, v(16) ≈ 11 for Q4_1
-(no batched kernel), 7 for Q4_0 and Q8_0, 4 for F16; the bundled Q4_1 on this machine's build gave
-v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). So v is measured, never assumed.
+weight format (:mod:`specchat.engine.kernels`): the bundled SmolLM2 Q4_1 has no batched x86 kernel, its F16
+and Q8_0 re-encodings have one, and ``specchat models tune`` measures them side by side (README, "The
+lesson", has this machine's table). So v is measured, never assumed, and :meth:`VerifyCost.curve` says what
+the measurement means in words (:func:`verify_reason`).
 """
 
 from __future__ import annotations
