@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from dataclasses import asdict
 from typing import Any
@@ -151,9 +152,12 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
             for name, m in ms.items():
                 m.predicted_tok_s = tn.predict(m, cm, rounds, plain=name == "plain", c=c)
     choices = [c for w in tn.WORKLOADS if (c := tn.recommend(results, w, allow_lossy=allow_lossy)) is not None]
+    if args.no_runs and speculates:
+        # without runs the drafter's acceptance is unknown: only plain decoding can be compared
+        choices = [c for c in choices if c.workload == "plain chat"]
+        notes.append("--no-runs: the drafter's acceptance is unknown, so only plain chat is recommended "
+                     "(from the one-row times); run without --no-runs for copy-heavy")
     gains = [r.split_gain for r in results if r.split_gain is not None]
-    import statistics
-
     return tn.TuneResult(
         source=source.name, source_path=str(source), threads=settings.threads, split_threads_batch=split,
         drafter=drafter, cpu=cpu_identity(), measured_at=tn.now(), variants=results, choices=choices,

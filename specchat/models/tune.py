@@ -323,15 +323,17 @@ def summarize_runs(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> 
 def predict(mode: Mode, cost: Any, rounds: Sequence[Sequence[int | None]], plain: bool, c: float = 0.0) -> float | None:
     """Predicted tok/s: one-row speed × the best speedup of the runs' rounds replayed at every K with this
     target's calibrated v(K) and the draft cost ``c`` (auto-K's own estimate), or the one-row speed for plain
-    decoding."""
+    decoding; None for speculation without runs (the acceptance is unknown)."""
     from specchat.engine.drafter_kinds import K_MAX
     from specchat.engine.telemetry import natural_length, replay_speedups
 
     t1 = cost.target_ms()
     if not t1:
         return None
-    if plain or not rounds or mode.alpha is None:
+    if plain:
         return 1000.0 / t1
+    if not rounds or mode.alpha is None:
+        return None  # how much the drafter carries is only known from runs
     vt = [cost.v(k) for k in range(K_MAX + 1)]
     d = [int(x[1]) for x in rounds]
     a = [int(x[2]) for x in rounds]
@@ -373,7 +375,9 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
     split = [v for v in result.variants if v.split_gain is not None]
     if split and result.split_threads_batch:
         gains = ", ".join(f"{v.label} {v.split_gain:+.0%}" for v in split)
-        verdict = (f"it pays: set threads_batch = {result.split_threads_batch}" if result.split_recommended
+        verdict = (f"it pays: set threads_batch = {result.split_threads_batch} - as long as nothing else keeps these "
+                   f"cores busy (then its OpenMP threads collapse: README, 'Measuring on a shared machine')"
+                   if result.split_recommended
                    else f"it does not pay here (needs {SPLIT_GAIN:.0%}): leave threads_batch unset")  # fmt: skip
         lines += ["", f"Thread split: a 17-row verify batch on {result.split_threads_batch} threads instead of "
                       f"{result.threads} (single rows stay on {result.threads}): {gains}; {verdict}"]  # fmt: skip
