@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    from specchat.models.registry import bundled_model_path
+    from specchat.models.bundled import bundled_model_path
 
     model = args.model or str(bundled_model_path())
     cols = {"specchat": [], "llama-bench": [], "specchat repack off": [], "llama-bench repack 0": []}

@@ -18,9 +18,10 @@ Tables (``sampling``, ``ngram``, ``keymap``) merge key by key across the layers,
 :class:`Settings` is a pydantic-settings model, but constructing it directly validates exactly what it
 is given (defaults + keyword arguments): it does not read the environment or any file, so library code
 and tests get deterministic values. :func:`load_settings` is the one place that reads the file and the
-environment, records where every value came from (``specchat config show``), and turns a validation
-failure into one :class:`~specchat.errors.UserError` line naming the key, the file or variable, and the
-allowed values.
+environment, each with pydantic-settings' own source (``TomlConfigSettingsSource``, ``EnvSettingsSource``
+with the ``SPECCHAT_`` prefix and ``__`` nesting), one at a time: on top of them it records where every
+value came from (``specchat config show``), and turns a validation failure into one
+:class:`~specchat.errors.UserError` line naming the key, the file or variable, and the allowed values.
 """
 
 from __future__ import annotations
@@ -33,16 +34,21 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
+from specchat.sanitize import json_text
 
 APP_NAME = "specchat"
 ENV_PREFIX = "SPECCHAT_"
@@ -50,6 +56,8 @@ ENV_NESTED_DELIMITER = "__"
 CONFIG_ENV = "SPECCHAT_CONFIG"  # where the file is; not a setting itself
 CONFIG_FILENAME = "config.toml"
 HISTORY_FILENAME = "history.sqlite3"
+EXPORTS_DIRNAME = "exports"
+STATE_FILENAME = "ui-state.json"  # the app's remembered theme and sidebar (specchat.tui.state)
 
 
 class ConfigError(UserError):
@@ -68,6 +76,22 @@ def _reject_bool(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_reject_bool)]
 Float = Annotated[float, BeforeValidator(_reject_bool)]
+
+
+def _valid_unicode(value: str) -> str:
+    # A command-line argument or environment variable that is not UTF-8 reaches Python as lone surrogates
+    # (surrogateescape): no tokenizer, file or terminal can encode them.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PydanticCustomError(
+            "not_utf8", "not valid UTF-8 text (a byte {byte}); give UTF-8 text",
+            {"byte": f"0x{ord(value[exc.start]) & 0xFF:02x}"},
+        ) from None
+    return value
+
+
+Text = Annotated[str, AfterValidator(_valid_unicode)]
 
 
 class SamplingSettings(BaseModel):
@@ -105,12 +129,59 @@ class NgramSettings(BaseModel):
 
 
 #: ``repack``: put the target's weights in llama.cpp's extra buffer types (its ``--repack``), see
-#: :func:`specchat.engine.loader.repack_for` for what ``auto`` chooses
+#: :func:`specchat.loading.repack_for` for what ``auto`` chooses
 Repack = Literal["auto", "on", "off"]
+
+#: what ``server_url`` accepts, for its error line
+SERVER_URL_RULE = "must be a llama-server's base URL: http:// or https://, a host and an optional port, e.g. http://127.0.0.1:8080"
+
+
+def check_server_url(value: str) -> str:
+    """``value`` without a trailing slash if it is an http(s) URL with a host (a path prefix is allowed, for a
+    server behind a proxy), else ValueError with :data:`SERVER_URL_RULE`."""
+    from urllib.parse import urlsplit
+
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError for a port that is not 0..65535
+    except ValueError:
+        raise ValueError(SERVER_URL_RULE) from None
+    if (
+        parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment
+        or port == 0 or any(c.isspace() for c in text)
+    ):
+        raise ValueError(SERVER_URL_RULE)
+    return text.rstrip("/")
+
+
+def refuse_local_flags(args: Any, server_url: str, flags: tuple[tuple[str, str], ...]) -> None:
+    """A flag that sets the local models or speculation would do nothing with a llama-server: say so.
+
+    ``flags`` are ``(flag, argparse destination)`` pairs; a destination that is ``None`` or ``False`` was not given.
+    """
+    for flag, dest in flags:
+        if getattr(args, dest, None) not in (None, False):
+            raise UserError(
+                f"{flag} does not apply to a llama-server ({server_url}): its models, K and speculation are "
+                "set by its own flags (-m, --spec-type, --spec-draft-model, --spec-draft-n-max); drop "
+                f"{flag}, or unset --server / server_url to run here"
+            )
 
 
 def _default_threads() -> int:
     return os.cpu_count() or 1
+
+
+#: llama.cpp's own ceiling (``GGML_MAX_N_THREADS`` in ggml.h): more threads overrun its fixed-size arrays
+GGML_MAX_N_THREADS = 512
+#: The most CPU threads a setting may ask for: 4 x the CPU count, at most GGML_MAX_N_THREADS. llama.cpp starts
+#: exactly that many compute threads, which meet at a barrier after every operation, so threads beyond the
+#: cores only wait for each other (README: with threads = cores, one other busy process already collapses
+#: the speed); 4 x still allows oversubscription experiments and CPU counts that undercount (cgroups). The
+#: issue's tester measured the failure modes: --threads 4096 took ~108 s for 2 tokens, --threads 100000
+#: segfaulted with no message.
+MAX_THREADS = min(GGML_MAX_N_THREADS, 4 * _default_threads())
 
 
 #: the two forms of a ``keymap`` entry (see :mod:`specchat.tui.keys`), for its description and its errors
@@ -131,35 +202,54 @@ class Settings(BaseSettings):
         validate_assignment=True,
     )
 
-    target: str = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
-    draft: str = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {NONE}")
+    target: Text = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
+    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {NONE}")
     k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
     auto_k: bool = Field(True, description="let the cost model choose K")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     ngram: NgramSettings = Field(default_factory=NgramSettings)
-    threads: Int = Field(default_factory=_default_threads, ge=1, description="CPU threads for llama.cpp")
+    threads: Int = Field(
+        default_factory=_default_threads, ge=1, le=MAX_THREADS,
+        description=f"CPU threads for llama.cpp (at most 4 x the {_default_threads()} CPUs here)",
+    )
     threads_batch: Int | None = Field(
-        None, ge=1, description="CPU threads for multi-row batches (prompt, verify); unset = threads"
+        None, ge=1, le=MAX_THREADS, description="CPU threads for multi-row batches (prompt, verify); unset = threads"
     )
     repack: Repack = Field(
         "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay), on, off"
     )
     n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
-    system_prompt: str = Field("", description="system message of a new conversation")
-    theme: str = Field("specchat-dark", min_length=1, description="TUI theme name")
-    keymap: dict[str, str] = Field(
+    system_prompt: Text = Field("", description="system message of a new conversation")
+    theme: Text = Field("specchat-dark", min_length=1, description="TUI theme name")
+    keymap: dict[Text, Text] = Field(
         default_factory=dict,
         description=f"the TUI's key overrides, each entry either {KEYMAP_FORMS}; binding ids: F1 in the app",
     )
     data_dir: Path | None = Field(None, description="models, history; unset = the user data dir")
+    server_url: Text | None = Field(
+        None, description="a llama-server's base URL (http://host:port): it generates the replies; unset = local"
+    )
+
+    @field_validator("server_url")
+    @classmethod
+    def _server_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_server_url(value)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            expand_user(value)  # "~nosuchuser/..." is a bad value here, not a traceback wherever it is used
+        return value
 
     @classmethod
     def settings_customise_sources(
         cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
     ):
-        # Only what the caller passes: load_settings() layers file and environment itself so it can
-        # say where each value came from.
+        # Only what the caller passes. settings_sources() runs pydantic-settings' TOML and env sources itself,
+        # one at a time, so that every value keeps the name of its file or variable (``config show``) and an
+        # error names them; merged here, the sources' values would arrive without their origins.
         return (init_settings,)
 
     def effective_data_dir(self) -> Path:
@@ -171,6 +261,10 @@ class Settings(BaseSettings):
     def history_path(self) -> Path:
         """The conversation database: ``<data dir>/history.sqlite3``."""
         return self.effective_data_dir() / HISTORY_FILENAME
+
+    def exports_dir(self) -> Path:
+        """Where the app writes exports (ctrl+s, the history browser): ``<data dir>/exports``. Not created here."""
+        return self.effective_data_dir() / EXPORTS_DIRNAME
 
 
 # -- where the file is ------------------------------------------------------------------------------
@@ -199,18 +293,39 @@ class ConfigLocation:
         }[self.origin]
 
 
+def expand_user(path: str | os.PathLike) -> Path:
+    """``Path(path).expanduser()``, or a one-line error when ``~user`` names no user (pathlib raises
+    RuntimeError, which reached the terminal as a traceback)."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise PydanticCustomError(
+            "unknown_user", "{path}: the home directory of {user} is not known; give the path in full",
+            {"path": str(path), "user": str(path).split("/", 1)[0]},
+        ) from None
+
+
 def default_config_path() -> Path:
     return platformdirs.user_config_path(APP_NAME, appauthor=False) / CONFIG_FILENAME
+
+
+def state_path(config_path: str | os.PathLike | None = None) -> Path:
+    """Where the app remembers its theme and sidebar: next to the config file in effect (specchat.tui.state)."""
+    return locate_config(config_path).path.parent / STATE_FILENAME
 
 
 def locate_config(config_path: str | os.PathLike | None = None, environ: Mapping[str, str] | None = None) -> ConfigLocation:
     """Where the config file is looked for: ``--config``, else ``$SPECCHAT_CONFIG``, else the user config dir."""
     environ = os.environ if environ is None else environ
-    if config_path not in (None, ""):
-        return ConfigLocation(Path(config_path).expanduser(), "--config")
-    from_env = environ.get(CONFIG_ENV, "")
-    if from_env:
-        return ConfigLocation(Path(from_env).expanduser(), "SPECCHAT_CONFIG")
+    try:
+        if config_path not in (None, ""):
+            return ConfigLocation(expand_user(config_path), "--config")
+        from_env = environ.get(CONFIG_ENV, "")
+        if from_env:
+            return ConfigLocation(expand_user(from_env), "SPECCHAT_CONFIG")
+    except PydanticCustomError as exc:
+        origin = "--config" if config_path not in (None, "") else f"${CONFIG_ENV}"
+        raise ConfigError(f"config error: config file {exc.message()} ({origin})") from None
     return ConfigLocation(default_config_path(), "default")
 
 
@@ -242,7 +357,9 @@ def read_toml(path: Path, origin: str) -> dict[str, Any]:
             f"or create it from config.example.toml"
         ) from None
     except IsADirectoryError:
-        raise ConfigError(f"config error: {path} is a directory, not a config file ({origin})") from None
+        raise ConfigError(
+            f"config error: {path} is a directory, not a config file ({origin}); remove it, or give a file with --config"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"config error: cannot read {path}: {exc.strerror or exc}") from None
     try:
@@ -283,12 +400,39 @@ def _label(layer: Layer, data: Any, prefix: Key, label: str, where: str) -> None
             layer.where[key] = where
 
 
+class _TomlFileSource(TomlConfigSettingsSource):
+    """pydantic-settings' TOML file source, reading the file through :func:`read_toml` (one-line errors that
+    name the file, line and column, instead of tomllib's exception)."""
+
+    def __init__(self, location: ConfigLocation) -> None:
+        self._origin = location.describe_origin()
+        super().__init__(Settings, toml_file=location.path)
+
+    def _read_file(self, file_path: Path | Traversable) -> dict[str, Any]:
+        return read_toml(Path(str(file_path)), self._origin)
+
+
+class _EnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source (``SPECCHAT_`` prefix, ``__`` nesting, names in any case, a
+    table whole as JSON) over the given variables rather than always ``os.environ``."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+        super().__init__(
+            Settings, case_sensitive=False, env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED_DELIMITER
+        )
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}
+
+
 def _file_layer(location: ConfigLocation) -> Layer | None:
     if not location.exists:
-        if location.explicit:
+        # a missing default file is fine; anything else there (a directory...) is an error, never "missing"
+        if location.explicit or os.path.lexists(location.path):
             read_toml(location.path, location.describe_origin())  # raises "not found" / "is a directory"
         return None
-    data = read_toml(location.path, location.describe_origin())
+    data = _TomlFileSource(location)()
     data_dir = data.get("data_dir")
     if isinstance(data_dir, str) and data_dir and not data_dir.startswith("~") and not Path(data_dir).is_absolute():
         # a relative data_dir in a file means "next to this file", wherever specchat is started from
@@ -301,71 +445,81 @@ def _file_layer(location: ConfigLocation) -> Layer | None:
 _TABLE_FIELDS = ("sampling", "ngram", "keymap")
 
 
-def _field_allows_none(name: str, sub: str | None = None) -> bool:
-    model: type[BaseModel] = Settings
-    if sub is not None:
-        model = {"sampling": SamplingSettings, "ngram": NgramSettings}.get(name)  # type: ignore[assignment]
-        if model is None:
-            return False
-        name = sub
-    info = model.model_fields.get(name)
+def _field_allows_none(key: Key) -> bool:
+    info = _field_info(key)
     return info is not None and info.default is None and not info.is_required()
 
 
-def _env_layer(environ: Mapping[str, str]) -> tuple[Layer, list[str]]:
-    """``SPECCHAT_<FIELD>`` and ``SPECCHAT_<TABLE>__<KEY>``; names are case-insensitive.
+def _env_names(environ: Mapping[str, str]) -> tuple[dict[Key, str], list[str]]:
+    """The variable behind each key the environment sets (``("sampling", "seed")`` -> its name), and the
+    ``SPECCHAT_*`` variables that name no setting (ignored: other tools may share the prefix).
 
-    Variables whose first part names no setting are returned as *ignored* (other tools may share the
-    prefix); a bad key inside a table is an error like a typo in the file.
+    Raises :class:`ConfigError` for the mistakes pydantic-settings' env source lets through or reports
+    without the variable's name: a sub-key of a setting that is not a table (it ignores it), a key nested
+    deeper than a table's (it nests it deeper), a table given whole that is not a JSON object (it raises
+    "error parsing value for field").
     """
-    layer = Layer("env")
+    names: dict[Key, str] = {}
     ignored: list[str] = []
     for name in sorted(environ):
         if not name.upper().startswith(ENV_PREFIX) or name.upper() == CONFIG_ENV:
             continue
-        raw = environ[name]
-        parts = name[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER)
-        top = parts[0]
+        key = tuple(name[len(ENV_PREFIX):].lower().split(ENV_NESTED_DELIMITER))
+        top = key[0]
         if top not in Settings.model_fields:
             ignored.append(name)
             continue
-        if top in _TABLE_FIELDS:
-            if len(parts) == 1:
-                try:
-                    value = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(
-                        f"config error: {top} from environment variable {name} is not a JSON object "
-                        f"({exc.msg}); set {name}='{{\"key\": value}}' or use {ENV_PREFIX}{top.upper()}__<KEY>"
-                    ) from None
-                if not isinstance(value, dict):
-                    raise ConfigError(
-                        f"config error: {top} from environment variable {name} must be a JSON object, "
-                        f"got {raw!r}"
-                    )
-                table = layer.data.setdefault(top, {})
-                if not isinstance(table, dict):  # pragma: no cover - only one variable can name it
-                    table = layer.data[top] = {}
-                table.update(value)
-                _label(layer, value, (top,), f"env {name}", f"from environment variable {name}")
-            elif len(parts) == 2 and parts[1]:
-                value = None if raw == "" and _field_allows_none(top, parts[1]) else raw
-                layer.data.setdefault(top, {})[parts[1]] = value
-                _label(layer, value, (top, parts[1]), f"env {name}", f"from environment variable {name}")
-            else:
+        if top not in _TABLE_FIELDS and len(key) > 1:
+            raise ConfigError(
+                f"config error: environment variable {name}: {top} is not a table; use {ENV_PREFIX}{top.upper()}=<value>"
+            )
+        if len(key) > 2 or (len(key) == 2 and not key[1]):
+            raise ConfigError(
+                f"config error: environment variable {name} nests too deep; use {ENV_PREFIX}{top.upper()}__<KEY>"
+            )
+        if len(key) == 1 and top in _TABLE_FIELDS:
+            raw = environ[name]
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError as exc:
                 raise ConfigError(
-                    f"config error: environment variable {name} nests too deep; "
-                    f"use {ENV_PREFIX}{top.upper()}__<KEY>"
-                )
-        else:
-            if len(parts) != 1:
+                    f"config error: {top} from environment variable {name} is not a JSON object "
+                    f"({exc.msg}); set {name}='{{\"key\": value}}' or use {ENV_PREFIX}{top.upper()}__<KEY>"
+                ) from None
+            if not isinstance(value, dict):
                 raise ConfigError(
-                    f"config error: environment variable {name}: {top} is not a table; "
-                    f"use {ENV_PREFIX}{top.upper()}=<value>"
+                    f"config error: {top} from environment variable {name} must be a JSON object, got {raw!r}"
                 )
-            layer.data[top] = None if raw == "" and _field_allows_none(top) else raw
-            _label(layer, raw, (top,), f"env {name}", f"from environment variable {name}")
+        names[key] = name
+    return names, ignored
+
+
+def _env_layer(environ: Mapping[str, str]) -> tuple[Layer, list[str]]:
+    """What pydantic-settings' env source reads from ``environ`` (:class:`_EnvSource`), each value labelled
+    with its variable, and the ignored variables (:func:`_env_names`). An empty variable unsets a setting
+    that may be unset (``SPECCHAT_SERVER_URL=""``); for any other it is the value ``""``."""
+    names, ignored = _env_names(environ)
+    data = _EnvSource(environ)()
+    layer = Layer("env", data)
+    for key in filter(None, _leaves(data)):  # (the root of an empty layer is no key)
+        if key in names and _get_leaf(data, key) == "" and _field_allows_none(key):
+            _set_leaf(data, key, None)
+        name = next(names[key[:i]] for i in range(len(key), 0, -1) if key[:i] in names)
+        layer.labels[key] = f"env {name}"
+        layer.where[key] = f"from environment variable {name}"
     return layer, ignored
+
+
+def _get_leaf(data: dict[str, Any], key: Key) -> Any:
+    for part in key:
+        data = data[part]
+    return data
+
+
+def _set_leaf(data: dict[str, Any], key: Key, value: Any) -> None:
+    for part in key[:-1]:
+        data = data[part]
+    data[key[-1]] = value
 
 
 def _normalise_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -433,6 +587,8 @@ def allowed_values(key: Key) -> str:
     """Human description of what ``key`` accepts, derived from the model's constraints."""
     if key[:1] == ("keymap",) and len(key) == 2:
         return f"must be a string: an entry is {KEYMAP_FORMS}"
+    if key == ("server_url",):
+        return SERVER_URL_RULE
     info = _field_info(key)
     if info is None:
         return ""
@@ -479,6 +635,8 @@ def allowed_values(key: Key) -> str:
         text = f"{kind} {'<' if hi_open else '<='} {_fmt_number(hi)}"
     else:
         text = kind
+    if key == ("threads",):
+        text += f" (at most 4 x the {_default_threads()} CPUs here: more threads only wait for each other)"
     return f"must be {text}" + (" (or unset)" if optional else "")
 
 
@@ -537,6 +695,8 @@ def _describe_error(err: dict, layers: list[Layer]) -> str:
     is_table = info is not None and isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
     if is_table and err["type"] == "value_error":  # a rule across the table's keys
         return f"config error: [{dotted}] {where}: {err['msg'].removeprefix('Value error, ')}"
+    if err["type"] in ("not_utf8", "unknown_user"):  # the validator's own sentence
+        allowed = err["msg"]
     if not allowed:
         allowed = err["msg"]
     return f"config error: {dotted} = {value} {where}: {allowed}"
@@ -649,13 +809,13 @@ def toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, Path):
         value = str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str):  # a JSON string is a TOML basic string; C1/bidi as \uXXXX: safe on a terminal
+        return json_text(value)
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+        return "{ " + ", ".join(f"{json_text(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
     raise TypeError(f"no TOML form for {value!r}")
 
 
 def toml_key(key: Key) -> str:
     bare = re.compile(r"^[A-Za-z0-9_-]+$")
-    return ".".join(part if bare.match(part) else json.dumps(part) for part in key)
+    return ".".join(part if bare.match(part) else json_text(part) for part in key)

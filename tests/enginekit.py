@@ -75,3 +75,67 @@ def plain_then_speculative(session: ChatSession, prompt: str) -> tuple[list[int]
     session.reset()
     controls.set_speculative(True)
     return plain, list(session.send(prompt))
+
+
+#: the near-tie bound for the tiny test models: their batched and single-row logits differ by up to ~0.017
+#: (tests/conftest.py), and ``greedy_prompts`` have no top-2 margin below 0.1
+TINY_NEAR_TIE = 0.1
+
+
+class VerifiedRows:
+    """What every position of a model's output was verified with: the logits row that last predicted it.
+
+    Wraps ``model.decode`` (the only way the engine reads logits): after each decode, row i of the returned
+    logits predicts position ``len(model.tokens) - logits_last + i + 1``; :attr:`rows` maps that position to a
+    copy of the row (:meth:`take` hands them over and starts afresh, e.g. per turn). At temperature 0 the engine
+    must emit exactly the argmax of that row (DESIGN: "every emitted token equals the argmax of the logits it
+    was verified with"): the invariant a KV-reuse test relies on, where comparing two runs token for token
+    cannot. Two runs that split the same tokens into other batches compute slightly different logits (see
+    :mod:`specchat.engine.chat`, "Greedy replies and batch sizes"), and at a near-tie the argmax flips.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self.rows: dict[int, np.ndarray] = {}
+        real = model.decode
+
+        def decode(tokens, *, logits_last: int = 1):
+            out = real(tokens, logits_last=logits_last)
+            if out is not None and logits_last:
+                n = len(model.tokens)
+                for i in range(logits_last):
+                    self.rows[n - logits_last + i + 1] = out[i].copy()
+            return out
+
+        model.decode = decode  # type: ignore[method-assign]
+
+    def take(self) -> dict[int, np.ndarray]:
+        rows, self.rows = self.rows, {}
+        return rows
+
+
+def argmax_violations(rows: dict[int, np.ndarray], start: int, tokens: list[int]) -> list[int]:
+    """Indices of ``tokens`` (a reply starting at position ``start``) that are not the argmax of their row."""
+    return [i for i, tok in enumerate(tokens) if int(rows[start + i].argmax()) != tok]
+
+
+def assert_same_greedy_reply_up_to_near_ties(
+    a: tuple[dict[int, np.ndarray], int, list[int]], b: tuple[dict[int, np.ndarray], int, list[int]], near_tie: float
+) -> int | None:
+    """Two greedy replies to the same tokens, ``(rows, start position, reply tokens)`` each: every token is the
+    argmax of the row it was verified with, and the replies are identical up to their first difference, where
+    the two candidates must be within ``near_tie`` of each other in *both* runs' logits (a batch-split
+    near-tie, not a cache defect). Returns the index of the first difference, or None."""
+    (rows_a, start_a, toks_a), (rows_b, start_b, toks_b) = a, b
+    assert argmax_violations(rows_a, start_a, toks_a) == []
+    assert argmax_violations(rows_b, start_b, toks_b) == []
+    diff = next((i for i, (x, y) in enumerate(zip(toks_a, toks_b)) if x != y), None)
+    if diff is None:
+        return None
+    ta, tb = toks_a[diff], toks_b[diff]
+    row_a, row_b = rows_a[start_a + diff], rows_b[start_b + diff]
+    gap_a, gap_b = float(row_a[ta] - row_a[tb]), float(row_b[tb] - row_b[ta])
+    assert 0 <= gap_a < near_tie and 0 <= gap_b < near_tie, (
+        f"the replies differ at token {diff} by more than a near-tie: run A prefers its token by {gap_a:.4f}, "
+        f"run B its own by {gap_b:.4f} (near-tie bound {near_tie})"
+    )
+    return diff

@@ -217,8 +217,12 @@ FILE_ERRORS = [
     ("auto_k = 3\n", r"auto_k = 3 in {path}: must be true or false$"),
     ('repack = "maybe"\n', r'repack = "maybe" in {path}: must be one of "auto", "on", "off"$'),
     ("repack = true\n", r'repack = true in {path}: must be one of "auto", "on", "off"$'),
-    ("threads_batch = 0\n", r"threads_batch = 0 in {path}: must be an integer >= 1 \(or unset\)$"),
-    ("threads = 0\n", r"threads = 0 in {path}: must be an integer >= 1$"),
+    ("threads_batch = 0\n", r"threads_batch = 0 in {path}: must be an integer in 1\.\.\d+ \(or unset\)$"),
+    (
+        "threads = 0\n",
+        r"threads = 0 in {path}: must be an integer in 1\.\.\d+ \(at most 4 x the \d+ CPUs here: more threads only "
+        r"wait for each other\)$",
+    ),
     ("n_ctx = 32\n", r"n_ctx = 32 in {path}: must be an integer >= 64$"),
     ("n_predict = 0\n", r"n_predict = 0 in {path}: must be an integer >= 1$"),
     ('target = ""\n', r'target = "" in {path}: must be a non-empty string$'),
@@ -385,7 +389,7 @@ def test_field_paths_walks_nested_models():
     paths = field_paths()
     assert ("sampling", "temperature") in paths and ("ngram", "max_n") in paths and ("keymap",) in paths
     assert ("sampling",) not in paths
-    assert len(paths) == len(set(paths)) == 19
+    assert len(paths) == len(set(paths)) == 20
 
 
 # -- specchat config show / path ----------------------------------------------------------------------------
@@ -460,3 +464,23 @@ def test_keymap_description_and_errors_name_both_forms_the_app_accepts():
     for example in examples:
         keymap, problems = resolve_keymap(tomllib.loads(example))
         assert problems == [] and set(keymap) == {"k_up"}, example
+
+
+# -- a ~user that names no user: one line, exit 2, never a traceback --------------------------------------
+
+
+def test_config_path_with_an_unknown_user_is_one_line_exit_2(isolated, monkeypatch, capsys):
+    code, _, err = run_cli(["--config", "~nosuchuser-specchat/c.toml", "config", "path"], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "~nosuchuser-specchat/c.toml: the home directory of ~nosuchuser-specchat is not known" in err
+    monkeypatch.setenv("SPECCHAT_CONFIG", "~nosuchuser-specchat/c.toml")
+    with pytest.raises(ConfigError, match=r"is not known; give the path in full \(\$SPECCHAT_CONFIG\)$"):
+        load_settings()
+
+
+def test_data_dir_with_an_unknown_user_names_the_key_and_where(isolated, monkeypatch):
+    path = write(isolated.tmp / "c.toml", 'data_dir = "~nosuchuser-specchat/chats"\n')
+    with pytest.raises(ConfigError, match=rf"^config error: data_dir = \S+ in {re.escape(str(path))}: .*is not known"):
+        load_settings(str(path))
+    with pytest.raises(ConfigError, match="from the command line: .*is not known"):
+        load_settings(overrides={"data_dir": "~nosuchuser-specchat/x"})

@@ -51,7 +51,17 @@ def test_baseline_modes_draft_nothing_and_give_the_same_greedy_text(capsys, tiny
     base, _ = run_json(capsys, *common, *baseline)
     spec, _ = run_json(capsys, *common, "--draft", str(draft), "--k", "3")
     assert base["draft_n"] == 0 and set(base["kinds"]) == {"plain"}
+    # issue 11: nothing was drafted, so no K was used and there is no acceptance (it said k: 3, acceptance: 0.0)
+    assert base["k"] == 0 and base["acceptance"] is None and base["k_max"] == 0
     assert spec["tokens"] == base["tokens"]
+    assert spec["k"] == 3 and spec["acceptance"] is not None
+
+
+def test_a_bare_preset_name_is_one_line_naming_both_spellings(capsys):
+    assert main(["generate", "--prompt", "hi", "--target", "smollm2-f16-q41"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1
+    assert "preset:smollm2-f16-q41" in err and "'SmolLM2-135M-Instruct.F16'" in err
 
 
 def test_ngram_default_streams_plain_text_to_a_pipe(tiny_target):

@@ -25,6 +25,7 @@ from specchat.engine.protocol import Message
 from specchat.history import (
     APPLICATION_ID,
     EXPORT_FORMAT,
+    EXPORT_VERSION,
     MIGRATIONS,
     SCHEMA_VERSION,
     HistoryError,
@@ -129,7 +130,10 @@ def test_new_database_schema_pragmas_and_columns(tmp_path):
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     cols = {t: [r[1] for r in conn.execute(f"PRAGMA table_info({t})")] for t in ("conversations", "messages", "turn_stats")}
     assert cols["conversations"] == ["id", "title", "created", "updated", "target", "draft", "system_prompt"]
-    assert cols["messages"] == ["id", "conversation_id", "idx", "role", "content", "tokens", "kinds", "stopped", "created"]
+    assert cols["messages"] == [
+        "id", "conversation_id", "idx", "role", "content", "tokens", "kinds", "stopped", "created", "alternate_of",
+        "version",
+    ]  # fmt: skip
     for name in (
         "message_id target drafter k auto_k sampling prompt_n prompt_ms predicted_n predicted_ms predicted_per_second "
         "draft_n draft_n_accepted acceptance mean_len accepted_per_pos draft_ms_per_step verify_ms_per_step "
@@ -357,29 +361,30 @@ def test_killed_mid_write_loses_only_the_message_being_written(tmp_path):
 
 # -- migrations ---------------------------------------------------------------------------------------------
 
-V2 = ("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",)
+NEXT = ("ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0",)  # a made-up next version
 
 
-def test_migrate_from_empty_and_from_version_1(tmp_path):
+def test_migrate_from_empty_and_from_the_current_version(tmp_path):
     path = tmp_path / "m.sqlite3"
     conn = raw(path)
-    assert migrate(conn) == 1  # empty file -> v1
-    assert migrate(conn) == 1  # idempotent
+    assert migrate(conn) == SCHEMA_VERSION  # empty file -> current
+    assert migrate(conn) == SCHEMA_VERSION  # idempotent
     conn.close()
     with HistoryStore(path) as store:
         cid, messages = conversation(store, turns=1)
     conn = raw(path)
     conn.execute("PRAGMA foreign_keys = ON")
-    assert migrate(conn, MIGRATIONS + (V2,)) == 2
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert migrate(conn, MIGRATIONS + (NEXT,)) == SCHEMA_VERSION + 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION + 1
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1  # restored after the steps
     assert conn.execute("SELECT pinned FROM conversations WHERE id = ?", (cid,)).fetchone()[0] == 0
-    # the rows written at v1 are intact after the upgrade
+    # the rows written before are intact after the upgrade
     rows = conn.execute("SELECT role, content FROM messages WHERE conversation_id = ? ORDER BY idx", (cid,)).fetchall()
     assert rows == [(m.role, m.content) for m in messages]
     stats = conn.execute("SELECT prompt_n, acceptance, accepted_per_pos FROM turn_stats").fetchall()
     assert stats == [(30, 6 / 9, json.dumps([1.0, 2 / 3, 1 / 3]))]
     conn.close()
-    with pytest.raises(HistoryError, match="newer than this specchat"):  # this build only knows v1
+    with pytest.raises(HistoryError, match="newer than this specchat"):  # this build does not know NEXT
         HistoryStore(path)
 
 
@@ -390,7 +395,7 @@ def test_a_failing_migration_leaves_the_previous_version(tmp_path):
     conn = raw(path)
     with pytest.raises(sqlite3.OperationalError):
         migrate(conn, MIGRATIONS + (broken,))
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
 
 
@@ -433,7 +438,7 @@ def test_json_export_import_round_trip(store, tmp_path):
     messages += [Message("user", "go on"), stopped]
     data = store.export_json(cid)
     text = json.dumps(data, allow_nan=False)  # plain JSON
-    assert data["format"] == EXPORT_FORMAT and data["version"] == 1
+    assert data["format"] == EXPORT_FORMAT and data["version"] == EXPORT_VERSION == 2
     # the Turn's text/tokens/kinds are not repeated when they equal the message's
     assert "tokens" not in data["messages"][2]["stats"] and data["messages"][2]["tokens"] == [100, 101, 102, 103]
 
@@ -680,3 +685,15 @@ def test_python_m_specchat_cli_reports_one_line(tmp_path):
     )
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == f"specchat: error: no conversation with ID 7 in {db}; see 'specchat history list'\n"
+
+
+@pytest.mark.parametrize("reason", ["eos", "length", "stopped", "context", "error", "stop"])
+def test_every_stop_reason_the_engine_writes_survives_export_and_import(store, tmp_path, reason):
+    """The import's schema check accepts every stop reason the engine can record (the fallback chat format's
+    stop strings end a reply with "stop": a conversation with one must not become un-importable)."""
+    cid = store.create_conversation(target="tiny-target.gguf", draft="ngram", system_prompt="")
+    store.append_message(cid, Message("user", "hi"))
+    store.append_message(cid, reply(0, stop_reason=reason))
+    with HistoryStore(tmp_path / "other.sqlite3") as other:
+        new_id = other.import_json(json.loads(json.dumps(store.export_json(cid))))
+        assert other.load(new_id)[1][-1].stats.stop_reason == reason

@@ -45,7 +45,7 @@ from gguf import GGUFValueType, GGUFWriter
 from gguf.constants import LlamaFileType
 
 from specchat.engine.gguf import parse_gguf
-from specchat.models.registry import bundled_model_path
+from specchat.models.bundled import bundled_model_path
 
 DEFAULT_OUTPUT_SCALE = 100.0
 PAD_TOKEN_TYPE = 5  # llama_token_type UNUSED: padding rows that no text maps to

@@ -1,4 +1,4 @@
-"""``specchat bench``: the seed's experiment on any pair in one command - baseline vs speculation, interleaved
+"""``specchat bench``: the speculation experiment on any pair in one command - baseline vs speculation, interleaved
 A B A B, medians and pair ratios, and the cost model's arithmetic of why.
 
 One concept per module:

@@ -1,6 +1,5 @@
 """The bench's arithmetic: the engine's cost model calibrated on the pair, its predictions next to the
-measurements, and the recommended K (the seed's "Step 5"; Leviathan et al. 2023, §3.3-3.4, with a
-measured verify cost).
+measurements, and the recommended K (Leviathan et al. 2023, §3.3-3.4, with a measured verify cost).
 
 * the engine's own calibration (:mod:`specchat.engine.calibration`) on a fresh
   :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt: the same functions and the
@@ -42,6 +41,7 @@ from specchat.engine.protocol import Message
 from specchat.engine.telemetry import (
     CostModel,
     best_k,
+    break_even_alpha,
     break_even_line,
     expected_tokens,
     natural_length,
@@ -221,7 +221,8 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
             rk, rs = entry["best_k"], entry["predicted_best_speedup"]
             entry["break_even"] = break_even_line(
                 CostEstimate(alpha=alpha, c=c, v=vt[rk], best_k=rk, predicted_speedup=rs,
-                             target_ms_per_token=t1, draft_ms_per_token=draft_ms)
+                             target_ms_per_token=t1, draft_ms_per_token=draft_ms,
+                             alpha_to_pay=break_even_alpha(c, vt, K_MAX))
             )  # fmt: skip
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
             if measured:

@@ -23,12 +23,16 @@ from specchat.bench.report import (
 )
 from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
+from specchat.bench.remote import remote_plan, run_remote_once
 from specchat.bench.summary import summarize
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
 from specchat.models.formats import parse_formats
 
 DEFAULT_KS = "0,1,2,3,5,8"
+#: the bench's flags that choose local models or K (a llama-server has its own), with their dests
+LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"))  # fmt: skip
 DEFAULT_N_PREDICT = 256
 
 
@@ -49,6 +53,8 @@ def parse_k_list(text: str) -> list[int]:
 
 def settings_overrides(args: Any) -> dict[str, Any]:
     o: dict[str, Any] = {}
+    if getattr(args, "server", None) is not None:
+        o["server_url"] = args.server
     for flag in ("target", "draft", "threads", "n_ctx", "data_dir"):  # data_dir: specchat --data-dir D bench
         v = getattr(args, flag, None)
         if v is not None:
@@ -96,14 +102,14 @@ def load_targets(settings: Any, formats: list[str] | None, progress: ProgressLin
     """``{label: (session, variant)}``: the configured pair alone (variant None), or with ``formats`` the
     target's re-encodings (:func:`specchat.models.formats.variants_for`: derived when missing; the source's
     one-row-kernel variant on a CPU whose AMX batch kernels crash), each loaded with the configured drafter."""
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     def load(s: Any, what: str) -> Any:
         return load_engine(s, lambda f, w: progress(int(f * 100), 100, f"{what}: {w}" if what else w), auto_k=False)
 
     if not formats:
         return {"": (load(settings, ""), None)}
-    from specchat.engine.kernels import extra_buffer_types_safe
+    from specchat.engine.model import extra_buffer_types_safe
     from specchat.models.formats import variants_for
     from specchat.models.registry import models_dir, resolve_model
 
@@ -137,9 +143,11 @@ def main(
     """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
     ks, suite = validate_args(args)
     formats = parse_formats(args.formats) if getattr(args, "formats", None) else None
-    from specchat.config import load_settings
+    from specchat.config import load_settings, refuse_local_flags
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    if settings.server_url:
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)
     interrupted = False
@@ -150,6 +158,9 @@ def main(
         print("specchat: interrupted while loading; nothing measured", file=err)
         return 130
     progress.close()
+    if settings.server_url:
+        ((session, _),) = targets.values()
+        return _main_remote(args, session, suite, settings, progress, out, err, on_record)
     sessions = {label: session for label, (session, _v) in targets.items()}
     variants = {label: v for label, (_s, v) in targets.items() if v is not None}
     reference = next((label for label, v in variants.items() if v.source), None)
@@ -241,6 +252,67 @@ def main(
         for session in sessions.values():
             session.close()
     return 130 if interrupted else 0
+
+
+def _main_remote(
+    args: Any, session: Any, suite: list[dict[str, str]], settings: Any, progress: ProgressLine,
+    out: TextIO, err: TextIO, on_record: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """``specchat bench --server URL`` (see :mod:`specchat.bench.remote`): the server's one configuration."""
+    try:
+        session.cache_prompt = False
+        info = session.info()
+        if info.can_speculate and not session.controls.snapshot().k:
+            # the server's K shows in /metrics once it has speculated: one unrecorded warm-up reply
+            progress(0, 1, "warm-up reply (learns the server's K)")
+            run_remote_once(session, suite[0]["prompt"], "spec", None)
+            info = session.info()
+        k = session.controls.snapshot().k if info.can_speculate else 0
+        plan = remote_plan(suite, args.runs, k)
+        meta = {
+            "target": info.target_name,
+            "drafter": info.draft_name,
+            "ks": [k],
+            "auto": False,
+            "runs": args.runs,
+            "n_predict": settings.n_predict,
+            "temperature": settings.sampling.temperature,
+            "seed": settings.sampling.seed,
+            "threads": None,  # the server's own
+            "n_ctx": info.n_ctx,
+            "suite": [p["name"] for p in suite],
+        }
+        print(
+            f"specchat bench: llama-server {info.target_name}, drafter {info.draft_name}, its K {k or 'none'}; "
+            f"{args.runs} run(s) per prompt, the server's one configuration (no baseline pairs: its speculation "
+            f"is set by its own flags); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}",
+            file=out,
+        )
+        out.flush()
+        runner = BenchRunner(
+            session, suite, [k], args.runs, progress=progress, on_record=on_record, run_fn=run_remote_once,
+            plan=plan, drafter=info.draft_name,
+        )  # fmt: skip
+        records = runner.run()
+        progress.close()
+        rows = summarize(records)
+        if runner.interrupted:
+            print(f"interrupted: {len(records)} run(s) measured so far", file=out)
+        if rows:
+            print("", file=out)
+            print(format_table(rows), file=out)
+            for w in noise_warnings(rows):
+                print(w, file=out)
+        if args.plot and rows:
+            print(format_plot(rows), file=out)
+        if args.json:
+            write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=None, interrupted=runner.interrupted))
+            print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)
+        out.flush()
+        return 130 if runner.interrupted else 0
+    finally:
+        progress.close()
+        session.close()
 
 
 __all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "load_targets", "main", "parse_k_list", "settings_overrides", "validate_args"]

@@ -59,7 +59,7 @@ def noise_warnings(rows: Sequence[SummaryRow], spread: float = 1.5) -> list[str]
 
 
 def format_arithmetic(ar: dict[str, Any]) -> str:
-    lines = ["", "The arithmetic (seed Step 5; Leviathan et al. 2023 with measured v):"]
+    lines = ["", "The arithmetic (Leviathan et al. 2023, with the measured verify cost v):"]
     t_ms = ar["target_ms_per_token"]
     lines.append(
         f"  target alone: {t_ms:.2f} ms per single-row decode = {ar['target_tok_s'] or 0:.1f} tok/s "

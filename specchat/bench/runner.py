@@ -1,6 +1,6 @@
 """Running the bench: the plan of runs, one measured reply per run, and the record of each.
 
-**Protocol.** One loaded target + drafter (:func:`specchat.engine.loader.load_engine`). For every prompt
+**Protocol.** One loaded target + drafter (:func:`specchat.loading.load_engine`). For every prompt
 of the suite and every run index r, each speculative mode (fixed K = 1.., and ``auto`` with ``--auto``)
 is measured as an adjacent pair ``baseline, mode`` - so a run of the bench reads A B A C A B A C ... and
 slow drift of a shared machine (thermal, other processes) hits both halves of a pair alike. The baseline
@@ -19,6 +19,7 @@ e.g. one-row kernels) runs baselines only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -110,6 +111,11 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         dec.auto_k.reset()
         c.set_speculative(True)
         c.set_auto_k(True)
+    return measure_reply(session, prompt)
+
+
+def measure_reply(session: Any, prompt: str) -> tuple[Any, RunStats]:
+    """Send ``prompt`` and count the reply's rounds; returns (Turn, RunStats). Any engine (local or remote)."""
     stats = RunStats()
     turn = None
     for ev in session.send(prompt):
@@ -168,14 +174,14 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
 
 
 def _estimate(cost: Any) -> dict[str, Any] | None:
-    """A CostEstimate as JSON, its v(K) curve reduced to the reason line (the arithmetic has the curve)."""
+    """A CostEstimate as JSON, its v(K) curve reduced to the reason line (the arithmetic has the curve); an
+    infinite break-even α (nothing pays) is not JSON: null."""
     if cost is None:
         return None
-    out = asdict(cost)
+    out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(cost).items()}
     verify = out.pop("verify", None)
     out["verify_reason"] = verify["reason"] if verify else None
     return out
-
 
 
 class BenchRunner:
@@ -196,11 +202,13 @@ class BenchRunner:
         run_fn: Callable[..., tuple[Any, RunStats]] | None = None,
         reference: str | None = None,
         baseline_only: Collection[str] = (),
+        plan: list[PlanItem] | None = None,
+        drafter: str | None = None,
     ) -> None:
         self.sessions: dict[str, Any] = dict(session) if isinstance(session, Mapping) else {"": session}
         self.suite = list(suite)
         self.prompts = {p["name"]: p["prompt"] for p in self.suite}
-        self.plan = make_plan(
+        self.plan = plan if plan is not None else make_plan(
             self.suite, ks, runs, auto, targets=list(self.sessions), baseline_only=baseline_only,
             reference=reference,
         )  # fmt: skip
@@ -210,8 +218,9 @@ class BenchRunner:
         self.records: list[dict[str, Any]] = []
         self.interrupted = False
         self.drafters = {
-            label: getattr(getattr(s, "decoder", None), "drafter_name", None) or NONE for label, s in self.sessions.items()
-        }
+            label: drafter or getattr(getattr(s, "decoder", None), "drafter_name", None) or NONE
+            for label, s in self.sessions.items()
+        }  # fmt: skip
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
@@ -247,4 +256,4 @@ class BenchRunner:
         return self.records
 
 
-__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "run_once"]
+__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "measure_reply", "run_once"]

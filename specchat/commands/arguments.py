@@ -1,9 +1,14 @@
-"""Command-line arguments several subcommands share: where the config file and the data directory are."""
+"""Command-line arguments several subcommands share: where the config file and the data directory are.
+
+(The flags that do not apply when a llama-server generates the replies are refused by
+:func:`specchat.config.refuse_local_flags`, next to ``server_url`` itself: the bench command, below this
+layer, needs it too.)"""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
 
 
 def add_location_arguments(parser: argparse.ArgumentParser, *, data_dir: bool = False) -> None:
@@ -29,3 +34,4 @@ def location_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """
     data_dir = getattr(args, "data_dir", None)
     return {} if data_dir is None else {"data_dir": data_dir}
+

@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Measure predicted tok/s with and without speculation on a prompt suite, interleaving "
         "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair."
     )
+    p.add_argument("--server", metavar="URL",
+                   help="measure a llama-server as configured (its own models, K and speculation) instead of local models")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help=f"drafter: path to a draft .gguf, a preset name, or '{NGRAM}' (default)")
     p.add_argument("--k", default=None, metavar="LIST",

@@ -65,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
     if args.config_command == "path":
         loc = locate_config(config_path)
         print(loc.path)
-        state = "exists" if loc.exists else ("does not exist; commands fail until it does" if loc.explicit else "does not exist; a missing file is fine")
+        if loc.exists:
+            state = "exists"
+        elif loc.path.is_dir():
+            state = "is a directory, not a file; commands fail until it is removed"
+        else:
+            state = "does not exist; commands fail until it does" if loc.explicit else "does not exist; a missing file is fine"
         how = loc.describe_origin()
         if loc.origin == "default":
             how += f"; override with --config PATH or ${CONFIG_ENV}"

@@ -4,12 +4,17 @@ Streams the reply to stdout (coloured by piece kind on a terminal; rejected draf
 struck-through ghosts only when colour is on, so piped text is exactly the reply), then prints
 llama.cpp's acceptance line on stderr. ``--json`` prints one JSON object instead: the Turn fields
 (llama-server timing names) plus ``text``, ``tokens`` and ``kinds``.
+
+The reply is the model's text, so on a terminal it is made inert (:mod:`specchat.sanitize`: an ESC the model
+wrote shows as ``␛``, it does not drive the terminal); piped, it is written exactly as generated. The JSON is
+the same value either way, with the characters a terminal would act on written as ``\\uXXXX`` escapes.
+An empty prompt, or a prompt or system prompt that is not valid UTF-8 (``--prompt -`` reads stdin as bytes), is
+refused with one line before any model loads.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -29,6 +34,7 @@ RESET = "\x1b[0m"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of ``specchat generate`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
+    p.add_argument("--server", metavar="URL", help="a llama-server's URL: it generates the reply with its own models and speculation")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default) or '{NONE}'")
     p.add_argument("--k", type=int, help=f"draft length K, 0..{K_MAX} (0 = no speculation); default 3")
@@ -50,8 +56,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def settings_overrides(args: argparse.Namespace) -> dict:
     """Only the flags the user gave: they beat config file and environment."""
     o: dict = {}
-    for flag, key in (("target", "target"), ("draft", "draft"), ("k", "k"), ("n_predict", "n_predict"),
-                      ("threads", "threads"), ("n_ctx", "n_ctx"), ("system", "system_prompt")):
+    for flag, key in (("server", "server_url"), ("target", "target"), ("draft", "draft"), ("k", "k"),
+                      ("n_predict", "n_predict"), ("threads", "threads"), ("n_ctx", "n_ctx"), ("system", "system_prompt")):
         v = getattr(args, flag, None)
         if v is not None:
             o[key] = v
@@ -63,6 +69,11 @@ def settings_overrides(args: argparse.Namespace) -> dict:
     return o
 
 
+#: flags of the local engine (a llama-server has its own settings), with their argparse destinations
+LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto-k", "auto_k"),
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
+
+
 def load_conversation(path: str) -> list:
     """Messages of a saved conversation (a ``specchat history export --format json`` file)."""
     from specchat.history import messages_from_export, read_export_file
@@ -71,28 +82,69 @@ def load_conversation(path: str) -> list:
     return messages
 
 
-def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_settings
+def _utf8_text(value: str, what: str) -> str:
+    """``value`` if it is valid Unicode; a command-line argument that was not UTF-8 holds lone surrogates
+    (Python's ``surrogateescape``), which no tokenizer can encode: refused with one line."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(
+            f"{what} is not valid UTF-8 text (a byte 0x{ord(value[exc.start]) & 0xFF:02x} at character {exc.start}); "
+            "give UTF-8 text"
+        ) from None
+    return value
 
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+
+def read_prompt(value: str) -> str:
+    """The prompt text: ``value``, or stdin (read as bytes, decoded as strict UTF-8) for ``-``; never empty."""
+    if value == "-":
+        from specchat.sanitize import read_stdin_text
+
+        try:
+            prompt = read_stdin_text()
+        except UnicodeDecodeError as exc:
+            raise UserError(
+                f"--prompt -: stdin is not valid UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                f"{exc.start}); give UTF-8 text"
+            ) from None
+    else:
+        prompt = _utf8_text(value, "--prompt")
+    if not prompt.strip():
+        if value == "-":
+            raise UserError("--prompt -: stdin is empty; pipe the message in, or give it as --prompt TEXT")
+        raise UserError("--prompt is empty: give the message to reply to, e.g. --prompt 'Hello'")
+    return prompt
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.config import load_settings, refuse_local_flags
+    from specchat.sanitize import json_text, sanitize
+
+    prompt = read_prompt(args.prompt)
+    if args.system is not None:
+        _utf8_text(args.system, "--system")
     if args.k is not None and not (0 <= args.k <= K_MAX):
         raise UserError(f"--k {args.k} is out of range: K must be 0..{K_MAX} (0 = no speculation)")
     if args.n_predict is not None and args.n_predict <= 0:
         raise UserError(f"--n-predict {args.n_predict} must be a positive number of tokens")
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    if settings.server_url:
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     conversation = load_conversation(args.conversation) if args.conversation else None
 
     from specchat.engine.events import EngineError, Notice, Piece, Turn
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     auto_k = bool(args.auto_k)
     session = load_engine(settings, auto_k=auto_k)
-    if settings.k == 0:
+    if settings.k == 0 and not session.controls.fixed:
         session.controls.set_speculative(False)
     note = session.info().note
     if note:
-        print(f"specchat: {note}", file=sys.stderr)
-    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        print(f"specchat: {sanitize(note)}", file=sys.stderr)
+    terminal = sys.stdout.isatty()
+    color = args.color == "always" or (args.color == "auto" and terminal and not os.environ.get("NO_COLOR"))
+    shown = sanitize if terminal or color else (lambda text: text)  # coloured output is for a terminal
     try:
         if conversation is not None:
             session.load(conversation)
@@ -108,26 +160,29 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(ev, Piece):
                 if args.json:
                     continue
+                text = shown(ev.text)
                 if color:
-                    if ev.text:
-                        out.write(f"{ANSI[ev.kind]}{ev.text}{RESET}" if ANSI[ev.kind] else ev.text)
+                    if text:
+                        out.write(f"{ANSI[ev.kind]}{text}{RESET}" if ANSI[ev.kind] else text)
                 elif ev.kind != "rejected":
-                    out.write(ev.text)
+                    out.write(text)
                 out.flush()
             elif isinstance(ev, Turn):
                 turn = ev
             elif isinstance(ev, Notice):
-                print(f"specchat: {ev.message}", file=sys.stderr)
+                print(f"specchat: {sanitize(ev.message)}", file=sys.stderr)
             elif isinstance(ev, EngineError):
                 raise UserError(f"generation failed: {ev.message}")
         if turn is None:  # pragma: no cover - a generation always ends with a Turn
             raise UserError("generation produced no result")
         if args.json:
-            json.dump(turn.to_dict(), sys.stdout, ensure_ascii=False)
-            sys.stdout.write("\n")
+            sys.stdout.write(json_text(turn.to_dict()) + "\n")
         else:
             sys.stdout.write("\n")
-        print(turn.acceptance_line(), file=sys.stderr)
+        if session.controls.fixed and turn.speculative and turn.draft_n == 0:  # a llama-server: see remote.py
+            print("draft acceptance: not reported by the server (no draft was verified in this reply)", file=sys.stderr)
+        else:
+            print(turn.acceptance_line(), file=sys.stderr)
         print(
             f"prompt: {turn.prompt_n} tokens in {turn.prompt_ms:.1f} ms; predicted: {turn.predicted_n} tokens in "
             f"{turn.predicted_ms:.1f} ms ({turn.predicted_per_second:.2f} tok/s); stop: {turn.stop_reason}",

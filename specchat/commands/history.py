@@ -1,13 +1,15 @@
 """``specchat history list | show ID | export ID | import FILE | delete ID``: saved conversations.
 
 The database is ``<data dir>/history.sqlite3`` (see ``specchat config show``), or ``--db PATH``.
-Read-only actions never create it. Export never overwrites a file without ``--force``.
+Read-only actions never create it and open it read-only (so a database in a read-only directory can be read).
+Export never overwrites a file without ``--force``. Stored text is printed inert (:mod:`specchat.sanitize`):
+a title or a reply holding an escape sequence shows it as visible characters, it never reaches the terminal;
+the JSON export keeps every character (as JSON escapes where a terminal would act on it).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from specchat.commands.arguments import location_overrides
 from specchat.errors import UserError
-from specchat.history import HistoryStore, UnknownConversationError, format_time, read_export_file
+from specchat.history import MAX_ID, HistoryStore, UnknownConversationError, format_time, read_export_file
+from specchat.sanitize import json_text, sanitize_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,16 +70,22 @@ def _parse_id(text: str) -> int:
     except ValueError:
         value = 0
     if value <= 0:
-        raise UserError(f"conversation ID must be a positive integer, not {text!r}; see 'specchat history list'")
+        raise UserError(
+            f"conversation ID must be a positive integer, not {sanitize_line(text)[:40]!r}; see 'specchat history list'"
+        )
+    if value > MAX_ID:  # SQLite's INTEGER is 64-bit: a larger number cannot even be looked up
+        raise UnknownConversationError(
+            f"no conversation with ID {sanitize_line(text)[:40]}: IDs go up to {MAX_ID}; see 'specchat history list'"
+        )
     return value
 
 
-def _open_existing(path: Path, conv_id: int) -> HistoryStore:
+def _open_existing(path: Path, conv_id: int, *, readonly: bool) -> HistoryStore:
     if not path.exists():
         raise UnknownConversationError(
             f"no conversation with ID {conv_id}: there is no history database at {path} yet"
         )
-    return HistoryStore(path, create=False)
+    return HistoryStore(path, create=False, readonly=readonly)
 
 
 def _write_new(path: Path, text: str, force: bool) -> None:
@@ -116,7 +125,8 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 
 
 def _short(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    """One line of inert text (stored text may hold escape sequences), cut to ``width`` characters."""
+    text = sanitize_line(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -128,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         if not path.exists():
             print(f"no saved conversations yet (no history database at {path})")
             return 0
-        with HistoryStore(path, create=False) as store:
+        with HistoryStore(path, readonly=True) as store:
             conversations = store.list_conversations()
         if not conversations:
             print(f"no saved conversations in {path}")
@@ -144,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
     if command == "import":
         data = read_export_file(args.file)
-        source = "stdin" if args.file == "-" else str(Path(args.file).expanduser())
+        source = "stdin" if args.file == "-" else sanitize_line(Path(args.file).expanduser())
         with HistoryStore(path) as store:
             new_id = store.import_json(data, source=source)
             conv = store.get_conversation(new_id)
@@ -152,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     conv_id = _parse_id(args.id)
-    with _open_existing(path, conv_id) as store:
+    with _open_existing(path, conv_id, readonly=command in ("show", "export")) as store:
         if command == "show":
             sys.stdout.write(store.export_markdown(conv_id))
             return 0
@@ -166,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             if fmt is None:
                 fmt = "json" if args.output and args.output.lower().endswith(".json") else "md"
             if fmt == "json":
-                text = json.dumps(store.export_json(conv_id), indent=2, ensure_ascii=False) + "\n"
+                text = json_text(store.export_json(conv_id), indent=2) + "\n"
             else:
                 text = store.export_markdown(conv_id)
             if args.output in (None, "-"):

@@ -6,7 +6,7 @@
 * ``derive`` write another quantisation (``--quant``) and/or a layer-skip self-draft (``--keep-layers``) of a
              GGUF into ``<data dir>/models/``; ``--demo`` writes the files of the two offline demo presets.
 * ``tune``   measure which weight format of a target verifies cheapest on this machine, and recommend one per
-             workload (:mod:`specchat.models.tune`; the command is in :mod:`specchat.commands.tune`).
+             workload (:mod:`specchat.bench.tune`; the command is in :mod:`specchat.commands.tune`).
 * ``pull``   download a hub preset's target and draft into ``<data dir>/models/`` (resumable, verified).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from specchat.commands.arguments import add_location_arguments, location_overrides
 from specchat.errors import UserError
+from specchat.sanitize import sanitize
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,7 +218,7 @@ def _run_list(args: argparse.Namespace) -> int:
     if parts:
         out += ["", "Interrupted downloads (resumed by 'specchat models pull'):"]
         out += [f"  {p} ({human_size(p.stat().st_size)})" for p in parts]
-    print("\n".join(out))
+    print(sanitize("\n".join(out)))  # file names in the data dir are anyone's: shown inert
     return 0
 
 
@@ -256,7 +257,7 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
 
 
 def _tune_results(data_dir: Path) -> list[Any]:
-    from specchat.models.tune import load_results
+    from specchat.bench.tune import load_results
 
     return load_results(data_dir)
 

@@ -1,22 +1,31 @@
 """``specchat`` with no subcommand: the terminal app.
 
 Builds the settings (defaults < config TOML < ``SPECCHAT_*`` env < these flags), opens the history
-database, and hands the app an engine *factory*; the factory imports :mod:`specchat.engine.loader` only
-when it runs (in the app's loading thread, after the first frame), so neither this module nor the app
+database, and hands the app an engine *factory*; the factory imports :mod:`specchat.loading` only
+when it runs (on the app's engine thread, after the first frame), so neither this module nor the app
 imports llama_cpp at start-up.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import os
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 
+if TYPE_CHECKING:  # only annotations: this module is imported to build the parser, before anything loads
+    from specchat.config import Settings
+    from specchat.history import HistoryStore
+    from specchat.tui.engine_host import EngineFactory
+    from specchat.tui.state import UiState
+
 # (flag, dest, type, settings key, help)
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
+    ("--server", "tui_server", str, "server_url",
+     "a llama-server's URL (http://host:port): it generates the replies with its own models and speculation"),
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
     ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
     ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
@@ -28,8 +37,11 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--n-ctx", "tui_n_ctx", int, "n_ctx", "context length in tokens"),
     ("--n-predict", "tui_n_predict", int, "n_predict", "maximum tokens per reply"),
     ("--system", "tui_system", str, "system_prompt", "system prompt of new conversations"),
-    ("--theme", "tui_theme", str, "theme", "theme name (themes/*.toml or <config dir>/themes/*.toml)"),
+    ("--theme", "tui_theme", str, "theme", "theme name: a built-in one or a <config dir>/themes/*.toml"),
 )
+#: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
+LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),
+                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))  # fmt: skip
 #: the app's on/off flags: (flag, dest, the value when not given)
 _SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 
@@ -77,11 +89,11 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def make_factory(settings: Any) -> Callable[[Callable[[float, str], None]], Any]:
-    """An engine factory for the app: loads the models when called (in the app's loading thread)."""
+def make_factory(settings: Settings) -> EngineFactory:
+    """An engine factory for the app: loads the models when called (on the app's engine thread)."""
 
     def factory(progress: Callable[[float, str], None]) -> Any:
-        from specchat.engine.loader import (
+        from specchat.loading import (
             load_engine,  # lazy: llama_cpp is imported here, not at start-up
         )
 
@@ -90,37 +102,64 @@ def make_factory(settings: Any) -> Callable[[Callable[[float, str], None]], Any]
     return factory
 
 
-def open_history(settings: Any, disabled: bool = False) -> tuple[Any, str | None]:
+def open_history(settings: Settings, disabled: bool = False) -> tuple[HistoryStore | None, str | None]:
     """The history store, or ``(None, why history is off)``."""
     if disabled:
         return None, "History is off (--no-history): this chat will not be saved."
-    try:
-        from specchat.history import HistoryStore
-    except ImportError:
-        return None, "History is off: this specchat has no history module."
+    from specchat.history import HistoryStore
+
     try:
         return HistoryStore(settings.history_path()), None
     except Exception as exc:  # HistoryError carries what to do; anything else is reported the same way
         return None, f"History is off: {exc}"
 
 
-def user_theme_dir(config_path: str | None) -> Path | None:
+def user_theme_dir(config_path: str | None) -> Path:
     """The directory of the config file in effect (the user config dir by default); themes live in its themes/."""
-    try:
-        from specchat.config import locate_config
+    from specchat.config import locate_config
 
-        return locate_config(config_path).path.parent
-    except Exception:
-        return None
+    return locate_config(config_path).path.parent
+
+
+def remembered_state(config_path: str | None, theme_flag: str | None) -> tuple[UiState, Path, str | None]:
+    """The app's remembered theme and sidebar (:mod:`specchat.tui.state`), its file, and a problem to report.
+
+    A ``--theme`` flag beats the remembered theme for this run (what is remembered is not changed by it).
+    """
+    from specchat.config import state_path
+    from specchat.tui.state import load_state
+
+    path = state_path(config_path)  # locate_config's, which load_settings has already run without error
+    state, problem = load_state(path)
+    if theme_flag:
+        state.theme = None
+    return state, path, problem
+
+
+#: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
+#: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
+#: the engine's round. 50 ms is Neovim's default ``ttimeoutlen`` for the same ambiguity; terminals send a
+#: key's whole sequence in one write, so only a link slower than that splits one. A user's ``ESCDELAY``
+#: (the ncurses variable Textual reads) wins.
+ESCAPE_DELAY_MS = 50
+
+
+def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set ``ESCDELAY`` to :data:`ESCAPE_DELAY_MS` unless the user set it (before Textual is imported)."""
+    environ.setdefault("ESCDELAY", str(ESCAPE_DELAY_MS))
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.config import load_settings
+    set_escape_delay()
+    from specchat.config import load_settings, refuse_local_flags
     from specchat.tui.app import SpecChatApp
 
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, overrides_from_args(args))
+    if settings.server_url:
+        refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))
+    ui_state, state_file, state_note = remembered_state(config_path, theme_flag=getattr(args, "tui_theme", None))
     app = SpecChatApp(
         make_factory(settings),
         settings,
@@ -128,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
         make_factory=make_factory,
         user_theme_dir=user_theme_dir(config_path),
         history_note=note,
+        ui_state=ui_state,
+        state_path=state_file,
+        state_note=state_note,
+        stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
     )
     try:
         app.run()

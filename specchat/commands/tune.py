@@ -1,5 +1,5 @@
 """``specchat models tune [MODEL]``: check the arguments, derive and load the variants, measure, recommend,
-save and print (the measurement protocol is :mod:`specchat.models.tune`; the arguments are declared with the
+save and print (the measurement protocol is :mod:`specchat.bench.tune`; the arguments are declared with the
 other ``models`` actions in :mod:`specchat.commands.models`). Ctrl-C stops it: nothing is saved, exit 130."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def run_tune(args: argparse.Namespace) -> int:
         progress.close()
         for session in sessions.values():
             session.close()
-    from specchat.models.tune import format_result, save_result
+    from specchat.bench.tune import format_result, save_result
 
     path = save_result(data_dir, result)
     if args.json:
@@ -83,9 +83,9 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
     from specchat.engine.drafter_kinds import NONE
-    from specchat.engine.kernels import extra_buffer_types_safe
-    from specchat.engine.loader import load_engine
-    from specchat.models import tune as tn
+    from specchat.engine.model import extra_buffer_types_safe
+    from specchat.loading import load_engine
+    from specchat.bench import tune as tn
     from specchat.models.formats import variants_for
     from specchat.models.registry import models_dir
 

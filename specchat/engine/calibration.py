@@ -9,7 +9,8 @@ a line, made monotone) turns them into v(K) and c - so the bench's figures and t
 same estimator. The rounds then keep refining the same model.
 
 Why measure at all: Leviathan et al.'s speedup E(α, K) / (c·K + v(K)) assumes v = 1, and on a CPU v is far
-from flat (README, "Auto-K": the bundled SmolLM2 here measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10).
+from flat and depends on the weight format (README, "The lesson": ``specchat models tune`` measured v(16) ≈ 6.7
+for the bundled SmolLM2 Q4_1 here, 2.6 for its F16 re-encoding).
 """
 
 from __future__ import annotations
@@ -122,18 +123,18 @@ def calibrate_draft_cost(
 ) -> None:
     """Give ``cost_model`` each model drafter's cost per token (free drafters cost 0 until rounds say more).
 
-    ``ratios`` (from :func:`draft_cost_ratios`) scale the cost model's single-row target time, so call
-    after :func:`calibrate_verify_cost`; without a ratio the draft's own one-token decode is timed at its
-    current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
-    does not warm up a drafter for which no K could pay even at full acceptance (the seed's lesson: a
-    draft about as costly as the target never wins).
+    ``ratios`` (from :func:`draft_cost_ratios`) are c itself, timed beside the target (the cost model keeps
+    c as ratios: :class:`~specchat.engine.telemetry.CostModel`, draft cost); call after
+    :func:`calibrate_verify_cost` so the draft's ms follow from t1. Without a ratio the draft's own
+    one-token decode is timed at its current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
+    does not warm up a drafter for which no K could pay even at full acceptance (a draft about as
+    costly as the target never wins).
     """
-    t1 = cost_model.target_ms()
     for name, d in drafters.items():
         if d.free:
             continue
-        if ratios and name in ratios and t1:
-            cost_model.observe_draft_cost(name, ratios[name] * t1)
+        if ratios and name in ratios:
+            cost_model.observe_draft_ratio(name, ratios[name])
             continue
         for _ in range(reps):
             cost_model.observe_draft_cost(name, d.time_one_token(last))

@@ -77,7 +77,7 @@ class CalibrationKey:
         """The key of ``model`` as loaded now (its file as it is on disk)."""
         import llama_cpp
 
-        from specchat.engine.kernels import system_info
+        from specchat.engine.model import system_info
 
         st = model.path.stat()
         return cls(

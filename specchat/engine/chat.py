@@ -1,44 +1,66 @@
-"""Conversations: messages -> tokens with the model's own chat template, KV reuse across turns,
-the context-limit policy, regenerate / edit / stop.
+"""A conversation on the local engine: messages -> tokens with the model's own chat template, KV reuse
+across turns, stop.
 
 **Tokens of a conversation.** The GGUF's ``tokenizer.chat_template`` (Jinja, rendered in llama-cpp-python's
 sandboxed :class:`~llama_cpp.llama_chat_format.Jinja2ChatFormatter`) is rendered with every assistant
 reply replaced by a sentinel; the text between sentinels is tokenized (``add_bos=False, special=True``:
-the rendered text already carries BOS) and the exact generated ids of each reply are spliced back in.
-So old replies are never re-tokenized, and turn n+1's tokens start with turn n's tokens: the target and
-draft KV caches keep their common prefix and a new turn decodes only what is new (``prompt_n`` counts
-only those tokens). A model without a template gets a plain ``### Role:`` fallback, announced once by a
-:class:`~specchat.engine.events.Notice`.
+the rendered text already carries BOS) and the exact generated ids of each reply are spliced back in
+(:func:`~specchat.engine.conversation.spliced_prompt_tokens`). So old replies are never re-tokenized, and
+turn n+1's tokens start with turn n's tokens: the target and draft KV caches keep their common prefix and
+a new turn decodes only what is new (``prompt_n`` counts only those tokens). A model without a template gets
+a plain ``### Role:`` fallback, announced once by a :class:`~specchat.engine.events.Notice` (and by
+:attr:`EngineInfo.chat_template`, which the sidebar shows).
 
-**Context limit.** If the rendered conversation plus a reply reserve (``min(n_predict, n_ctx/4)``) does
-not fit ``n_ctx``, the oldest messages after the system prompt are dropped from what the model sees
-(they stay in :attr:`ChatSession.messages` and in history) and a :class:`ContextTrimmed` is emitted;
-the caches then rebuild from the new common prefix. A last user message that alone does not fit is a
-clear error.
+**Stop strings.** A model given the fallback format has no end-of-turn token of that format to emit, so it
+goes on writing the next ``### User:`` turn itself. The fallback's turn markers (:data:`FALLBACK_STOPS`) are
+therefore stop strings, as llama.cpp's server treats a request's ``stop`` words: :func:`cut_at_stop_strings`
+holds back the pieces that could begin a marker, and at a whole marker ends the reply before it (the token
+where the marker starts and any whitespace-only tokens before it are dropped, so the reply's text and token
+ids stay the same text) with ``stop_reason = "stop"``. Models with a template stop at their own
+end-of-generation token and get no stop strings.
+
+The message list, regenerate / edit and the context-limit policy are the shared
+:class:`~specchat.engine.conversation.Conversation`'s; when old turns are dropped for the context, the
+caches rebuild from the new common prefix.
+
+**Greedy replies and batch sizes.** At temperature 0 every emitted token is the argmax of the logits it was
+verified with, but the same tokens decoded in other batch splits give slightly different logits, so a
+conversation continued on a reused cache and the same messages on a fresh one can reply differently at a
+near-tie. Measured on the bundled SmolLM2 Q4_1 (issue 10: a reply stopped, regenerated, then a new message,
+against a fresh engine loaded with the same messages): both caches held the same token ids, both replies
+were their own argmax at every token, and they parted at token 12 where run A preferred " offering" by 0.25
+and run B " with" by 0.19. Decoding those 112 tokens in a fresh model reproduces each run from its batch split
+alone: one token at a time or batches of up to 48 give run A's +0.2530 exactly, the prompt in one batch then
+one token at a time gives run B's -0.1882, one batch of all 112 gives -0.2292; logits differ by up to 0.86
+between splits (batches of 64 and more take another path in llama.cpp's CPU kernels). This is numerics, not a
+cache defect: tests compare a reused-cache reply with the argmax of the logits each token was verified with,
+and with another run only up to a near-tie (``tests/enginekit.py``: ``VerifiedRows``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from specchat.engine.controls import Controls
+from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.detokenize import detokenize_pieces
-from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Turn
+from specchat.engine.events import ContextTrimmed, EngineError, Event, Notice, Piece, StopReason, Turn
 from specchat.engine.model import DecodeError, Model
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 
-_SENTINEL = "\u2063SPECCHAT-REPLY-{}\u2063"
-_SENTINEL_RE = re.compile("\u2063SPECCHAT-REPLY-(\\d+)\u2063")
-
 FALLBACK_NOTICE = (
-    "{name} has no chat template: using the plain fallback '### System/User/Assistant:' format"
+    "{name} has no chat template: using the plain fallback '### System/User/Assistant:' format "
+    "(a reply ends at the next '### Role:' line)"
 )
+#: the fallback format's turn markers: a reply that reaches one has ended its turn
+FALLBACK_STOPS: tuple[str, ...] = ("### User:", "### Assistant:", "### System:")
+#: Turn.stop_reason of a reply ended by a stop string
+STOP_STRING: StopReason = "stop"
 
 
 class ChatTemplate:
@@ -48,6 +70,8 @@ class ChatTemplate:
         self.model = model
         template = model.meta("tokenizer.chat_template")
         self.has_template = bool(template)
+        #: text that ends a reply (the fallback format's turn markers; none with the model's own template)
+        self.stop_strings: tuple[str, ...] = () if self.has_template else FALLBACK_STOPS
         self._formatter = None
         if template:
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -66,32 +90,16 @@ class ChatTemplate:
         return "".join(parts)
 
     def tokens(self, messages: list[Message]) -> list[int]:
-        """Token ids of ``messages`` followed by the assistant generation prompt."""
-        rendered_input = []
-        replies: dict[int, list[int]] = {}
-        for i, m in enumerate(messages):
-            if m.role == "assistant" and m.tokens:
-                replies[i] = m.tokens
-                rendered_input.append({"role": m.role, "content": _SENTINEL.format(i)})
-            else:
-                rendered_input.append({"role": m.role, "content": m.content})
-        text = self._render_text(rendered_input)
-        out: list[int] = []
-        pos = 0
+        """Token ids of ``messages`` followed by the assistant generation prompt (replies spliced in by id)."""
         add_bos = self._formatter is None and self.model.add_bos
-        for match in _SENTINEL_RE.finditer(text):
-            out += self.model.tokenize(text[pos : match.start()], add_bos=add_bos and not out, special=True)
-            out += replies[int(match.group(1))]
-            pos = match.end()
-        out += self.model.tokenize(text[pos:], add_bos=add_bos and not out, special=True)
-        if len(replies) != len(_SENTINEL_RE.findall(text)):
-            # the template rewrote the replies: fall back to re-tokenizing everything
-            plain = [{"role": m.role, "content": m.content} for m in messages]
-            return self.model.tokenize(self._render_text(plain), add_bos=add_bos, special=True)
-        return out
+        return spliced_prompt_tokens(
+            messages,
+            self._render_text,
+            lambda text, at_start: self.model.tokenize(text, add_bos=add_bos and at_start, special=True),
+        )
 
 
-class ChatSession:
+class ChatSession(Conversation):
     """A conversation on a :class:`SpeculativeDecoder`: implements :class:`~specchat.engine.protocol.ChatEngine`."""
 
     def __init__(
@@ -103,22 +111,24 @@ class ChatSession:
         seed: int | None = None,
         draft_label: str = "",
     ) -> None:
+        super().__init__(system_prompt=system_prompt, n_predict=n_predict)
         self.decoder = decoder
         self.controls: Controls = decoder.controls
         self.template = ChatTemplate(decoder.target)
-        self.n_predict = n_predict
         self.seed = seed
         self.draft_label = draft_label
-        self._messages: list[Message] = []
-        self._window_start = 0  # first non-system message the model still sees
         self._notice_pending = not self.template.has_template
         self.reset(system_prompt)
 
-    # -- ChatEngine -----------------------------------------------------------------------------
+    # -- Conversation ---------------------------------------------------------------------------------
     @property
-    def messages(self) -> list[Message]:
-        return self._messages
+    def context_size(self) -> int:
+        return self.decoder.target.n_ctx
 
+    def prompt_tokens(self, messages: list[Message]) -> list[int]:
+        return self.template.tokens(messages)
+
+    # -- ChatEngine -----------------------------------------------------------------------------
     def info(self) -> EngineInfo:
         d = self.decoder
         return EngineInfo(
@@ -131,42 +141,14 @@ class ChatSession:
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
             verify=d.verify if d.can_speculate else None,
             weights=d.target.weights,
+            chat_template=self.template.has_template,
         )
 
     def reset(self, system_prompt: str | None = None) -> None:
-        if system_prompt is None:
-            system_prompt = self.system_prompt
-        self.system_prompt = system_prompt
-        self._messages = [Message("system", system_prompt)] if system_prompt else []
-        self._window_start = 0
+        super().reset(system_prompt)
         sp = self.controls.snapshot().sampling
         seed = sp.seed if sp.seed is not None else self.seed
         self.rng = np.random.default_rng(seed)
-
-    def load(self, messages: list[Message]) -> None:
-        self._messages = list(messages)
-        sys_msgs = [m for m in messages if m.role == "system"]
-        self.system_prompt = sys_msgs[0].content if sys_msgs else ""
-        self._window_start = 0
-
-    def send(self, user_text: str) -> Iterator[Event]:
-        self._messages.append(Message("user", user_text))
-        return self._reply()
-
-    def regenerate(self) -> Iterator[Event]:
-        if self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
-        if not self._messages or self._messages[-1].role != "user":
-            raise UserError("nothing to regenerate: send a message first")
-        return self._reply()
-
-    def edit_last(self, user_text: str) -> Iterator[Event]:
-        while self._messages and self._messages[-1].role == "assistant":
-            self._messages.pop()
-        if not self._messages or self._messages[-1].role != "user":
-            raise UserError("no user message to edit: send a message first")
-        self._messages[-1] = Message("user", user_text)
-        return self._reply()
 
     def detokenize_pieces(self, tokens: Sequence[int]) -> list[str]:
         """Per-token text of a reply, decoded the way :meth:`SpeculativeDecoder.generate` streams it
@@ -188,36 +170,6 @@ class ChatSession:
         self.decoder.close()
 
     # -- generation -----------------------------------------------------------------------------
-    def _visible(self) -> list[Message]:
-        head = [m for m in self._messages[:1] if m.role == "system"]
-        body = self._messages[len(head) :]
-        return head + body[self._window_start :]
-
-    def _fit_context(self) -> tuple[list[int], int]:
-        """Tokens of the conversation that fit ``n_ctx`` with a reply reserve; and how many were dropped now."""
-        n_ctx = self.decoder.target.n_ctx
-        reserve = max(1, min(self.n_predict, n_ctx // 4))
-        dropped = 0
-        while True:
-            visible = self._visible()
-            tokens = self.template.tokens(visible)
-            if len(tokens) + reserve <= n_ctx:
-                return tokens, dropped
-            head = 1 if visible and visible[0].role == "system" else 0
-            if len(visible) - head <= 1:
-                raise UserError(
-                    f"the message is too long: {len(tokens)} tokens with the system prompt, but the context "
-                    f"holds {n_ctx} and {reserve} are kept for the reply; shorten it or raise n_ctx"
-                )
-            # drop the oldest user turn together with the reply that followed it
-            self._window_start += 1
-            dropped += 1
-            body = self._visible()[head:]
-            while body and body[0].role != "user" and len(body) > 1:
-                self._window_start += 1
-                dropped += 1
-                body = self._visible()[head:]
-
     def raw(self, prompt: str) -> Iterator[Event]:
         """Continue ``prompt`` as is, no chat template (``specchat generate --raw``)."""
         target = self.decoder.target
@@ -227,10 +179,6 @@ class ChatSession:
         if len(tokens) + 1 > target.n_ctx:
             raise UserError(f"the prompt is {len(tokens)} tokens but the context holds {target.n_ctx}; raise --n-ctx")
         return self._run(tokens, record=False)
-
-    def _reply(self) -> Iterator[Event]:
-        tokens, dropped = self._fit_context()
-        return self._run(tokens, record=True, dropped=dropped)
 
     def _run(self, tokens: list[int], *, record: bool, dropped: int = 0) -> Iterator[Event]:
         self.controls.clear_stop()
@@ -242,22 +190,95 @@ class ChatSession:
         n_ctx = self.decoder.target.n_ctx
         max_new = max(1, min(self.n_predict, n_ctx - len(tokens)))
         try:
-            counters = yield from self.decoder.generate(tokens, max_new=max_new, rng=self.rng)
+            events = self.decoder.generate(tokens, max_new=max_new, rng=self.rng)
+            stops = self.template.stop_strings
+            if stops:
+                counters = yield from cut_at_stop_strings(events, stops, self.controls)
+            else:
+                counters = yield from events
         except (DecodeError, UserError) as exc:
             self.decoder.reset()  # caches may be inconsistent: rebuild from scratch next turn
             yield EngineError(str(exc))
             return
         st = self.controls.snapshot()
-        turn: Turn = counters.to_turn(k=st.k, drafter=self.decoder.drafter_name or NONE, speculative=st.speculative)
+        dec = self.decoder
+        drafting = st.speculative and dec.can_speculate and dec.drafter is not None
+        turn: Turn = counters.to_turn(
+            k=st.k if drafting else 0, drafter=dec.drafter_name or NONE, speculative=st.speculative,
+            target=dec.target.name,
+        )
         if record:
-            self._messages.append(
-                Message(
-                    "assistant",
-                    turn.text,
-                    tokens=list(turn.tokens),
-                    kinds=list(turn.kinds),
-                    stats=turn,
-                    stopped=turn.stop_reason == "stopped",
-                )
-            )
+            self._messages.append(reply_message(turn))
         yield turn
+
+
+def _partial_stop_at(text: str, stops: Sequence[str]) -> int:
+    """The start of the longest tail of ``text`` that is a proper prefix of a stop string (len(text) if none)."""
+    for start in range(max(0, len(text) - max(len(s) for s in stops) + 1), len(text)):
+        tail = text[start:]
+        if any(s.startswith(tail) for s in stops):
+            return start
+    return len(text)
+
+
+def cut_at_stop_strings(events: Iterator[Event], stops: Sequence[str], controls: Controls):
+    """Pass a reply's events through, ending the reply before the first stop string (module docstring).
+
+    ``events`` is :meth:`SpeculativeDecoder.generate`'s generator; this is one too, returning its
+    :class:`~specchat.engine.telemetry.TurnCounters` with the reply cut. Events are held back (in order)
+    while the text could still become a stop string, so no part of a marker is ever shown. At a whole
+    marker it asks the decoder to stop at its next round (``controls.request_stop``), drops every later
+    piece, and reports ``stop_reason = "stop"``.
+    """
+
+    def kept(event: Event) -> bool:
+        return isinstance(event, Piece) and event.kind != "rejected"
+
+    held: list[Event] = []
+    text = ""  # the reply's text so far (the pieces the target kept)
+    ends: list[int] = []  # end offset in ``text`` of each kept token
+    n_out = 0  # kept tokens already passed on
+    cut: int | None = None  # tokens in the reply, once a stop string was found
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as done:
+            counters = done.value
+            break
+        if cut is not None:
+            if not isinstance(event, Piece):
+                yield event  # the round's Step (its timings are real); the pieces after the cut are dropped
+            continue
+        held.append(event)
+        if kept(event):
+            text += event.text
+            ends.append(len(text))
+        starts = [i for i in (text.find(s) for s in stops) if i >= 0]
+        if starts:
+            start = min(starts)
+            cut = sum(1 for end in ends if end <= start)
+            while cut and not text[(ends[cut - 2] if cut > 1 else 0) : ends[cut - 1]].strip():
+                cut -= 1  # the blank line(s) before the marker belong to the format, not to the reply
+            controls.request_stop()
+            limit = cut
+        else:
+            limit = None
+            safe = _partial_stop_at(text, stops)  # text past here might still begin a marker
+        released = 0
+        for e in held:
+            if kept(e):
+                if (n_out >= limit) if limit is not None else (ends[n_out] > safe):
+                    break
+                n_out += 1
+            released += 1
+            yield e
+        held = [] if limit is not None else held[released:]
+    if cut is None:
+        yield from held
+        return counters
+    counters.finish(
+        stop_reason=STOP_STRING, text=text[: ends[cut - 1]] if cut else "",
+        tokens=counters.tokens[:cut], kinds=counters.kinds[:cut],
+    )
+    counters.predicted_n = cut
+    return counters

@@ -3,6 +3,11 @@
 The UI thread calls the setters at any time; the engine's worker thread calls :meth:`Controls.snapshot`
 once per draft/verify round, so a change made mid-reply takes effect on the next round of that same
 reply (like llama.cpp's per-round ``dp.n_max`` in ``common/speculative.cpp``, but live).
+
+An engine whose speculation is configured elsewhere (a llama-server: K, the drafter and speculation on/off
+are its command-line settings, see :mod:`specchat.engine.remote`) builds its controls with ``fixed`` set to
+the reason: the speculation setters then raise :class:`FixedControlError` with that sentence, and the state
+reports the server's settings (:meth:`Controls.report_fixed`). Sampling and stop still apply.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class ControlState:
     sampling: SamplingParams = SamplingParams()
 
 
+class FixedControlError(ValueError):
+    """A speculation setting was changed on an engine whose speculation is configured elsewhere."""
+
+
 def validate_k(k: int) -> int:
     """``k`` if it is a draft length the engine accepts (0..K_MAX), else ValueError."""
     if not isinstance(k, int) or isinstance(k, bool) or not (0 <= k <= K_MAX):
@@ -53,27 +62,38 @@ def validate_k(k: int) -> int:
 class Controls:
     """Shared between the UI thread and the engine thread. All methods are thread-safe."""
 
-    def __init__(self, state: ControlState | None = None) -> None:
+    def __init__(self, state: ControlState | None = None, *, fixed: str = "") -> None:
         self._lock = threading.Lock()
         self._state = state or ControlState()
-        validate_k(self._state.k)
+        #: why K, speculation, auto-K and the drafter cannot be set here ("" = they can)
+        self.fixed = fixed
+        if not fixed:  # a server's own K is a fact to show, not a value to check against this engine's K_MAX
+            validate_k(self._state.k)
         self._stop = threading.Event()
 
     # -- setters (any thread) ---------------------------------------------------------------
+    def _check_settable(self) -> None:
+        if self.fixed:
+            raise FixedControlError(self.fixed)
+
     def set_k(self, k: int) -> None:
+        self._check_settable()
         validate_k(k)
         with self._lock:
             self._state = replace(self._state, k=k)
 
     def set_speculative(self, on: bool) -> None:
+        self._check_settable()
         with self._lock:
             self._state = replace(self._state, speculative=bool(on))
 
     def set_auto_k(self, on: bool) -> None:
+        self._check_settable()
         with self._lock:
             self._state = replace(self._state, auto_k=bool(on))
 
     def set_drafter(self, name: str) -> None:
+        self._check_settable()
         with self._lock:
             self._state = replace(self._state, drafter=name)
 
@@ -86,6 +106,12 @@ class Controls:
         self._stop.set()
 
     # -- engine side --------------------------------------------------------------------------
+    def report_fixed(self, *, k: int | None = None, speculative: bool | None = None) -> None:
+        """Record the settings of the engine that fixes them (a llama-server's K, whether it speculates)."""
+        with self._lock:
+            changes = {name: v for name, v in (("k", k), ("speculative", speculative)) if v is not None}
+            self._state = replace(self._state, **changes)
+
     def snapshot(self) -> ControlState:
         with self._lock:
             return self._state

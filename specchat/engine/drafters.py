@@ -37,6 +37,11 @@ class Draft:
     q: list[np.ndarray] | None = None  # None = deterministic drafter (q one-hot at each token)
     t_ms: float = 0.0  # wall time of the draft call
     decode_ms: float = 0.0  # of which inside llama_decode
+    #: of ``t_ms``, the time spent reading context the drafter had missed, when that was more than a round's
+    #: usual one or two tokens (its first round after a model switch or on a long prompt, a probe's window):
+    #: the draft's prompt processing, not a cost per drafted token. Such a round's first token came out of
+    #: that decode; the others cost one single-row decode each. 0 in a steady round.
+    catch_up_ms: float = 0.0
     #: how many tokens the drafter would have proposed with no cap (up to its kind's cap), when it decides its own
     #: draft length (n-gram: only confident continuations); None = it always fills the K it is given
     natural: int | None = None
@@ -70,6 +75,11 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
+#: a steady round's draft reads at most this many committed tokens it has not seen (the correction, or the
+#: last draft token and the bonus); a longer catch-up is timed apart (:attr:`Draft.catch_up_ms`)
+STEADY_CATCH_UP = 2
+
+
 class ModelDrafter:
     """A small draft model with its own llama.cpp context.
 
@@ -77,6 +87,11 @@ class ModelDrafter:
     ``common_speculative_use_draft_model`` before 2026): each call decodes only the tokens the draft
     KV is missing, then drafts one token per decode. At temperature 0 it drafts the argmax; at T > 0
     it samples from its warped distribution q and returns q for exact rejection sampling.
+
+    A catch-up longer than :data:`STEADY_CATCH_UP` tokens (the whole conversation, on the first round after
+    a model switch) is reported apart in :attr:`Draft.catch_up_ms`: counted as a cost per drafted token it
+    made the first turn after a switch read c = 3.2× where the steady value was 0.4× (and auto-K then judged
+    the layer-skip draft unprofitable after one round).
     """
 
     kind = MODEL
@@ -121,7 +136,10 @@ class ModelDrafter:
             keep = 0
         context = ctx
         model.trim(keep)
+        t_catch0 = time.perf_counter()
         logits = model.decode(context[keep:], logits_last=1)[0]
+        if len(context) - keep > STEADY_CATCH_UP:
+            out.catch_up_ms = (time.perf_counter() - t_catch0) * 1000.0
         for i in range(k):
             if sampling.temperature > 0:
                 q = warp(logits, sampling)

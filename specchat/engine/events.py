@@ -2,7 +2,15 @@
 
 A turn yields, in order: optional :class:`ContextTrimmed`, :class:`PromptDone`, then for every
 draft/verify round some :class:`Piece` events followed by one :class:`Step`, and finally one
-:class:`Turn`. Names of the timing fields follow llama-server's ``timings`` object
+:class:`Turn` - or an :class:`EngineError` instead when the turn failed; a remote engine whose server
+failed mid-reply yields the partial reply's Turn (``stop_reason`` "error") and then the EngineError. A
+:class:`Notice` may come before a round (e.g. :class:`AutoKNotice`: auto-K turned drafting off or back on).
+
+Every figure says over which rounds it was computed: a :class:`Step` carries the reply so far and the recent
+window as two :class:`Figures` (each one all from the same rounds), and a :class:`KStatus` saying how the
+round's K was chosen. A figure that does not exist yet (no drafts: no acceptance) is ``None``, never 0.
+
+Names of the timing fields follow llama-server's ``timings`` object
 (``tools/server/server-common.cpp``: ``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``,
 ``predicted_per_second``, ``draft_n``, ``draft_n_accepted``).
 """
@@ -21,7 +29,10 @@ PieceKind = Literal["accepted", "rejected", "corrected", "bonus", "plain"]
 #: the kinds at run time, in that order: the same Literal, not a second list
 PIECE_KINDS: tuple[PieceKind, ...] = get_args(PieceKind)
 
-StopReason = Literal["eos", "length", "stopped", "context", "error"]
+StopReason = Literal["eos", "length", "stopped", "context", "error", "stop"]
+#: eos - the model's end-of-generation token; length - n_predict reached; stopped - the user stopped it;
+#: context - no room left in n_ctx; error - the engine failed mid-reply; stop - a stop string ended it (the
+#: fallback chat format's turn markers, :func:`specchat.engine.chat.cut_at_stop_strings`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +94,89 @@ class CostEstimate:
     target_ms_per_token: float
     draft_ms_per_token: float
     verify: VerifyCurve | None = None
+    #: the smallest α at which some K up to the drafter's cap is predicted to beat plain decoding (S > 1):
+    #: ``math.inf`` when none does even at α = 1, None when not computed
+    #: (:func:`specchat.engine.telemetry.speedup.break_even_alpha`)
+    alpha_to_pay: float | None = None
+    #: ``alpha`` is still the cost model's prior: no round of this drafter has drafted yet
+    alpha_is_prior: bool = False
+
+
+KState = Literal["warming up", "holding", "off for cost", "probing", "fixed K", "speculation off"]
+#: warming up      - auto-K's first rounds with this drafter (a small K, or the cap of a free drafter)
+#: holding         - auto-K keeps its K (it moves only when another K is clearly better, and not right
+#:                   after a move: see ``dwell``)
+#: off for cost    - auto-K does not draft: no K is predicted to pay (it probes now and then)
+#: probing         - while off, one round drafts to see whether the text became predictable
+#: fixed K         - auto-K is off: every round drafts up to the K control
+#: speculation off - speculation is switched off, or there is no drafter: plain decoding
+K_STATES: tuple[KState, ...] = get_args(KState)
+
+
+@dataclass(frozen=True, slots=True)
+class KStatus:
+    """How a round's K was chosen, in numbers and in words (built by
+    :func:`specchat.engine.telemetry.figures.k_status`).
+
+    ``k`` is the K the rounds draft up to now (auto-K's current K, 0 when it is off, or the K control);
+    ``k_round`` the K this round asked for (a probe drafts while ``k`` = 0, a re-timing round is plain while
+    ``k`` > 0); ``k_cap`` the drafter's own cap; ``best_k`` the cost model's best K right now (auto-K only
+    moves to it when it beats K by its margin on consecutive rounds, and never reverses a move before
+    ``dwell_min`` rounds at the new K: ``dwell`` counts them). ``label`` is the one line to show, e.g.
+    ``K 16 (auto: holding, best now 4)``; ``note`` says in words why two K figures differ, or is empty.
+    """
+
+    state: KState
+    k: int
+    k_round: int
+    k_cap: int
+    best_k: int | None = None
+    reason: str = ""  # auto-K's reason for this round (a KReason value), "" without auto-K
+    dwell: int | None = None
+    dwell_min: int | None = None
+    label: str = ""
+    note: str = ""
+
+
+FiguresWindow = Literal["reply", "recent"]
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Speculation figures over one window, every one of them computed from the same rounds.
+
+    ``window`` is ``reply`` (every round of this reply so far, exact counts) or ``recent`` (the cost model's
+    window: this drafter's recent rounds weighted by age in tokens of text, the very rounds auto-K's α comes
+    from, so counts are weighted and not whole numbers); ``window_label`` says it in words.
+
+    * ``rounds`` - rounds that asked the drafter for tokens; ``drafting_rounds`` - of those, rounds that
+      drafted at least one token; ``rejections`` - rounds whose draft the target cut short;
+    * ``acceptance`` = accepted / drafted (every drafted token counts);
+    * ``alpha`` = accepted / (accepted + rejections): the per-position acceptance the cost model uses
+      (a rejection ends a round, so the tokens drafted after it are not evidence about α); in the recent
+      window it *is* the cost model's α, prior included (``prior_share`` = the prior's share of its weight);
+    * ``mean_len`` = 1 + accepted / drafting rounds (llama.cpp's mean accepted length);
+    * ``k_used`` = drafted / drafting rounds: how far the drafter drafted, next to the K asked (a cap);
+    * ``tok_s``: generated tokens per second of the reply (reply window only).
+
+    Each is None until the window has what it needs (no drafts: no acceptance). ``notes`` explain, one
+    line each, where two of these numbers legitimately differ.
+    """
+
+    window: FiguresWindow
+    window_label: str
+    rounds: float = 0.0
+    drafting_rounds: float = 0.0
+    drafted: float = 0.0
+    accepted: float = 0.0
+    rejections: float = 0.0
+    acceptance: float | None = None
+    alpha: float | None = None
+    mean_len: float | None = None
+    k_used: float | None = None
+    tok_s: float | None = None
+    prior_share: float = 0.0
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +186,7 @@ class Step:
     k: int  # the draft length asked for this round (0 = plain decode)
     drafted: int  # tokens actually proposed (a drafter may propose fewer than k, or none)
     accepted: int  # of those, how many the target kept
-    emitted: int  # tokens added to the reply this round (accepted + 1, or fewer at EOS/limit)
+    emitted: int  # tokens added to the reply this round (accepted + 1, or fewer at EOS/limit; never the EOS token)
     t_draft_ms: float
     t_verify_ms: float
     t_overhead_ms: float  # time of the round spent outside llama_decode
@@ -104,6 +198,11 @@ class Step:
     cost: CostEstimate | None = None
     #: the draft length the drafter would have chosen with no cap (n-gram), None = it fills K (a model)
     natural: int | None = None
+    #: how this round's K was chosen (auto-K's state, or fixed K), see :class:`KStatus`
+    status: KStatus | None = None
+    #: the reply so far and the recent window, each from its own rounds (see :class:`Figures`)
+    reply: Figures | None = None
+    recent: Figures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +229,33 @@ class Notice:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class AutoKNotice(Notice):
+    """Auto-K turned drafting off or back on: said once per change, with the reason in one line (``message``,
+    e.g. ``auto-K: drafting off — the draft costs 0.98× a target token; it cannot pay even at 100 %
+    acceptance``). A :class:`Notice`, so a UI that shows notices shows it; ``drafting`` is the new state."""
+
+    drafting: bool = False
+    drafter: str = ""
+    reason: str = ""  # the auto-K reason (a KReason value) of the round that changed it
+    #: the numbers the line quotes, as the cost model had them then: the draft cost c, the break-even α
+    #: (``math.inf``: nothing pays), the recent α (None: no evidence yet), the K drafting resumed at (0 = off)
+    c: float = 0.0
+    alpha_to_pay: float | None = None
+    alpha: float | None = None
+    k: int = 0
+
+
 @dataclass(slots=True)
 class Turn:
     """End-of-turn summary, llama-server compatible timings plus speculation statistics.
 
     ``mean_len`` = 1 + draft_n_accepted / verify steps with a draft, as llama.cpp's
-    ``server_slot::print_timings`` prints it; ``acceptance`` = draft_n_accepted / draft_n.
+    ``server_slot::print_timings`` prints it; ``acceptance`` = draft_n_accepted / draft_n, None when nothing
+    was drafted. ``target`` and ``drafter`` name the pair; ``spec_on_steps`` counts the rounds that ran with
+    speculation on (all of them, none, or - when it was switched mid-reply - some), ``asked_steps`` the
+    rounds that asked the drafter for tokens, ``n_spec_steps`` those that got a draft, ``rejections`` those
+    whose draft was cut short by a rejection.
     """
 
     prompt_n: int
@@ -145,7 +265,7 @@ class Turn:
     predicted_per_second: float
     draft_n: int
     draft_n_accepted: int
-    acceptance: float
+    acceptance: float | None
     mean_len: float
     accepted_per_pos: list[float]  # accepted at draft position i / steps that drafted position i
     draft_ms_per_step: float
@@ -158,15 +278,26 @@ class Turn:
     text: str
     tokens: list[int] = field(default_factory=list)
     kinds: list[PieceKind] = field(default_factory=list)
-    k: int = 0
+    k: int = 0  # the K control when the turn ended (auto-K chooses its own K per round: see k_min/k_max)
     drafter: str = ""
     speculative: bool = False
+    #: the smallest and largest K the turn's drafting rounds asked for (auto-K's choices, or a K changed
+    #: mid-reply); both 0 when no round drafted, and in turns saved before these fields existed
+    k_min: int = 0
+    k_max: int = 0
+    target: str = ""
+    rejections: int = 0
+    asked_steps: int = 0
+    spec_on_steps: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def acceptance_line(self) -> str:
-        """llama.cpp's log line: ``draft acceptance = 0.69930 ( 100 accepted / 143 generated), mean len = 3.08``."""
+        """llama.cpp's log line: ``draft acceptance = 0.69930 ( 100 accepted / 143 generated), mean len = 3.08``;
+        with nothing drafted (llama.cpp then prints no line): ``draft acceptance: no tokens were drafted``."""
+        if not self.draft_n or self.acceptance is None:
+            return "draft acceptance: no tokens were drafted"
         return (
             f"draft acceptance = {self.acceptance:0.5f} ({self.draft_n_accepted:5d} accepted / "
             f"{self.draft_n:5d} generated), mean len = {self.mean_len:5.2f}"
@@ -180,4 +311,4 @@ class EngineError:
     message: str
 
 
-Event = Piece | Step | PromptDone | ContextTrimmed | Notice | Turn | EngineError
+Event = Piece | Step | PromptDone | ContextTrimmed | Notice | AutoKNotice | Turn | EngineError

@@ -6,6 +6,11 @@ KV trimming with ``llama_memory_seq_rm``. The model tracks :attr:`Model.tokens`,
 KV cache holds at positions ``0..len(tokens)-1`` of sequence 0, so callers can reuse the common prefix.
 
 ``llama_decode`` releases the GIL (ctypes), so a worker thread running this keeps a UI live.
+
+Loading runs under :func:`specchat.signals.deferred`: a Ctrl-C (or SIGTERM/SIGHUP) that arrives while llama.cpp
+loads makes the progress callback ask llama.cpp to stop, and is raised once the load call has returned, never
+inside llama.cpp's callbacks, where ctypes would swallow it. llama.cpp's log is silent unless ``--verbose``
+(:mod:`specchat.engine.llamalog`).
 """
 
 from __future__ import annotations
@@ -16,14 +21,49 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp
-import llama_cpp._logger as _llama_logger
 import numpy as np
 
+from specchat import signals
 from specchat.engine import gguf as gguf_check
-from specchat.engine.kernels import ensure_backend, extra_buffer_types_safe
+from specchat.engine import llamalog
 from specchat.errors import ModelFileError, UserError
 
-_llama_logger.set_verbose(False)
+llamalog.install()
+_BACKEND_READY = False
+
+
+def ensure_backend() -> None:
+    """Initialise llama.cpp's backend once per process (``llama_backend_init``) before any model is loaded."""
+    global _BACKEND_READY
+    if not _BACKEND_READY:
+        llama_cpp.llama_backend_init()
+        _BACKEND_READY = True
+
+
+def system_info() -> str:
+    """llama.cpp's ``llama_print_system_info()``: the CPU features this build uses (``AVX512 = 1 | AMX_INT8 = 1 | ...``)."""
+    ensure_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+def extra_buffer_types_safe() -> bool:
+    """Whether weights may go into llama.cpp's extra CPU buffer types (AMX, repacked layouts) *and* be decoded
+    in batches of several rows.
+
+    Not on a CPU where this build uses Intel AMX: llama.cpp's AMX matrix multiply segfaults in
+    ``ggml_backend_amx_mul_mat`` on the first batch of more than one row (reproduced here on a Xeon with
+    ``AMX_INT8 = 1`` in the system info, for every AMX format tried: Q4_1, Q4_0, Q8_0, at 2, 3 and 17 rows;
+    the high-level ``llama_cpp.Llama`` crashes the same way). Under gdb the faulting instruction is
+    ``ldtilecfg``, the tile-configuration load of the multi-row AMX path: the CPU advertises AMX but loading
+    a tile configuration faults in this (virtualised) environment. One-row batches take the AVX512-VNNI
+    path of the same buffer and work, with logits as close to the F16 re-encoding's as the plain kernels'
+    (:attr:`Model.row_by_row` relies on exactly that). Upstream: ggml-org/llama.cpp#20824
+    (closed stale, unfixed); stanfordnlp/dspy#10079 hit it on Sapphire Rapids CI runners. The extra buffer
+    types are all or nothing (``llama_model_params.use_extra_bufts``), so on such a CPU the repacked
+    Q4_0/Q4_K layouts go too; F16 and Q8_0 keep their batched (llamafile sgemm) kernels, which use no extra
+    buffer.
+    """
+    return "AMX_INT8 = 1" not in system_info()
 
 
 class DecodeError(RuntimeError):
@@ -40,7 +80,7 @@ class Model:
     rows (llama.cpp's ``n_threads`` / ``n_threads_batch``).
 
     ``repack``: put the weights in llama.cpp's extra CPU buffer types (AMX, repacked layouts; llama.cpp's
-    ``--repack``); None = wherever that is safe (:func:`specchat.engine.kernels.extra_buffer_types_safe`). Asked for on a CPU where
+    ``--repack``); None = wherever that is safe (:func:`extra_buffer_types_safe`). Asked for on a CPU where
     multi-row batches of those kernels crash, every batch is decoded one row at a time
     (:attr:`row_by_row`): plain decoding gets the fast one-row kernels, and a verify batch of K+1 rows
     costs K+1 decodes, which the cost model measures like any other v(K).
@@ -58,8 +98,28 @@ class Model:
         progress: Callable[[float], None] | None = None,
     ) -> None:
         self.path = Path(path)
-        # exists, magic, version, not truncated: before llama.cpp sees it
-        parsed = gguf_check.validate_gguf(self.path)
+        parsed = gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
+        self.model = None
+        self.ctx = None
+        self._batch = None
+        try:
+            with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
+                self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, progress, interrupted)
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(
+        self,
+        parsed: gguf_check.GGUFFile,
+        n_ctx: int,
+        n_batch: int,
+        threads: int,
+        threads_batch: int | None,
+        repack: bool | None,
+        progress: Callable[[float], None] | None,
+        interrupted: Callable[[], bool],
+    ) -> None:
         ensure_backend()
         self.name = self.path.name
         #: the weight format (GGUF ``general.file_type``), e.g. "Q4_1", "Q8_0", "F16"
@@ -70,24 +130,25 @@ class Model:
         #: weights in llama.cpp's extra buffer types (AMX / repacked layouts)
         self.repack = safe if repack is None else bool(repack)
         #: every decode is split into one-row batches: the extra buffer types are on where their multi-row
-        #: kernels crash (see :func:`specchat.engine.kernels.extra_buffer_types_safe`)
+        #: kernels crash (see :func:`extra_buffer_types_safe`)
         self.row_by_row = self.repack and not safe
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.use_extra_bufts = self.repack
-        self._progress_cb = None
-        if progress is not None:
 
-            def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+        def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
+            if progress is not None:
                 try:
                     progress(float(fraction))
                 except Exception:  # a UI callback must never abort loading
                     pass
-                return True
+            return not interrupted()  # False makes llama.cpp stop loading (and return NULL)
 
-            self._progress_cb = llama_cpp.llama_progress_callback(_on_progress)
-            mparams.progress_callback = self._progress_cb
+        self._progress_cb = llama_cpp.llama_progress_callback(_on_progress)
+        mparams.progress_callback = self._progress_cb
         self.model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if interrupted():
+            return  # signals.deferred raises the interrupt; __init__ frees what was loaded
         if not self.model:
             raise ModelFileError(f"llama.cpp could not load {self.path}: the file is GGUF but its architecture or tensors are not supported; try another file")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
@@ -103,8 +164,6 @@ class Model:
         cparams.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
             raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: lower n_ctx")
         self.n_ctx = int(llama_cpp.llama_n_ctx(self.ctx))
         self.n_batch = n_batch
@@ -291,6 +350,10 @@ class Model:
         self.tokens.clear()
 
     def close(self) -> None:
+        with signals.deferred():  # freeing logs through the Python log callback too
+            self._free()
+
+    def _free(self) -> None:
         if getattr(self, "_batch", None) is not None:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None

@@ -1,7 +1,8 @@
 """What a chat engine offers the UI: a conversation you can send to, regenerate, edit, stop.
 
 This module imports neither llama_cpp nor Textual. The real implementation is
-:class:`specchat.engine.chat.ChatSession`; UI unit tests use a fake that satisfies :class:`ChatEngine`.
+:class:`specchat.engine.chat.ChatSession`, and :class:`specchat.engine.remote.RemoteSession` on a
+llama-server; UI unit tests use a fake that satisfies :class:`ChatEngine`.
 
 Every generating call returns an iterator of :mod:`specchat.engine.events` and must be consumed in one
 worker thread; :attr:`ChatEngine.controls` may be used from any thread meanwhile.
@@ -10,7 +11,7 @@ worker thread; :attr:`ChatEngine.controls` may be used from any thread meanwhile
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from specchat.engine.controls import Controls
@@ -26,6 +27,13 @@ class Message:
     For assistant messages ``tokens`` keeps the exact generated ids (so the next turn reuses the KV
     cache without re-tokenizing the reply), ``kinds`` one piece kind per token, ``stats`` the turn's
     :class:`Turn`, and ``stopped`` marks a reply cut short by a stop request.
+
+    **Alternates.** Regenerating a reply keeps the previous one: the replies to the same user message are its
+    *versions*, in the order they were generated. The message in the conversation is the chosen version;
+    ``alternates`` holds the others (in order, each without alternates of its own) and ``alternate_index``
+    is the chosen one's place among all versions, so ``versions()`` is
+    ``alternates[:alternate_index] + [self] + alternates[alternate_index:]``. Only the chosen version is
+    part of what the model sees next.
     """
 
     role: Role
@@ -34,6 +42,27 @@ class Message:
     kinds: list[str] = field(default_factory=list)
     stats: Turn | None = None
     stopped: bool = False
+    alternates: list[Message] = field(default_factory=list)
+    alternate_index: int = 0
+
+    def versions(self) -> list[Message]:
+        """Every version of this reply in the order they were generated (this one without its alternates)."""
+        i = max(0, min(self.alternate_index, len(self.alternates)))
+        alone = replace(self, alternates=[], alternate_index=0)
+        return [*self.alternates[:i], alone, *self.alternates[i:]]
+
+    def with_version(self, index: int) -> Message:
+        """Version ``index`` (of :meth:`versions`) as the chosen reply, carrying the others as alternates."""
+        versions = self.versions()
+        if not 0 <= index < len(versions):
+            raise IndexError(f"reply version {index} does not exist: there are {len(versions)}")
+        chosen = versions.pop(index)
+        return replace(chosen, alternates=versions, alternate_index=index)
+
+    def with_new_version(self, reply: Message) -> Message:
+        """``reply`` as the newest, chosen version, with every version of this one as its alternates."""
+        versions = self.versions()
+        return replace(reply, alternates=versions, alternate_index=len(versions))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +79,7 @@ class EngineInfo:
     verify: VerifyCurve | None = None
     #: the target's weight format (GGUF general.file_type), e.g. "Q4_1"
     weights: str = ""
+    chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
 
 
 @runtime_checkable
@@ -66,7 +96,18 @@ class ChatEngine(Protocol):
         ...
 
     def regenerate(self) -> Iterator[Event]:
-        """Drop the last assistant reply (rolling both caches back) and generate it again."""
+        """Generate the last assistant reply again (rolling both caches back); the previous reply is kept as an
+        alternate of the new one (:attr:`Message.alternates`), which becomes the chosen version. If the new
+        reply fails, the previous one stays the reply."""
+        ...
+
+    def select_alternate(self, index: int) -> Message:
+        """Make version ``index`` of the last reply (:meth:`Message.versions`, in the order generated) the one
+        the conversation continues from, and return it. Nothing is decoded now: the next turn's tokens
+        contain the chosen version's exact ids, and both KV caches keep their longest common prefix with them
+        (the next turn decodes from where the versions part). :class:`~specchat.errors.UserError` when the
+        last message is not a reply or ``index`` is not one of its versions. Not while a reply is generated.
+        """
         ...
 
     def edit_last(self, user_text: str) -> Iterator[Event]:

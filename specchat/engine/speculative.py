@@ -19,6 +19,10 @@ The last sampled token is never in the target KV between rounds: it is the first
 verify batch. K = 0, speculation off, or an empty draft make the round a plain single-row decode.
 Controls (K, on/off, drafter, sampling, stop) are read once per round, so a change made mid-reply
 applies from the next round of the same reply.
+
+Each :class:`Step` also says how its K was chosen and carries the figures of the reply so far and of the
+cost model's recent window (:mod:`specchat.engine.telemetry.figures`); when auto-K turns drafting off or back
+on, an :class:`~specchat.engine.events.AutoKNotice` says so once, before the round, with the reason.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy as np
 from specchat.engine.calibration import (
     CALIBRATION_ROWS,
     calibrate_draft_cost,
+    calibrate_verify_cost,
     draft_cost_ratios,
     load_cached_verify_cost,
     verify_cost_for,
@@ -40,10 +45,11 @@ from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
-from specchat.engine.events import Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
+from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
-from specchat.engine.telemetry import AutoK, CostModel, TurnCounters
+from specchat.engine.telemetry import AutoK, CostModel, KDecision, TurnCounters
+from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_figures, reply_figures
 
 #: an auto-K probe of a model drafter reads at most this many unseen tokens (see ModelDrafter.limit_catch_up)
 PROBE_CATCH_UP = 32
@@ -83,6 +89,8 @@ class SpeculativeDecoder:
         #: the latest v(K) curve in words, refreshed on the engine thread (so another thread, e.g. the UI's
         #: EngineInfo, reads a finished value and never makes the cost model refit under the engine)
         self.verify = self._verify_curve()
+        #: (drafter, drafting) as last told to the user by an AutoKNotice (auto-K starts a drafter drafting)
+        self._announced: tuple[str, bool] | None = None
 
     def _verify_curve(self) -> VerifyCurve:
         """The target's v(K) curve as the cost model fits it now, with its reason in words."""
@@ -117,7 +125,10 @@ class SpeculativeDecoder:
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
-            drafter, speculative, k = self._choose_k(st, last, remaining)
+            drafter, speculative, k, decision = self._choose_k(st, last, remaining)
+            notice = self._announce(drafter, decision)
+            if notice is not None:
+                yield notice
             t_step0 = time.perf_counter()
             decode_ms0 = target.decode_ms_total
             # 1. draft
@@ -139,8 +150,8 @@ class SpeculativeDecoder:
             # 5. emit
             yield from reply.emit(emitted, d, a, eog)
             yield self._record(
-                counters, st, drafter, speculative, k, draft, len(d), a, len(emitted), eog,
-                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify,
+                counters, st, drafter, speculative, k, decision, draft, len(d), a, len(emitted), eog,
+                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify, t_gen0=t_gen0,
             )  # fmt: skip
             if eog:
                 stop_reason = "eos"
@@ -154,10 +165,13 @@ class SpeculativeDecoder:
     # -- the named steps ---------------------------------------------------------------------------
     def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
         """Decode what the target KV is missing of ``context``, all but its last token (the first verify
-        batch carries it); yield :class:`PromptDone`. When auto-K will choose: if v(K) was never measured,
-        take it from this target's cached calibration or time it after the prompt; if a model drafter's
-        cost is unknown, time the drafts before the prompt (on equal footing with an empty KV) and c after
-        it (:mod:`specchat.engine.calibration`). That time is not part of the prompt's."""
+        batch carries it); yield :class:`PromptDone`. When speculating, the cost model needs v(K) and c first
+        (:mod:`specchat.engine.calibration`): with auto-K and v(K) never measured, from this target's cached
+        calibration or timed after the prompt (every :data:`CALIBRATION_ROWS`, then cached); with a fixed K,
+        only the unit of v and c - the single-row target decode - once (without it the cost model's c and v
+        were ratios to an extrapolated unit: the first turn of a new pair read c = 0.2 where it then measured
+        0.9); a model drafter's c, if still unknown then, is timed before the prompt (on equal footing with an
+        empty KV). That time is not the prompt's."""
         target = self.target
         t0 = time.perf_counter()
         keep = min(target.sync_prefix(context), len(context) - 1)
@@ -167,9 +181,13 @@ class SpeculativeDecoder:
         target.trim(keep)
         st = self.controls.snapshot()
         cm = self.cost_model
-        auto = st.auto_k and st.speculative and self.can_speculate and self.drafter is not None
-        verify = auto and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
-        draft = auto and any(not d.free and not cm.has_draft_cost(name) for name, d in self.drafters.items())
+        speculating = st.speculative and self.can_speculate and self.drafter is not None
+        calibrate = speculating and st.auto_k and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
+        unit = speculating and not calibrate and cm.steps_since_single_row is None
+        # c with the unit, and whenever auto-K is to choose without it (v(K) may come from the cache)
+        draft = (unit or (speculating and st.auto_k)) and any(
+            not d.free and not cm.has_draft_cost(name) for name, d in self.drafters.items()
+        )
         ratios: dict[str, float] = {}
         if draft and not target.tokens:
             t_ratio = time.perf_counter()
@@ -177,13 +195,19 @@ class SpeculativeDecoder:
             t0 += time.perf_counter() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0
-        yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
         last = int(context[-1])
-        if verify:
+        if calibrate:
             self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
+        elif unit:
+            calibrate_verify_cost(target, cm, last, rows=(1,), reps=3)
+            self.verify_source = "measured"
+        if calibrate or unit:
             self.verify = self._verify_curve()
         if draft:
             calibrate_draft_cost(cm, self.drafters, last, ratios)
+        # after the calibration: the reply's generation starts right after this event (a race's clock, a UI's
+        # rolling rate count from it)
+        yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
         return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
 
     def _stop_reason(self, n_reply: int, max_new: int) -> StopReason | None:
@@ -196,16 +220,20 @@ class SpeculativeDecoder:
             return "context"
         return None
 
-    def _choose_k(self, st: ControlState, last: int, remaining: int) -> tuple[Drafter | None, bool, int]:
-        """This round's drafter, whether it speculates, and K: the controls' K, or auto-K's decision (which may
-        ask to re-time the draft first, or to probe without a full catch-up), within the drafter's cap, the
-        context left and the token budget (the round emits up to K + 1 tokens)."""
+    def _choose_k(
+        self, st: ControlState, last: int, remaining: int
+    ) -> tuple[Drafter | None, bool, int, KDecision | None]:
+        """This round's drafter, whether it speculates, K, and auto-K's decision (None for a fixed K): the
+        controls' K, or auto-K's (which may ask to re-time the draft first, or to probe without a full
+        catch-up), within the drafter's cap, the context left and the token budget (the round emits up to
+        K + 1 tokens)."""
         if st.drafter is not None and st.drafter != self.drafter_name:
             if st.drafter in self.drafters or st.drafter == NONE:
                 self.drafter_name = st.drafter
         drafter = self.drafter
         if not (st.speculative and self.can_speculate and drafter is not None):
-            return drafter, False, 0
+            return drafter, False, 0, None
+        decision = None
         if st.auto_k:
             decision = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free, k_cap=drafter.k_cap)
             if decision.remeasure:
@@ -216,7 +244,26 @@ class SpeculativeDecoder:
         else:
             k = st.k
         room = self.target.n_ctx - len(self.target.tokens) - 1  # verify rows available after `last`
-        return drafter, True, max(0, min(k, drafter.k_cap, room, remaining - 1))
+        return drafter, True, max(0, min(k, drafter.k_cap, room, remaining - 1)), decision
+
+    def _announce(self, drafter: Drafter | None, decision: KDecision | None) -> AutoKNotice | None:
+        """An :class:`AutoKNotice` when auto-K's decision turned drafting off or back on for ``drafter`` (its
+        regime K went to 0 or came back from 0; a probe or a re-timing round is not a change), else None. Said
+        once per change, across turns; a new drafter starts drafting (auto-K warms it up) without a notice."""
+        if decision is None or drafter is None:
+            return None
+        drafting = self.auto_k.k > 0
+        if self._announced is None or self._announced[0] != drafter.name:
+            self._announced = (drafter.name, True)
+        if drafting == self._announced[1]:
+            return None
+        self._announced = (drafter.name, drafting)
+        cm = self.cost_model
+        return auto_k_notice(
+            drafting=drafting, drafter=drafter.name, decision=decision,
+            estimate=cm.estimate(drafter.name, self.auto_k.k, self.auto_k.cap), alpha=cm.window(drafter.name).alpha,
+            k=self.auto_k.k,
+        )  # fmt: skip
 
     def _cut(self, tokens: list[int], remaining: int) -> tuple[list[int], bool]:
         """The round's tokens up to end-of-generation and the token budget (never past either), and whether
@@ -234,6 +281,7 @@ class SpeculativeDecoder:
         drafter: Drafter | None,
         speculative: bool,
         k: int,
+        decision: KDecision | None,
         draft: Draft,
         drafted: int,
         accepted: int,
@@ -243,35 +291,48 @@ class SpeculativeDecoder:
         t_step0: float,
         decode_ms0: float,
         t_verify: float,
+        t_gen0: float,
     ) -> Step:
-        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it.
+        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
+        how its K was chosen and the figures of the reply so far and of the cost model's recent window.
 
         The round's time outside llama_decode (Python, sampling, the consumer of the events) is its
         overhead; the cost model charges it to the round's verify cost so predictions cover whole rounds.
+        ``emitted`` counts the end-of-generation token when ``eog``; the reply (and the Step) do not.
         """
-        t_step = (time.perf_counter() - t_step0) * 1000.0
+        now = time.perf_counter()
+        t_step = (now - t_step0) * 1000.0
         in_decode = (self.target.decode_ms_total - decode_ms0) + draft.decode_ms
         overhead = max(0.0, t_step - in_decode)
+        added = emitted - int(eog)
         counters.add_step(
-            drafted=drafted, accepted=accepted, emitted=emitted - int(eog),
-            t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+            drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms, t_verify_ms=t_verify,
+            t_overhead_ms=overhead, t_step_ms=t_step, k=k, speculative=speculative,
         )  # fmt: skip
         name = drafter.name if drafter is not None else NONE
+        cm = self.cost_model
         if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
-            self.cost_model.observe_step(
+            cm.observe_step(
                 name, k, drafted, accepted, draft.t_ms, t_verify, drafted + 1, t_overhead_ms=overhead,
-                natural=draft.natural,
+                natural=draft.natural, catch_up_ms=draft.catch_up_ms,
             )  # fmt: skip
         else:
-            self.cost_model.observe_plain(t_verify + overhead)
+            cm.observe_plain(t_verify + overhead)
         self.verify = self._verify_curve()
         cap = drafter.k_cap if drafter is not None else K_MAX
+        cost = cm.estimate(name, k, cap, verify=self.verify)
+        recent = recent_figures(cm.window(name)) if drafter is not None else None
+        status = k_status(
+            speculative=speculative, k_control=st.k, k_round=k, k_cap=cap,
+            auto_k=self.auto_k if decision is not None else None, decision=decision, best_k=cost.best_k,
+            k_used=recent.k_used if recent is not None else None,
+        )  # fmt: skip
         return Step(
-            k=k, drafted=drafted, accepted=accepted, emitted=emitted, t_draft_ms=draft.t_ms,
+            k=k, drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms,
             t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
             auto_k=bool(st.auto_k and speculative), drafter=name, n_past=len(self.target.tokens),
-            cost=self.cost_model.estimate(name, k, cap, verify=self.verify),
-            natural=draft.natural if k > 0 else None,
+            cost=cost, natural=draft.natural if k > 0 else None, status=status,
+            reply=reply_figures(counters, (now - t_gen0) * 1000.0), recent=recent,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -161,10 +161,13 @@ def _captured_llama_output() -> Iterator[_Captured]:
     The quantiser prints per-tensor notes and fallback warnings partly through the log callback
     (``llama_log_set``) and partly with plain ``fprintf(stderr)``: the callback is swapped for a collecting
     one, and file descriptor 2 is redirected into a temporary file. Both are restored afterwards
-    (llama-cpp-python's own callback, ``llama_cpp._logger.llama_log_callback``).
+    (specchat's callback, :func:`specchat.engine.llamalog.install`). A Ctrl-C meanwhile is raised after the
+    block (:func:`specchat.signals.deferred`), not inside the collecting callback.
     """
     import llama_cpp
-    import llama_cpp._logger as llama_logger
+
+    from specchat import signals
+    from specchat.engine import llamalog
 
     captured = _Captured()
 
@@ -174,15 +177,16 @@ def _captured_llama_output() -> Iterator[_Captured]:
 
     sys.stderr.flush()
     saved = os.dup(2)
-    llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
-    try:
-        os.dup2(captured.file.fileno(), 2)
-        yield captured
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        llama_cpp.llama_log_set(llama_logger.llama_log_callback, ctypes.c_void_p(0))
+    with signals.deferred():
+        llama_cpp.llama_log_set(collect, ctypes.c_void_p(0))
+        try:
+            os.dup2(captured.file.fileno(), 2)
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            llamalog.install()
 
 
 # ----------------------------------------------------------------------------------------------- layer-skip
@@ -265,29 +269,31 @@ def layer_skip(src: Path, dst: Path, keep: list[int], *, note: str = "") -> None
 # ------------------------------------------------------------------------------------------- verification
 
 
-_QUIET = False
-
-
 def _quiet_llama() -> None:
-    """Route llama.cpp's log through llama-cpp-python's logger at warning level (no load chatter on stderr)."""
-    global _QUIET
-    if not _QUIET:
-        import llama_cpp._logger as llama_logger
+    """specchat's llama.cpp log callback (silent unless ``--verbose``; :mod:`specchat.engine.llamalog`)."""
+    from specchat.engine import llamalog
 
-        llama_logger.set_verbose(False)
-        _QUIET = True
+    llamalog.install()
 
 
 def verify_loads(path: Path, expect_blocks: int | None = None, threads: int = 1) -> int:
     """Load ``path`` in llama.cpp, decode one token, and return its block count (``llama_model_n_layer``).
 
     Raises :class:`ModelFileError` if llama.cpp refuses the file, the logits are not finite, or the block
-    count differs from ``expect_blocks``.
+    count differs from ``expect_blocks``. A Ctrl-C meanwhile is raised once llama.cpp has returned
+    (:func:`specchat.signals.deferred`).
     """
+    from specchat import signals
+
+    with signals.deferred():
+        return _verify_loads(path, expect_blocks, threads)
+
+
+def _verify_loads(path: Path, expect_blocks: int | None, threads: int) -> int:
     import llama_cpp
     import numpy as np
 
-    from specchat.engine.kernels import ensure_backend
+    from specchat.engine.model import ensure_backend
 
     _quiet_llama()
     ensure_backend()
@@ -433,7 +439,8 @@ def derive_demo(models_dir: Path, *, threads: int = 1, force: bool = False,
     A file that already exists and validates is kept (returned with ``None``) unless ``force``.
     """
     from specchat.models.presets import PRESETS, DerivedFile
-    from specchat.models.registry import bundled_model_path, resolve_model
+    from specchat.models.bundled import BUNDLED, bundled_model_path
+    from specchat.models.registry import resolve_model
 
     done: list[tuple[Path, Derived | None]] = []
     seen: set[str] = set()
@@ -450,7 +457,7 @@ def derive_demo(models_dir: Path, *, threads: int = 1, force: bool = False,
                     continue
                 except ModelFileError:
                     pass  # broken leftover: derive it again
-            src = bundled_model_path() if file.source == "bundled" else resolve_model(file.source, models_dir.parent)
+            src = bundled_model_path() if file.source == BUNDLED else resolve_model(file.source, models_dir.parent)
             done.append(
                 (out, derive(src, out, quant=file.quant, keep_layers=file.keep_layers, threads=threads,
                              force=True, progress=progress))

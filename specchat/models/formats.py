@@ -116,11 +116,11 @@ def variants_for(
 ) -> list[Variant]:
     """The source, then each of ``formats`` (derived into ``models_dir`` with ``models derive --quant``'s
     machinery when the file is not there yet; the source's own format is the source), then the one-row-kernel
-    variants (for a CPU whose AMX batch kernels crash, :func:`specchat.engine.kernels.extra_buffer_types_safe`
+    variants (for a CPU whose AMX batch kernels crash, :func:`specchat.engine.model.extra_buffer_types_safe`
     False): of the source (``one_row="source"``) or of every file (``"all"``) whose format has AMX kernels."""
     from specchat.models.derive import default_name, derive
 
-    from specchat.engine.kernels import extra_buffer_types_safe
+    from specchat.engine.model import extra_buffer_types_safe
 
     say = progress or (lambda _msg: None)
     src_fmt = read_gguf_info(source).quantization

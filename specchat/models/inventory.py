@@ -17,7 +17,8 @@ from specchat.engine.gguf import GGUFInfo, info_from_parsed, validate_gguf
 from specchat.errors import ModelFileError
 from specchat.models.hub import PART_SUFFIX, FileCheck, check_file
 from specchat.models.presets import PRESETS, HubFile, NgramDraft, Preset, how_to_get, local_path
-from specchat.models.registry import BUNDLED, bundled_model_path, models_dir, resolve_pair
+from specchat.models.bundled import BUNDLED, bundled_model_path
+from specchat.models.registry import models_dir, resolve_pair
 
 
 @dataclass

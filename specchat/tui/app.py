@@ -1,37 +1,53 @@
-"""specchat's terminal app: chat with speculative decoding you can watch.
+"""The chat window: its widgets, its actions (keys, palette) and the history glue.
 
-The app never imports llama_cpp or the engine's model code: it receives an *engine factory*
-(``Callable[[progress], ChatEngine]``) and runs it in a thread worker after the first frame, so the window
-appears before the models load. Generation runs in a thread worker too (:mod:`specchat.tui.generation`):
-batched pieces and coalescing stats messages, never a per-token ``call_from_thread``. Stop and quit go
-through ``engine.controls.request_stop()``; quitting waits for the worker so no thread outlives the app.
+The app keeps the widgets, the actions and the history glue. It never imports llama_cpp or the engine's
+model code: it receives an *engine factory* (``Callable[[progress], ChatEngine]``), and its
+:class:`~specchat.tui.engine_host.EngineHost` runs it on the engine thread after the first frame, so the
+window appears before the models load; every turn runs on that thread too (:mod:`specchat.tui.generation`:
+batched pieces and coalescing stats messages, never a per-token ``call_from_thread``). Stop and quit go
+through ``engine.controls.request_stop()``; quitting waits for the host so no thread outlives the app.
+
+Signals (``stop_signals=True``, as ``specchat`` runs it): SIGINT, SIGTERM and SIGHUP (the terminal window was
+closed) quit the way ctrl+q does: the reply stops, the partial reply is saved marked stopped, the engine
+closes, and the exit code is 128 + the signal number. They are handled by the event loop
+(``loop.add_signal_handler``), so the quit starts from an ordinary loop callback, never from an exception
+raised at an arbitrary point inside asyncio or Textual. SIGHUP usually means the terminal is gone (the window
+was closed: the kernel hangs up the tty and sends SIGHUP then SIGCONT), and then Textual cannot quit: every
+write to the tty fails with EIO, its SIGCONT handler restarts application mode on the dead tty and its driver
+blocks for ever on a full output queue (reproduced in a pty: the process never ended). So on SIGHUP the reply
+is stopped and saved first, synchronously in the signal's loop callback (:meth:`_stop_and_save_now`), then the
+app quits as usual, and a watchdog ends the process with ``os._exit(129)`` if that has not happened within
+:data:`HANGUP_EXIT_S`: there is nothing to restore on a dead terminal, and history is durable at every commit
+(see :mod:`specchat.history`). The tty cannot tell reliably in the signal handler whether it is dead yet (the
+kernel finishes the hang-up asynchronously: ``tcgetattr`` still succeeded there in the pty tests).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from textual import on
 from textual.app import App, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Footer, Static
 
+from specchat.config import Settings
 from specchat.engine.controls import ControlState
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.protocol import ChatEngine, Message
-from specchat.errors import UserError
+from specchat.errors import UserError, describe_exception
+from specchat.history import HistoryStore, default_title, write_export
+from specchat.models.registry import resolve_pair
 from specchat.tui.commands import SpecChatCommands
-from specchat.tui.generation import describe_exception, pump_turn
+from specchat.tui.engine_host import EngineFactory, EngineHost
+from specchat.tui.generation import pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
 from specchat.tui.messages import (
     EngineFailed,
@@ -42,24 +58,28 @@ from specchat.tui.messages import (
     StatsUpdated,
     TurnFinished,
 )
+from specchat.tui.sanitize import sanitize, sanitize_line
+from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
-from specchat.tui.screens.history import HistoryScreen, unique_path
+from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.state import UiState, save_state
 from specchat.tui.widgets.sidebar import Sidebar
 
-#: niceness of the UI thread once the engine thread exists (Linux only; see _yield_cpu_to_engine)
+#: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
+#: see SpecChatApp.ui_needs_to_yield)
 UI_NICE = 19
+#: after SIGHUP the process ends this many seconds later at the latest (a dead terminal blocks Textual's exit)
+HANGUP_EXIT_S = 10.0
 
-Progress = Callable[[float, str], None]
+#: below this terminal width the sidebar (36 columns) hides by itself and a one-line status bar replaces it:
+#: at 100 columns the chat keeps 64 (a reply box of ~60), at 80 it would keep 44 and at 60 only ~22
+SIDEBAR_MIN_WIDTH = 100
+
 APP_ACTIONS = {spec.action for spec in APP_KEYS}
-EngineFactory = Callable[[Progress], ChatEngine]
-
-
-def _setting(settings: Any, name: str, default: Any) -> Any:
-    return getattr(settings, name, default) if settings is not None else default
 
 
 @dataclass
@@ -93,26 +113,41 @@ class SpecChatApp(App[None]):
     def __init__(
         self,
         engine_factory: EngineFactory,
-        settings: Any = None,
-        history_store: Any = None,
+        settings: Settings,
+        history_store: HistoryStore | None = None,
         clock: Callable[[], float] = time.monotonic,
         *,
-        make_factory: Callable[[Any], EngineFactory] | None = None,
+        make_factory: Callable[[Settings], EngineFactory] | None = None,
         user_theme_dir: Path | None = None,
         export_dir: Path | None = None,
         history_note: str | None = None,
+        ui_state: UiState | None = None,
+        state_path: Path | None = None,
+        state_note: str | None = None,
+        stop_signals: bool = False,
     ) -> None:
         super().__init__()
+        self.stop_signals = stop_signals
+        self._signals_added: list[int] = []
+        self._exit_code = 0
+        self._running_in_terminal = False
+        self._hangup_watchdog: threading.Timer | None = None
         self.engine_factory = engine_factory
         self.settings = settings
         self.history_store = history_store
         self.make_factory = make_factory
         self.user_theme_dir = user_theme_dir
-        self.export_dir = export_dir or Path.cwd()
+        #: ``<data dir>/exports`` unless given (never the current directory: it is wherever the app started)
+        self.export_dir = export_dir or settings.exports_dir()
         self.history_note = history_note
+        #: remembered between runs (specchat.tui.state); written to ``state_path`` when it changes
+        self.ui_state = ui_state or UiState()
+        self.state_path = state_path
+        self._state_note = state_note
+        self._state_write_failed = False
         self._clock = clock
-        self.engine: ChatEngine | None = None
-        self.engine_error: str | None = None
+        #: the engine thread, the engine and their state (loading, turns, closing)
+        self.host = EngineHost(self._spawn, clock)
         self.conversation_id: int | None = None
         self.show_ghosts = True
         self.markdown_view = False
@@ -120,21 +155,41 @@ class SpecChatApp(App[None]):
         self.theme_errors: list[str] = []
         self.keymap_problems: list[str] = []
         self._stats = LiveStats()
-        self._turn_id = 0
         self._current: AssistantMessage | None = None
-        self._generating = False
-        self._turn_done = threading.Event()
-        self._turn_done.set()
-        self._load_done = threading.Event()
-        self._load_done.set()
-        self._loaded_engine: ChatEngine | None = None  # set by the load thread before it posts EngineReady
-        self._pending_messages: list[Message] | None = None
+        self._conversation_deleted = False  # the chat on screen was deleted from history: see _on_conversation_deleted
         self.editing: EditInProgress | None = None
         self._after_turn: list[Callable[[], None]] = []
-        self._shutting_down = False
-        self._engine_closed = False
-        # every call into llama.cpp happens on this one thread, for the whole session: see _on_engine_thread
-        self._engine_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specchat-engine")
+        self._queued: list[UserMessage] = []  # messages sent during a reply, in order (see submit_prompt)
+
+    def _spawn(self, work: Any, *, group: str, name: str, description: str) -> None:
+        """The host's work runs as a Textual worker (quitting and tests wait for the app's workers)."""
+        self.run_worker(work, group=group, name=name, description=description, exit_on_error=False)
+
+    @property
+    def engine(self) -> ChatEngine | None:
+        """The engine in use (None while loading, or when none could be loaded: :attr:`engine_error`)."""
+        return self.host.engine
+
+    @property
+    def engine_error(self) -> str | None:
+        return self.host.error
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notification is shown as text: ``markup`` is ignored (never parsed) and control characters are
+        made visible (:mod:`specchat.sanitize`). Notifications carry file names, titles, model names and error
+        messages; a ``[/]`` in one must show as itself, not raise ``MarkupError``. Widgets' and screens'
+        ``notify`` come here too."""
+        super().notify(
+            sanitize(str(message)), title=sanitize_line(title), severity=severity, timeout=timeout, markup=False
+        )
 
     # -- layout ------------------------------------------------------------------------------------------
     def compose(self):
@@ -142,9 +197,21 @@ class SpecChatApp(App[None]):
             with Vertical(id="chat-column"):
                 yield Static(legend_content(True), id="legend")
                 yield ChatLog(id="chat")
-                yield PromptInput(id="prompt")
+                yield PromptInput(id="prompt", submit=self.submit_prompt)
             yield Sidebar(id="sidebar")
+        yield Static(id="status-bar")
         yield Footer()
+
+    def get_driver_class(self):
+        """Textual's driver, except on Linux terminals: :class:`specchat.tui.driver.FastEscapeLinuxDriver`."""
+        driver_class = super().get_driver_class()
+        try:
+            from textual.drivers.linux_driver import LinuxDriver
+
+            from specchat.tui.driver import FastEscapeLinuxDriver
+        except ImportError:  # not on Linux (or another Textual): Textual's own driver
+            return driver_class
+        return FastEscapeLinuxDriver if driver_class is LinuxDriver else driver_class
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         defaults = dict(TOKEN_DEFAULTS)
@@ -156,24 +223,41 @@ class SpecChatApp(App[None]):
             defaults["token-plain"] = foreground
         return defaults
 
-    def _yield_cpu_to_engine(self) -> None:
-        """Give the UI thread the lowest CPU priority, below the engine's threads (Linux; a no-op elsewhere).
+    def ui_needs_to_yield(self) -> bool:
+        """Lower the UI thread's priority only when llama.cpp's threads take every core.
 
-        llama.cpp runs one compute thread per core; a UI thread that wakes up to draw preempts one of them
-        and the others wait at their barrier. At nice 19 the UI draws in the gaps between two decodes
-        instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens, one process per run,
-        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice 19,
-        0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0. The engine thread is created first, so it
-        and the llama.cpp threads it starts keep the normal priority. With autogroup scheduling (the default
-        on desktop Linux) niceness only ranks the threads of this session, so other programs do not starve
-        the UI any more than before. Lowering a priority cannot be undone without privileges.
+        With ``threads`` = the core count (the default), llama.cpp's compute threads meet at a barrier after
+        every operation: a UI thread that wakes up to draw preempts one of them and the others wait. At nice
+        19 the UI draws in the gaps instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens,
+        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice
+        19, 0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0.
+
+        With fewer threads than cores there is a core for the UI, and nice 19 only starves it whenever
+        anything else runs: measured through a pty (tests/perf/ui_latency.py, ``--threads 1``, 2 cores,
+        load average ~4 from other processes, runs alternated), keystroke-to-screen while a reply streams
+        was p50 146-178 ms, p95 0.95-1.1 s before (nice 19) and p50 24-26 ms, p95 86-99 ms after (nice 0,
+        with the Esc driver and the 15 Hz updates). So then the UI keeps nice 0. The price under load: the
+        UI's CPU comes out of the process's scheduler share (see :mod:`specchat.tui.generation`).
+        """
+        import os
+
+        return self.settings.threads >= (os.cpu_count() or 1)
+
+    def _yield_cpu_to_engine(self) -> None:
+        """Give the UI thread the lowest CPU priority, below the engine's threads, when
+        :meth:`ui_needs_to_yield` (Linux; a no-op elsewhere).
+
+        The engine thread is created first, so it and the llama.cpp threads it starts keep the normal
+        priority. With autogroup scheduling (the default on desktop Linux) niceness only ranks the threads
+        of this session, so other programs do not starve the UI any more than before. Lowering a priority
+        cannot be undone without privileges.
         """
         import os
         import sys
 
-        if not sys.platform.startswith("linux") or UI_NICE <= 0:
+        if not sys.platform.startswith("linux") or UI_NICE <= 0 or not self.ui_needs_to_yield():
             return
-        self._engine_executor.submit(lambda: None).result()  # the engine thread now exists, at nice 0
+        self.host.start_thread()  # the engine thread now exists, at nice 0
         try:
             tid = threading.get_native_id()
             os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), UI_NICE))
@@ -181,9 +265,15 @@ class SpecChatApp(App[None]):
             pass
 
     def on_mount(self) -> None:
+        if self.stop_signals:
+            self._add_signal_handlers()
         self._yield_cpu_to_engine()
         self._setup_themes()
         self._setup_keymap()
+        self.sidebar.on_change = self._update_status_bar
+        self._apply_sidebar()
+        if self._state_note:
+            self.notify(f"UI state: {self._state_note}", severity="warning", timeout=10)
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         if self.history_note:
@@ -197,18 +287,70 @@ class SpecChatApp(App[None]):
         self.theme_errors = list(result.errors)
         for error in result.errors:
             self.notify(f"Theme skipped: {error}", title="Theme error", severity="error", timeout=15)
-        wanted = _setting(self.settings, "theme", DEFAULT_THEME)
+        wanted = self.ui_state.theme or self.settings.theme
         if wanted not in self.available_themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
             self.notify(
-                f"Unknown theme {wanted!r}; using {DEFAULT_THEME}. Choose one with ctrl+p \u2192 Theme.",
+                f"Unknown theme {wanted!r}; using {fallback}. Choose one with ctrl+p \u2192 Theme.",
                 severity="warning",
                 timeout=10,
             )
-            wanted = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+            wanted = fallback
         self.theme = wanted
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+
+    # -- remembered UI state: theme and sidebar ------------------------------------------------------
+    def _on_theme_changed(self, theme: Any) -> None:
+        name = getattr(theme, "name", None)
+        if name and name != self.ui_state.theme:
+            self.ui_state.theme = name
+            self._save_ui_state()
+
+    def _save_ui_state(self) -> None:
+        if self.state_path is None:
+            return
+        try:
+            save_state(self.state_path, self.ui_state)
+        except OSError as exc:
+            if not self._state_write_failed:  # once per session: the choice still holds until quit
+                self._state_write_failed = True
+                self.notify(
+                    f"Could not remember the theme and sidebar in {self.state_path} "
+                    f"({exc.strerror or exc}); they hold until you quit.", severity="warning", timeout=10,
+                )
+
+    def sidebar_visible(self, width: int | None = None) -> bool:
+        """Shown unless hidden with its key, or the terminal is narrower than :data:`SIDEBAR_MIN_WIDTH`."""
+        width = self.size.width if width is None else width
+        return self.ui_state.sidebar is not False and width >= SIDEBAR_MIN_WIDTH
+
+    def _apply_sidebar(self, width: int | None = None) -> None:
+        visible = self.sidebar_visible(width)
+        self.sidebar.display = visible
+        self.query_one("#status-bar", Static).display = not visible
+        self._update_status_bar()
+
+    def _update_status_bar(self) -> None:
+        bar = self.query_one("#status-bar", Static)
+        if bar.display:
+            bar.update(Content(self.sidebar.summary()))
+
+    def on_resize(self, event: Any) -> None:
+        self._apply_sidebar(event.size.width)
+
+    def action_toggle_sidebar(self) -> None:
+        if self.size.width < SIDEBAR_MIN_WIDTH:
+            self.notify(
+                f"The terminal is {self.size.width} columns wide; the sidebar needs {SIDEBAR_MIN_WIDTH}. "
+                "The status bar shows tok/s, acceptance and K.", timeout=5,
+            )
+            return
+        self.ui_state.sidebar = not self.sidebar_visible()
+        self._apply_sidebar()
+        self._save_ui_state()
 
     def _setup_keymap(self) -> None:
-        keymap, problems = resolve_keymap(_setting(self.settings, "keymap", {}) or {})
+        keymap, problems = resolve_keymap(self.settings.keymap)
         self.keymap_problems = problems
         for problem in problems:
             self.notify(f"Config: {problem}", title="Keymap", severity="warning", timeout=15)
@@ -220,7 +362,7 @@ class SpecChatApp(App[None]):
         """The palette also lists every key action (so nothing depends on a function key working)."""
         yield from super().get_system_commands(screen)
         for spec in APP_KEYS:
-            if spec.action == "stop" and not self._generating:
+            if spec.action == "stop" and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
             callback = self.start_edit if spec.action == "edit_last" else partial(self.run_action, spec.action)
@@ -242,7 +384,8 @@ class SpecChatApp(App[None]):
 
     @property
     def generating(self) -> bool:
-        return self._generating
+        """A reply is being generated (from sending until its end is handled)."""
+        return self.host.generating
 
     def assistant_messages(self) -> list[AssistantMessage]:
         return list(self.chat.query(AssistantMessage))
@@ -252,81 +395,47 @@ class SpecChatApp(App[None]):
 
     # -- loading the engine -------------------------------------------------------------------------------
     def _start_load(self, factory: EngineFactory, close_first: ChatEngine | None = None) -> None:
-        if self._shutting_down:
+        """Have the host load an engine (closing ``close_first`` first); the sidebar shows the progress."""
+        if self.host.closing:
             return
-        self._load_done.clear()
-        self.engine_error = None
         self.sidebar.show_loading(0.0, "starting")
-        self._on_engine_thread(
-            partial(self._load_worker, factory, close_first), group="load", name="load-engine",
-            description="load the models",
+        self.host.load(
+            factory,
+            progress=lambda fraction, what: self.post_message(LoadProgress(fraction, what)),
+            loaded=lambda engine, seconds: self.post_message(EngineReady(engine, seconds)),
+            failed=lambda message: self.post_message(EngineFailed(message)),
+            close_first=close_first,
         )
 
-    def _on_engine_thread(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:
-        """Run blocking engine work as a Textual worker, on the app's one engine thread.
-
-        Why not ``run_worker(thread=True)`` (a thread of the event loop's shared pool): llama.cpp is built
-        with OpenMP, and libgomp keeps one pool of compute threads per *calling* thread. Once llama_decode
-        has been called from two live threads, both pools exist and every decode slows down (measured
-        here on the bundled SmolLM2, 2 threads on 2 cores: ~110 tok/s from one thread, ~62 tok/s once a
-        second thread had decoded). A pool thread is whichever is idle, so over a session the turns would
-        hop between threads. One dedicated thread keeps one OpenMP pool: loading, every turn, closing.
-        """
-
-        async def run() -> None:
-            await asyncio.get_running_loop().run_in_executor(self._engine_executor, work)
-
-        self.run_worker(run(), group=group, name=name, description=description, exit_on_error=False)
-
-    def _load_worker(self, factory: EngineFactory, close_first: ChatEngine | None) -> None:
-        try:
-            if close_first is not None:
-                close_first.close()
-            start = self._clock()
-
-            def progress(fraction: float, what: str) -> None:
-                self.post_message(LoadProgress(float(fraction), str(what)))
-
-            try:
-                engine = factory(progress)
-            except UserError as exc:
-                self.post_message(EngineFailed(str(exc)))
-                return
-            except Exception as exc:  # a bug or an unexpected library error: still a message, not a crash
-                self.post_message(
-                    EngineFailed(
-                        f"could not load the models ({describe_exception(exc)}); check target and draft "
-                        f"with 'specchat config show' and 'specchat models list'"
-                    )
-                )
-                return
-            self._loaded_engine = engine
-            self.post_message(EngineReady(engine, self._clock() - start))
-        finally:
-            self._load_done.set()
+    def _ui_gone(self) -> bool:
+        """The app is closing (its screens may be gone already): messages posted by the engine thread are not
+        drawn any more. A reply still being generated is saved by :meth:`_shutdown_engine`, marked stopped.
+        (Found by the state fuzz: a StatsUpdated handled after the screen was gone raised NoMatches.)"""
+        return self.host.closing or not self.is_running
 
     def on_load_progress(self, message: LoadProgress) -> None:
+        if self._ui_gone():
+            return
         if self.engine is None and self.engine_error is None:
             self.sidebar.show_loading(message.fraction, message.what)
 
     def on_engine_ready(self, message: EngineReady) -> None:
-        if self._shutting_down:
-            return  # _shutdown_engine closes it
-        self.engine = message.engine
-        info = self.engine.info()
-        state = self.engine.controls.snapshot()
+        engine = message.engine
+        info = engine.info()  # before the pending conversation (if any) is loaded into it, as always
+        if not self.host.accept(engine):
+            return  # closing: _shutdown_engine closes it
+        state = engine.controls.snapshot()
         self.sidebar.show_ready(f"ready \u00b7 loaded in {message.load_seconds:.1f} s")
         self.sidebar.show_pair(info, state)
         self.sidebar.show_controls(state)
         if info.note:
             self.chat.mount(ChatNotice(info.note))
-        if self._pending_messages is not None:
-            self.engine.load(self._pending_messages)
-            self._pending_messages = None
         self._colour_saved_replies()  # a conversation opened while loading, or carried over to a new model
 
     def on_engine_failed(self, message: EngineFailed) -> None:
-        self.engine_error = message.message
+        self.host.fail(message.message)
+        if self._ui_gone():
+            return
         self.sidebar.show_error("model error \u2013 see the chat")
         self.chat.mount(
             ChatNotice(
@@ -347,28 +456,73 @@ class SpecChatApp(App[None]):
             self.notify("The model is still loading; try again in a moment.", severity="warning")
         return None
 
-    @on(PromptInput.Submitted)
-    def _on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
-        text = event.text
+    def submit_prompt(self, text: str) -> bool:
+        """Send ``text`` (the prompt's whole text when the send key was pressed); True if it was taken.
+
+        Called by :class:`PromptInput` in its own message queue, after every key typed before the send key
+        (see :mod:`specchat.tui.widgets.prompt`); the prompt clears itself only when this returns True, so a
+        refused message stays in the prompt, whole.
+
+        A message sent while a reply is being generated is *queued*: shown at the end of the chat marked
+        "queued", sent as is when the reply ends (by itself or by Esc), in the order sent. Refusing it instead
+        left it in the prompt, and whatever was typed next was appended to it: two messages typed back to back
+        were sent merged into one (issue 9).
+        """
         if not text.strip():
-            return
+            return False
         engine = self._engine_or_explain()
         if engine is None:
-            return
-        if self._generating:
-            self.notify("A reply is still being generated: wait, or press Esc to stop it.", severity="warning")
-            return
+            return False
+        if self.host.generating:
+            self._queue_message(text)
+            return True
         if self.editing is not None:
             self._send_edit(engine, text)
-            return
-        event.prompt.clear()
+            return True
         self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_text=text)
+        return True
+
+    def _queue_message(self, text: str) -> None:
+        widget = UserMessage(text)
+        widget.add_class("queued")
+        widget.border_title = "you \u00b7 queued: sent when this reply ends"
+        self._queued.append(widget)
+        self.chat.mount(widget)
+        self.chat.anchor()
+
+    def _send_next_queued(self) -> None:
+        """Start the reply to the oldest queued message (its widget stays where it is, now a sent message)."""
+        engine = self.engine
+        if not self._queued or engine is None or self.host.generating or self.host.closing:
+            return
+        widget = self._queued.pop(0)
+        widget.remove_class("queued")
+        widget.border_title = "you"
+        text = widget.text
+        self._start_turn(partial(engine.send, text), [*engine.messages, Message("user", text)], user_widget=widget)
+
+    def _unqueue_to_prompt(self) -> int:
+        """Take the queued messages off the chat and put their text back in the prompt (before what it holds)."""
+        if not self._queued:
+            return 0
+        texts = [w.text for w in self._queued]
+        for widget in self._queued:
+            widget.remove()
+        self._queued = []
+        prompt = self.prompt
+        prompt.set_text("\n\n".join([*texts, prompt.text] if prompt.text.strip() else texts))
+        return len(texts)
 
     # -- editing the last message -----------------------------------------------------------------------------
     def _edit_key_applies(self) -> bool:
-        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning."""
+        """The edit key (up) edits only in the focused, empty prompt; elsewhere it keeps its own meaning.
+
+        "Empty" includes the keys still queued for the prompt: typed fast, "x" then up reaches this check
+        (an App priority binding) before the prompt has inserted the "x" (see :mod:`specchat.tui.widgets.prompt`);
+        with keys pending, up goes to the prompt behind them and moves its cursor.
+        """
         focused = self.focused
-        return isinstance(focused, PromptInput) and not focused.text.strip()
+        return isinstance(focused, PromptInput) and not focused.text.strip() and focused.message_queue_size == 0
 
     def action_edit_last(self) -> None:
         """The ``edit_last`` key: see :meth:`start_edit` (enabled by :meth:`check_action`)."""
@@ -382,7 +536,7 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("A reply is still being generated: press Esc to stop it first, then edit.", severity="warning")
             return
         last = next((m for m in reversed(engine.messages) if m.role == "user"), None)
@@ -399,7 +553,7 @@ class SpecChatApp(App[None]):
         prompt.set_text(last.content)
         send = self.effective_keys.get("send", "enter").split(",")[0]
         cancel = self.effective_keys.get("stop", "escape").split(",")[0]
-        prompt.border_title = f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels"
+        prompt.border_title = inert(f"editing your last message \u00b7 {send} resends \u00b7 {cancel} cancels")
         prompt.add_class("editing")
         prompt.focus()
 
@@ -421,14 +575,12 @@ class SpecChatApp(App[None]):
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
         self._end_edit(restore=False)
         if last_user is None:  # the conversation changed under the edit (e.g. a new chat): send it as new
-            self.prompt.clear()
             self._start_turn(partial(engine.send, text), [*messages, Message("user", text)], user_text=text)
             return
         children = list(self.chat.children)
         first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
         for widget in children[first:]:  # the old message, its reply and the notices about that turn
             widget.remove()
-        self.prompt.clear()
         # _start_turn saves first: if the app dies during the new reply, the old one is not left saved as current
         kept = [*messages[:last_user], Message("user", text)]
         self._start_turn(partial(engine.edit_last, text), kept, user_text=text)
@@ -445,7 +597,12 @@ class SpecChatApp(App[None]):
         return f"{info.target_name} \u00b7 {drafter} \u00b7 {k}"
 
     def _start_turn(
-        self, start: Callable[[], Any], prompt_messages: list[Message], user_text: str | None = None
+        self,
+        start: Callable[[], Any],
+        prompt_messages: list[Message],
+        user_text: str | None = None,
+        *,
+        user_widget: UserMessage | None = None,
     ) -> None:
         """Save ``prompt_messages`` to history, then have the engine generate the reply (``start()``).
 
@@ -453,9 +610,10 @@ class SpecChatApp(App[None]):
         ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
         the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
         :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
-        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first.
+        saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
+        ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.
         """
-        if self._shutting_down:
+        if self.host.closing:
             return
         self._save_history(prompt_messages)
         chat = self.chat
@@ -463,26 +621,17 @@ class SpecChatApp(App[None]):
             chat.mount(UserMessage(user_text))
         assistant = AssistantMessage(title=self._reply_title(), show_ghosts=self.show_ghosts, markdown=self.markdown_view)
         stop_key = self.effective_keys.get("stop", "escape").split(",")[0]
-        assistant.border_subtitle = f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops"
-        chat.mount(assistant)
+        assistant.border_subtitle = inert(f"generating\u2026 {'Esc' if stop_key == 'escape' else stop_key} stops")
+        if user_widget is not None and user_widget.is_attached:
+            chat.mount(assistant, after=user_widget)
+        else:
+            chat.mount(assistant)
         chat.anchor()
         self._current = assistant
-        self._turn_id += 1
-        self._generating = True
-        self._turn_done.clear()
-        self._on_engine_thread(
-            partial(self._turn_worker, self._turn_id, start), group="generation", name=f"turn-{self._turn_id}",
-            description="generate a reply",
-        )
-
-    def _turn_worker(self, turn_id: int, start: Callable[[], Any]) -> None:
-        try:
-            pump_turn(turn_id, start, self.post_message, self._stats, self._clock)
-        finally:
-            self._turn_done.set()
+        self.host.start_turn(lambda turn_id: pump_turn(turn_id, start, self.post_message, self._stats, self._clock))
 
     def on_pieces_batch(self, message: PiecesBatch) -> None:
-        if message.turn_id != self._turn_id or self._current is None:
+        if message.turn_id != self.host.turn_id or self._current is None or self._ui_gone():
             return
         if message.pieces:
             self._current.append(message.pieces)
@@ -490,14 +639,14 @@ class SpecChatApp(App[None]):
             self.chat.mount(ChatNotice(notice), before=self._current)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
-        self.sidebar.show_stats(message.snapshot)
+        if not self._ui_gone():
+            self.sidebar.show_stats(message.snapshot)
 
     def on_turn_finished(self, message: TurnFinished) -> None:
-        if message.turn_id != self._turn_id:
+        if self._ui_gone() or not self.host.finish_turn(message.turn_id):
             return
         assistant = self._current
         self._current = None
-        self._generating = False
         if assistant is not None:
             assistant.finish(message.turn, message.error)
         if message.error:
@@ -510,15 +659,18 @@ class SpecChatApp(App[None]):
                 )
             )
         self._save_history()
+        if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
+            self._controls_changed()
         callbacks, self._after_turn = self._after_turn, []
         for callback in callbacks:
             callback()
+        self._send_next_queued()
 
     # -- history ---------------------------------------------------------------------------------------------
     def _save_history(self, messages: list[Message] | None = None) -> None:
         """Make the saved conversation equal ``messages`` (default: the engine's) and create it if needed."""
         store, engine = self.history_store, self.engine
-        if store is None or engine is None:
+        if store is None or engine is None or self._conversation_deleted:
             return
         messages = list(engine.messages) if messages is None else messages
         if not any(m.role == "user" for m in messages):
@@ -530,7 +682,7 @@ class SpecChatApp(App[None]):
                 self.conversation_id = store.create_conversation(
                     target=info.target_name,
                     draft=info.draft_name,
-                    system_prompt=_setting(self.settings, "system_prompt", "") or "",
+                    system_prompt=self.settings.system_prompt,
                 )
             store.sync(
                 self.conversation_id, messages, target=info.target_name, auto_k=state.auto_k, sampling=state.sampling
@@ -548,13 +700,18 @@ class SpecChatApp(App[None]):
         )
 
     def _on_conversation_deleted(self, conv_id: int) -> None:
-        if conv_id == self.conversation_id:
-            self.conversation_id = None
+        """The open conversation was deleted in the browser: start a new chat, as chat apps do (a reply being
+        generated is stopped first), and never save it again under a new id meanwhile (:meth:`_save_history`)."""
+        if conv_id != self.conversation_id:
+            return
+        self.conversation_id = None
+        self._conversation_deleted = True
+        self.action_new_chat()
 
     def _open_conversation(self, conv_id: int | None) -> None:
         if conv_id is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("Stop the reply first (Esc), then open the conversation.", severity="warning")
             return
         try:
@@ -570,9 +727,9 @@ class SpecChatApp(App[None]):
             self._colour_saved_replies()
             hint = "send a message to continue it"
         else:
-            self._pending_messages = messages
+            self.host.pending_messages = messages
             hint = "it continues once a model is loaded" if self.engine_error is None else "read-only: no model"
-        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History")
+        self.notify(f"Opened \u201c{conv.title or conv_id}\u201d; {hint}.", title="History", markup=False)
 
     def _show_messages(self, messages: list[Message]) -> None:
         chat = self.chat
@@ -597,30 +754,16 @@ class SpecChatApp(App[None]):
         :meth:`AssistantMessage.show_saved_pieces` redraws the reply in its kind colours if the pieces match
         it exactly (they do not when another target model wrote it: the reply then stays uncoloured).
         """
-        engine = self.engine
-        if engine is None or self._shutting_down:
-            return
         jobs = [
             (reply, reply.saved_message.tokens)
             for reply in self.assistant_messages()
             if reply.saved_message is not None and reply.saved_message.tokens and not reply.saved_coloured
         ]
-        if jobs:
-            self._on_engine_thread(
-                partial(self._detokenize_worker, engine, jobs), group="detokenize", name="detokenize-saved",
-                description="split saved replies into tokens",
-            )
-
-    def _detokenize_worker(self, engine: ChatEngine, jobs: list[tuple[AssistantMessage, list[int]]]) -> None:
-        results: list[tuple[AssistantMessage, list[str]]] = []
-        for reply, tokens in jobs:
-            try:
-                results.append((reply, engine.detokenize_pieces(tokens)))
-            except ValueError:  # ids of another model's vocabulary: that reply stays uncoloured
-                continue
-        self.post_message(SavedRepliesDetokenized(results))
+        self.host.detokenize(jobs, lambda results: self.post_message(SavedRepliesDetokenized(results)))
 
     def on_saved_replies_detokenized(self, message: SavedRepliesDetokenized) -> None:
+        if self._ui_gone():
+            return
         for reply, pieces in message.results:
             if reply.is_attached:  # not replaced meanwhile by another conversation or a new chat
                 reply.show_saved_pieces(pieces)
@@ -629,7 +772,7 @@ class SpecChatApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # "stop" stays enabled when idle (a no-op): toggling it would re-compose the footer twice per turn,
         # each a layout pass of the whole screen while the engine runs
-        if action in APP_ACTIONS and action != "help" and len(self.screen_stack) > 1:
+        if action in APP_ACTIONS and action not in ("help", "quit") and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys win (our bindings are priority bindings)
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
@@ -637,10 +780,10 @@ class SpecChatApp(App[None]):
         return True
 
     def action_stop(self) -> None:
-        if self.editing is not None and not self._generating:
+        if self.editing is not None and not self.host.generating:
             self._end_edit(restore=True)
             return
-        if self.engine is not None and self._generating:
+        if self.engine is not None and self.host.generating:
             self.engine.controls.request_stop()
             if self._current is not None:
                 self._current.border_subtitle = "stopping\u2026"
@@ -649,7 +792,7 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("A reply is still being generated: press Esc first.", severity="warning")
             return
         messages = list(engine.messages)
@@ -664,18 +807,34 @@ class SpecChatApp(App[None]):
             self.notify("Nothing to regenerate yet: send a message first.")
 
     def action_new_chat(self) -> None:
-        if self._generating:
-            if self.engine is not None:
-                self.engine.controls.request_stop()
-            self._after_turn.append(self._new_chat_now)
+        """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).
+
+        A notice, not a confirmation: nothing is lost (the conversation, with its partial reply, stays in
+        history, and messages queued for after the reply go back to the prompt), and a dialog would put a
+        step in front of an action the user asked for by name.
+        """
+        if not self.host.generating:
+            self._new_chat_now()
             return
-        self._new_chat_now()
+        if self._new_chat_now in self._after_turn:
+            return  # already stopping for a new chat
+        if self.engine is not None:
+            self.engine.controls.request_stop()
+        if self._current is not None:
+            self._current.border_subtitle = "stopping\u2026 then a new chat"
+        note = "Stopping the reply, then starting a new chat; this one stays in history (ctrl+o)."
+        queued = self._unqueue_to_prompt()
+        if queued:
+            note += f" {queued} queued message{'s' if queued > 1 else ''} went back to the prompt."
+        self.notify(note, title="New chat", timeout=6)
+        self._after_turn.append(self._new_chat_now)
 
     def _new_chat_now(self) -> None:
+        self._conversation_deleted = False
         self._end_edit(restore=True)
         if self.engine is not None:
-            self.engine.reset(_setting(self.settings, "system_prompt", "") or None)
-        self._pending_messages = None
+            self.engine.reset(self.settings.system_prompt or None)
+        self.host.pending_messages = None
         self.conversation_id = None
         self.chat.remove_children()
         self.notify("New chat.", timeout=2)
@@ -683,29 +842,30 @@ class SpecChatApp(App[None]):
     def _chat_markdown(self) -> str:
         lines = ["# specchat conversation", ""]
         for widget in self.chat.children:
-            if isinstance(widget, UserMessage):
+            if isinstance(widget, UserMessage) and widget not in self._queued:
                 lines += ["## You", "", widget.text, ""]
             elif isinstance(widget, AssistantMessage):
                 lines += ["## Assistant" + (" (stopped)" if widget.stopped else ""), "", widget.reply_text, ""]
         return "\n".join(lines)
 
     def action_export(self) -> None:
+        """Write this chat as Markdown into the exports directory (:func:`specchat.history.write_export`)."""
         try:
             if self.history_store is not None and self.conversation_id is not None:
-                text = self.history_store.export_markdown(self.conversation_id)
-                stem = f"specchat-{self.conversation_id}"
+                conv_id = self.conversation_id
+                text = self.history_store.export_markdown(conv_id)
+                title = self.history_store.get_conversation(conv_id).title
             else:
-                if not any(isinstance(w, UserMessage) for w in self.chat.children):
+                users = [w for w in self.chat.children if isinstance(w, UserMessage)]
+                if not users:
                     self.notify("Nothing to export yet.")
                     return
-                text = self._chat_markdown()
-                stem = "specchat-chat"
-            path = unique_path(self.export_dir, stem, ".md")
-            path.write_text(text, encoding="utf-8")
+                conv_id, text, title = None, self._chat_markdown(), default_title(users[0].text)
+            path = write_export(self.export_dir, conv_id, title, text)
         except Exception as exc:
-            self.notify(f"Could not export: {describe_exception(exc)}", severity="error")
+            self.notify(f"Could not export: {describe_exception(exc)}", severity="error", markup=False)
             return
-        self.notify(f"Exported to {path}", title="Export")
+        self.notify(f"Exported to {path}", title="Export", markup=False)
 
     def action_copy_reply(self) -> None:
         replies = [r for r in self.assistant_messages() if r.reply_text]
@@ -728,10 +888,19 @@ class SpecChatApp(App[None]):
         self.sidebar.show_controls(state)
         self.sidebar.show_pair(self.engine.info() if self.engine else None, state)
         if note:
-            self.notify(note + (" (from the next step)" if self._generating else ""), timeout=2)
+            self.notify(note + (" (from the next step)" if self.host.generating else ""), timeout=2)
+
+    def _speculation_engine(self) -> ChatEngine | None:
+        """The engine, if its speculation settings can change here; else None, having said why (a
+        llama-server sets them with its own flags: :attr:`Controls.fixed`)."""
+        engine = self._engine_or_explain()
+        if engine is not None and engine.controls.fixed:
+            self.notify(engine.controls.fixed, severity="warning", timeout=6)
+            return None
+        return engine
 
     def set_k(self, k: int) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         k = max(0, min(K_MAX, int(k)))
@@ -744,27 +913,27 @@ class SpecChatApp(App[None]):
         self._controls_changed(note)
 
     def action_k_up(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k >= K_MAX:
             self.notify(f"K is at its maximum ({K_MAX}).", timeout=2)
             return
         self.set_k(state.k + 1)
 
     def action_k_down(self) -> None:
-        state = self.control_state()
-        if state is None:
-            self._engine_or_explain()
+        engine = self._speculation_engine()
+        if engine is None:
             return
+        state = engine.controls.snapshot()
         if state.k <= 0:
             self.notify("K is 0 already (no drafting).", timeout=2)
             return
         self.set_k(state.k - 1)
 
     def action_toggle_speculation(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -776,7 +945,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"speculation {'off' if state.speculative else 'on'}")
 
     def action_toggle_auto_k(self) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         state = engine.controls.snapshot()
@@ -784,7 +953,7 @@ class SpecChatApp(App[None]):
         self._controls_changed(f"auto-K {'off' if state.auto_k else 'on'}")
 
     def set_drafter(self, name: str) -> None:
-        engine = self._engine_or_explain()
+        engine = self._speculation_engine()
         if engine is None:
             return
         engine.controls.set_drafter(name)
@@ -824,56 +993,22 @@ class SpecChatApp(App[None]):
         self.notify(f"Finished replies: {'Markdown' if self.markdown_view else 'tokens'} view", timeout=2)
 
     # -- model switching (command palette) -------------------------------------------------------------
-    def model_choices(self) -> list[tuple[str, str, str, str]]:
-        """(label, target, draft, help) for the palette: the bundled pair and every preset pair.
-
-        ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
-        :mod:`specchat.models.registry`).
-        """
-        choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
-        try:
-            from specchat.models.presets import PRESET_PREFIX, PRESETS
-        except ImportError:
-            return choices
-        for name, preset in PRESETS.items():
-            choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
-        return choices
-
     def switch_model(self, target: str, draft: str, label: str) -> None:
-        """Load another pair (in the loading thread); the conversation carries over to it."""
-        if self.make_factory is None or self.settings is None:
+        """Load another pair (on the engine thread); the conversation carries over to it."""
+        if self.make_factory is None:
             self.notify("Switching models is not available in this session.", severity="warning")
             return
-        if self._generating or not self._load_done.is_set():
+        if self.host.generating or self.host.loading:
             self.notify("Wait for the reply or the loading to finish first.", severity="warning")
             return
-        data_dir = None
-        fn = getattr(self.settings, "effective_data_dir", None)
-        if callable(fn):
-            data_dir = fn()
         try:  # files missing? say what to run instead of unloading a working model
-            from specchat.models.registry import resolve_pair
-
-            resolve_pair(target, draft, data_dir)
+            resolve_pair(target, draft, self.settings.effective_data_dir())
         except UserError as exc:
             self.notify(f"{label}: {exc}", severity="warning", timeout=12)
             return
-        except ImportError:
-            pass
-        update = {"target": target, "draft": draft}
-        if hasattr(self.settings, "model_copy"):
-            new_settings = self.settings.model_copy(update=update)
-        else:
-            new_settings = copy.copy(self.settings)
-            for key, value in update.items():
-                setattr(new_settings, key, value)
-        factory = self.make_factory(new_settings)
-        old = self.engine
-        if old is not None:
-            self._pending_messages = list(old.messages)
-        self.engine = None
-        self._loaded_engine = None
-        self.settings = new_settings
+        self.settings = self.settings.model_copy(update={"target": target, "draft": draft})
+        factory = self.make_factory(self.settings)
+        old = self.host.unload()
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         self.notify(f"Loading {label}\u2026")
@@ -881,31 +1016,17 @@ class SpecChatApp(App[None]):
 
     # -- shutdown -----------------------------------------------------------------------------------------
     async def _shutdown_engine(self) -> None:
-        """Stop the reply, wait for the worker threads, close the engine. Idempotent."""
-        self._shutting_down = True
-        engine = self.engine or self._loaded_engine
-        if engine is not None:
-            engine.controls.request_stop()
-        await asyncio.to_thread(self._turn_done.wait)
-        if self._generating:
-            # the reply this shutdown stopped, whose TurnFinished is not handled yet (the app may exit first):
-            # save it now, marked stopped; if on_turn_finished still runs, its save changes nothing
-            self._save_history()
-        await asyncio.to_thread(self._load_done.wait)
-        engine = self.engine or self._loaded_engine
-        loop = asyncio.get_running_loop()
-        if engine is not None and not self._engine_closed:
-            self._engine_closed = True
-            await loop.run_in_executor(self._engine_executor, engine.close)
-        await asyncio.to_thread(self._engine_executor.shutdown, True)  # the engine thread ends with the app
+        """Stop the reply, wait for the engine thread, close the engine (:meth:`EngineHost.shutdown`); the
+        reply this stopped is saved, marked stopped, even if its end is never handled. Idempotent."""
+        await self.host.shutdown(save_stopped=self._save_history)
 
     def action_quit(self) -> None:
-        """Stop the reply, then exit once the worker threads are done (the UI stays live meanwhile)."""
-        if self._shutting_down:
+        """Stop the reply, then exit once the engine thread is done (the UI stays live meanwhile)."""
+        if self.host.closing:
             return
-        if self._generating:
+        if self.host.generating:
             self.notify("Stopping the reply\u2026", timeout=2)
-        if not self._load_done.is_set():
+        if self.host.loading:
             self.notify("Waiting for the model to finish loading, then quitting\u2026", timeout=5)
         self.run_worker(self._quit_after_shutdown(), group="quit", name="quit", exit_on_error=False)
 
@@ -913,7 +1034,53 @@ class SpecChatApp(App[None]):
         try:
             await self._shutdown_engine()
         finally:
-            self.exit()
+            self.exit(return_code=self._exit_code)
+
+    def _add_signal_handlers(self) -> None:
+        from specchat.signals import STOP_SIGNALS
+
+        loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_stop_signal, int(sig))
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such support
+                continue
+            self._signals_added.append(int(sig))
+
+    def _on_stop_signal(self, signum: int) -> None:
+        """SIGINT / SIGTERM / SIGHUP: quit like ctrl+q (the partial reply is saved, marked stopped)."""
+        import os
+        import signal
+
+        if not self.host.closing:
+            self._exit_code = 128 + signum
+        if signum == getattr(signal, "SIGHUP", None):
+            self._stop_and_save_now()
+            if self._running_in_terminal and self._hangup_watchdog is None:
+                self._hangup_watchdog = threading.Timer(HANGUP_EXIT_S, os._exit, args=(128 + signum,))
+                self._hangup_watchdog.daemon = True
+                self._hangup_watchdog.start()
+        self.action_quit()
+
+    async def run_async(self, *args: Any, **kwargs: Any) -> Any:
+        """Textual's ``run_async`` (what ``run`` runs in a terminal; Pilot tests do not), marking that a SIGHUP
+        may arm the exit watchdog, and disarming it once the app has ended normally."""
+        self._running_in_terminal = True
+        try:
+            return await super().run_async(*args, **kwargs)
+        finally:
+            if self._hangup_watchdog is not None:
+                self._hangup_watchdog.cancel()
+
+    def _stop_and_save_now(self) -> None:
+        """Stop the reply, wait for the engine thread to end the turn (one draft/verify round), save the
+        conversation: all before the event loop draws anything again (see the module docstring)."""
+        if self.host.stop_turn_and_wait(timeout=HANGUP_EXIT_S):
+            self._save_history()
 
     async def on_unmount(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in self._signals_added:
+            loop.remove_signal_handler(sig)
+        self._signals_added.clear()
         await self._shutdown_engine()

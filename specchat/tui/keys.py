@@ -7,7 +7,10 @@ both are natural to write):
 - ``key -> binding id``: ``"ctrl+k" = "k_up"`` (several keys may name the same id).
 
 Either way the given keys *replace* the default keys of that binding. Entries naming no known id are
-reported once in the app (with the list of ids) and ignored.
+reported once in the app (with the list of ids) and ignored. A key given to a binding that another
+binding also has (by default or by the keymap) is reported too: Textual would silently take it from the
+other binding (``BindingsMap.apply_keymap``), or, between the app and the prompt, the app's priority
+binding would shadow the prompt's.
 """
 
 from __future__ import annotations
@@ -29,28 +32,38 @@ class KeySpec:
     priority: bool = True  # checked before the focused widget (TextArea binds f6/f7 itself)
 
 
+#: Every function has a key that is not an F-key too (GNOME Terminal takes F1, macOS needs fn for F-keys):
+#: ctrl+g help (as in nano), ctrl+b sidebar (as in VS Code), ctrl+up/down K, ctrl+t speculation, and alt+letter
+#: for the display toggles (terminals send alt+x as ESC x; macOS Terminal needs "Use Option as Meta key").
+#: ctrl letters the prompt (a TextArea) uses for editing (a e w d x c v u k z y) are left to it.
 APP_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("help", "f1", "help", "Help", "this help: keys, colours, binding ids"),
-    KeySpec("k_down", "f3", "k_down", "K\u2212", "draft length K down (applies at the next step)"),
-    KeySpec("k_up", "f4", "k_up", "K+", "draft length K up (applies at the next step)"),
-    KeySpec("toggle_speculation", "f5", "toggle_speculation", "Spec", "speculation on / off (next step)"),
-    KeySpec("toggle_auto_k", "f6", "toggle_auto_k", "Auto-K", "let the cost model choose K"),
-    KeySpec("toggle_ghosts", "f7", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens"),
-    KeySpec("toggle_markdown", "f8", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens"),
-    KeySpec("copy_reply", "f9", "copy_reply", "Copy", "copy the last reply (never the ghosts)"),
+    KeySpec("help", "ctrl+g,f1", "help", "Help", "this help: keys, colours, binding ids"),
+    KeySpec("toggle_sidebar", "ctrl+b,f2", "toggle_sidebar", "Sidebar",
+            "show / hide the statistics sidebar (hidden by itself when the terminal is narrow)"),
+    KeySpec("k_down", "f3,ctrl+down", "k_down", "K\u2212", "draft length K down (applies at the next step)", show=False),
+    KeySpec("k_up", "f4,ctrl+up", "k_up", "K+", "draft length K up (applies at the next step)", show=False),
+    KeySpec("toggle_speculation", "f5,ctrl+t", "toggle_speculation", "Spec", "speculation on / off (next step)",
+            show=False),
+    KeySpec("toggle_auto_k", "f6,alt+k", "toggle_auto_k", "Auto-K", "let the cost model choose K", show=False),
+    KeySpec("toggle_ghosts", "f7,alt+g", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens", show=False),
+    KeySpec("toggle_markdown", "f8,alt+m", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens",
+            show=False),
+    KeySpec("copy_reply", "f9,alt+c", "copy_reply", "Copy", "copy the last reply (never the ghosts)", show=False),
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
-    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again"),
-    KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation"),
-    KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats"),
-    KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown"),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again", show=False),
+    KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation (during a reply: stops it first)",
+            show=False),
+    KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats", show=False),
+    KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown", show=False),
     # as in chat apps: only in an *empty, focused* prompt (SpecChatApp.check_action); anywhere else the key
     # keeps its own meaning (up moves the prompt's cursor, scrolls the chat)
     KeySpec(
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
+    KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
@@ -92,4 +105,34 @@ def resolve_keymap(keymap: Mapping[str, str] | None) -> tuple[dict[str, str], li
             key = key.strip()
             if key and key not in result.setdefault(binding_id, []):
                 result[binding_id].append(key)
+    problems.extend(_clashes(result))
     return {binding_id: ",".join(keys) for binding_id, keys in result.items()}, problems
+
+
+def _clashes(remapped: Mapping[str, list[str]]) -> list[str]:
+    """One line per key the keymap gives to a binding while another binding still has it."""
+    specs = {spec.id: spec for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    keys_of = {
+        binding_id: remapped.get(binding_id) or [k.strip() for k in spec.keys.split(",")]
+        for binding_id, spec in specs.items()
+    }
+    problems: list[str] = []
+    for binding_id, keys in remapped.items():
+        for key in keys:
+            for other, other_keys in keys_of.items():
+                if other == binding_id or key not in other_keys:
+                    continue
+                if other in remapped:  # both given the key by the keymap: report the pair once
+                    if other < binding_id:
+                        problems.append(
+                            f"keymap gives {key} to both {other} and {binding_id}; only one can have it: "
+                            "give each its own key"
+                        )
+                    continue
+                rest = [k for k in other_keys if k != key]
+                kept = f"keeps {', '.join(rest)}" if rest else "has no key left"
+                problems.append(
+                    f"keymap gives {key} to {binding_id}, but it is also {other}'s default key: {binding_id} gets "
+                    f"it and {other} {kept}; to keep both, give {binding_id} another key"
+                )
+    return problems

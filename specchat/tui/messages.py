@@ -1,6 +1,6 @@
-"""Messages posted from worker threads to the app (``post_message`` is thread-safe and non-blocking).
+"""Messages the engine thread posts to the app (``post_message`` is thread-safe and non-blocking).
 
-The generation worker posts at most ~30 :class:`PiecesBatch` and :class:`StatsUpdated` a second; stats
+The turn's pump (:func:`specchat.tui.generation.pump_turn`) posts at most ~15 :class:`PiecesBatch` and ~4 :class:`StatsUpdated` a second; stats
 messages coalesce (``can_replace``) so a busy UI only ever draws the newest numbers.
 """
 

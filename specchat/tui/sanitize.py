@@ -1,43 +1,36 @@
-"""Neutralise model output before it reaches the terminal.
+"""Untrusted text in widgets: always as text, never parsed as markup, never with a raw control character.
 
-A model can emit any character, including ESC (``\\x1b``), which a terminal would interpret as the start of
-an escape sequence (cursor moves, colour changes, OSC 52 clipboard writes, title changes...). Textual
-draws through its own compositor, so raw bytes do not reach the terminal as such, but we still neutralise
-everything that is not printable text so that what the user sees is exactly what the model wrote:
+Textual parses a plain ``str`` as content markup almost everywhere: ``Static("...")``, ``border_title`` and
+``border_subtitle``, ``notify(...)``, DataTable cells (Rich markup). A title like ``x [/bold] y`` then raises
+``MarkupError`` (the history browser crashed on it) and ``[link=...]`` or ``[@click=...]`` would be acted on. So
+anything model- or user-supplied (titles, message text, model and file names, error messages, stop reasons,
+theme names) reaches a widget only through these helpers, which apply :func:`specchat.sanitize.sanitize`
+(control characters made visible, see that module) and wrap the result in a markup-free object:
 
-- C0 controls (U+0000..U+001F) except ``\\n``, ``\\t`` and ``\\r`` and DEL (U+007F) become their visible
-  Unicode *Control Pictures* (U+2400 + code, U+2421 for DEL), so ``\\x1b[31m`` shows as ``␛[31m``;
-- ``\\r`` is dropped (``\\r\\n`` line ends arrive split over two tokens; a lone CR would only move the cursor);
-- C1 controls (U+0080..U+009F, e.g. the single-character CSI U+009B) become U+FFFD;
-- bidirectional overrides and isolates (U+202A..U+202E, U+2066..U+2069; "Trojan Source", CVE-2021-42574)
-  become U+FFFD, so a reply cannot reorder how the rest of the line is displayed.
+- :func:`text` -> :class:`~textual.content.Content` for ``Static``, ``update`` and border (sub)titles;
+- :func:`cell` -> :class:`rich.text.Text` for DataTable cells;
+- notifications: :meth:`specchat.tui.app.SpecChatApp.notify` sanitises every message and title and never
+  parses markup.
 """
 
 from __future__ import annotations
 
-import re
+from rich.text import Text
+from textual.content import Content
 
-_BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+from specchat.sanitize import sanitize, sanitize_line
 
-_TABLE: dict[int, str | None] = {}
-for _code in range(0x20):
-    if _code not in (0x09, 0x0A):
-        _TABLE[_code] = chr(0x2400 + _code)
-_TABLE[0x0D] = None  # type: ignore[assignment]  # str.translate deletes characters mapped to None
-_TABLE[0x7F] = "\u2421"
-for _code in range(0x80, 0xA0):
-    _TABLE[_code] = "\ufffd"
-for _ch in _BIDI:
-    _TABLE[ord(_ch)] = "\ufffd"
-
-_NEEDS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f" + _BIDI + "]")
+__all__ = ["cell", "sanitize", "sanitize_line", "text"]
 
 
-def sanitize(text: str) -> str:
-    """Return ``text`` with control characters and escape introducers made visible and inert.
+def text(value: object) -> Content:
+    """``value`` as inert, markup-free content that keeps its lines."""
+    return Content(sanitize(str(value)))
 
-    Keeps ``\\n`` and ``\\t``. Fast path: text without anything to replace is returned as is.
-    """
-    if not _NEEDS.search(text):
-        return text
-    return text.translate(_TABLE)
+
+def cell(value: object, width: int | None = None) -> Text:
+    """``value`` as one line of inert, markup-free text for a table cell, cut to ``width`` characters."""
+    line = sanitize_line(value)
+    if width is not None and len(line) > width:
+        line = line[: width - 1] + "\u2026"
+    return Text(line)

@@ -1,7 +1,7 @@
 """Live statistics for the sidebar, computed from the engine's events (pure Python, no Textual).
 
-:class:`LiveStats` is fed by the generation worker (one turn at a time) and hands out immutable
-:class:`StatsSnapshot` objects, which the worker posts to the UI. Definitions follow llama.cpp:
+:class:`LiveStats` is fed by the turn's pump (one turn at a time) and hands out immutable
+:class:`StatsSnapshot` objects, which the pump posts to the UI. Definitions follow llama.cpp:
 
 - acceptance = accepted / drafted (tokens the target kept / tokens proposed, llama.cpp PR #14104);
 - mean accepted length = 1 + accepted / (steps that verified a draft) (``server_slot::print_timings``);
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from specchat.engine.events import CostEstimate, PromptDone, Step, Turn
+from specchat.engine.events import CostEstimate, Figures, KStatus, PromptDone, Step, Turn
 
 WINDOW_S = 1.0
 HISTORY = 60  # points kept for the sparklines
@@ -59,6 +59,12 @@ class StatsSnapshot:
     prompt_ms: float | None = None
     cached_n: int | None = None
     last_turn: Turn | None = None
+    #: the engine's own view of the last round (issue 11): how K was chosen, with its label and why two K
+    #: figures differ; the reply's figures and the recent window's (the cost model's rounds), each from the
+    #: same rounds, with the notes that explain differing numbers. None before the first round.
+    status: KStatus | None = None
+    reply: Figures | None = None
+    recent: Figures | None = None
 
 
 @dataclass
@@ -208,4 +214,7 @@ class LiveStats:
             prompt_ms=self._prompt.prompt_ms if self._prompt else None,
             cached_n=self._prompt.cached_n if self._prompt else None,
             last_turn=self._last_turn,
+            status=step.status if step else None,
+            reply=step.reply if step else None,
+            recent=step.recent if step else None,
         )

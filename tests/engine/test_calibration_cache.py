@@ -129,7 +129,7 @@ def test_the_engine_times_v_once_per_file_and_threads_and_starts_warm_after(tiny
 
 def test_the_loader_keeps_the_cache_in_the_data_dir(tiny_target, tmp_path):
     from specchat.config import Settings
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     settings = Settings(target=str(tiny_target), draft="ngram", threads=1, n_ctx=256, n_predict=4, data_dir=tmp_path)
     first = load_engine(settings, auto_k=True)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from enginekit import N_BATCH, build_decoder, pieces, plain_then_speculative, run_turn, steps
-from specchat.engine import kernels
-from specchat.engine.kernels import AMX_FORMATS, extra_buffer_types_safe, repack_for
-from specchat.engine.model import Model
+from specchat import loading
+from specchat.engine.kernels import AMX_FORMATS
+from specchat.engine.model import Model, extra_buffer_types_safe, system_info
+from specchat.loading import repack_for
 
 from tinymodels import GREEDY_PROMPTS
 
@@ -58,8 +59,7 @@ def test_repack_on_decodes_multi_row_batches_without_crashing_on_this_cpu(bundle
     types on decodes 17- and 65-row batches. On a CPU whose AMX batch kernels crash (this one: AMX_INT8 = 1)
     that only works because the model decodes them one row at a time; elsewhere the batches are real."""
     script = textwrap.dedent(f"""
-        from specchat.engine.kernels import extra_buffer_types_safe
-        from specchat.engine.model import Model
+        from specchat.engine.model import Model, extra_buffer_types_safe
         m = Model({str(bundled_model)!r}, n_ctx=512, n_batch=128, threads=1, repack=True)
         ctx = m.tokenize("<|im_start|>user\\nHello<|im_end|>\\n<|im_start|>assistant\\n")
         m.decode(ctx, logits_last=1)
@@ -109,12 +109,12 @@ def test_speculation_on_a_row_by_row_target_is_still_exact_and_costs_k_plus_1_ro
     ],
 )
 def test_repack_auto_uses_one_row_kernels_only_where_they_pay(monkeypatch, setting, weights, speculates, safe, want):
-    monkeypatch.setattr(kernels, "extra_buffer_types_safe", lambda: safe)
+    monkeypatch.setattr(loading, "extra_buffer_types_safe", lambda: safe)
     assert repack_for(setting, weights, speculates) is want
 
 
 def test_extra_buffer_types_follow_what_this_build_uses_on_this_cpu():
-    assert extra_buffer_types_safe() == ("AMX_INT8 = 1" not in kernels.system_info())
+    assert extra_buffer_types_safe() == ("AMX_INT8 = 1" not in system_info())
     assert {"Q4_0", "Q4_1", "Q8_0"} <= AMX_FORMATS and "F16" not in AMX_FORMATS
 
 
@@ -131,7 +131,7 @@ def test_threads_and_threads_batch_reach_the_context(tiny_target):
 
 def test_loader_applies_threads_batch_and_the_repack_setting(tiny_target):
     from specchat.config import Settings
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
     s = load_engine(Settings(target=str(tiny_target), draft="none", threads=1, threads_batch=2, repack="off", n_ctx=128))
     try:
@@ -167,9 +167,9 @@ def test_repack_auto_gives_the_one_row_kernels_to_sessions_that_do_not_speculate
     bundled Q4_1 gets llama.cpp's repacked layouts exactly when the session will not verify batches: no
     drafter, or a fixed K = 0."""
     from specchat.config import Settings
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
 
-    monkeypatch.setattr(kernels, "extra_buffer_types_safe", lambda: False)
+    monkeypatch.setattr(loading, "extra_buffer_types_safe", lambda: False)
     s = load_engine(Settings(target=str(bundled_model), draft=draft, k=k, auto_k=auto_k, threads=1, n_ctx=256))
     try:
         assert s.decoder.target.repack is one_row

@@ -21,7 +21,7 @@ from specchat.cli import main
 from specchat.config import Settings
 from specchat.engine.chat import ChatSession
 from specchat.engine.events import EngineError, Piece, PromptDone, Turn
-from specchat.engine.loader import load_engine
+from specchat.loading import load_engine
 from specchat.engine.model import Model
 from specchat.errors import UserError
 

@@ -877,7 +877,9 @@ def test_turn_counters_wall_time_and_plain_turn() -> None:
     turn = tc.to_turn(predicted_ms=125.0, stop_reason="length")
     assert turn.predicted_n == 10 and turn.predicted_ms == 125.0
     assert turn.predicted_per_second == pytest.approx(80.0)
-    assert turn.draft_n == 0 and turn.acceptance == 0.0 and turn.mean_len == 1.0
+    # nothing drafted: no acceptance (None, not 0: it does not exist); llama.cpp's mean len is 1
+    assert turn.draft_n == 0 and turn.acceptance is None and turn.mean_len == 1.0
+    assert turn.acceptance_line() == "draft acceptance: no tokens were drafted"
     assert turn.accepted_per_pos == [] and turn.n_spec_steps == 0
     empty = TurnCounters().to_turn()
     assert empty.predicted_per_second == 0.0 and empty.draft_ms_per_step == 0.0
@@ -896,8 +898,8 @@ def test_turn_counters_reject_inconsistent_rounds() -> None:
 
 
 def test_rolling_tok_per_s_is_time_weighted_over_a_window() -> None:
-    r = Rolling(window_ms=100.0, acceptance_steps=3)
-    assert r.tok_per_s == 0.0 and r.acceptance == 0.0 and r.mean_len == 1.0
+    r = Rolling(window_ms=100.0)
+    assert r.tok_per_s is None  # no round yet: no speed (not 0.0)
     r.add_step(emitted=1, t_step_ms=90.0)
     r.add_step(emitted=9, t_step_ms=10.0)
     # 10 tokens in 100 ms = 100 tok/s (the mean of per-step rates would be 455)
@@ -908,20 +910,8 @@ def test_rolling_tok_per_s_is_time_weighted_over_a_window() -> None:
     assert r.tok_per_s == pytest.approx(25 / 100 * 1000)
     r.add_step(emitted=1, t_step_ms=500.0)  # one long step covers the window alone
     assert r.tok_per_s == pytest.approx(2.0)
-
-
-def test_rolling_acceptance_over_recent_drafting_steps() -> None:
-    r = Rolling(window_ms=1000.0, acceptance_steps=3)
-    r.add_step(emitted=1, t_step_ms=10.0, drafted=4, accepted=0)
-    r.add_step(emitted=1, t_step_ms=10.0)  # a plain step does not count for acceptance
-    r.add_step(emitted=5, t_step_ms=10.0, drafted=4, accepted=4)
-    r.add_step(emitted=3, t_step_ms=10.0, drafted=4, accepted=2)
-    assert r.acceptance == pytest.approx(6 / 12)
-    r.add_step(emitted=5, t_step_ms=10.0, drafted=4, accepted=4)  # the first (0/4) drops out
-    assert r.acceptance == pytest.approx(10 / 12)
-    assert r.mean_len == pytest.approx(1 + 10 / 3)
     r.reset()
-    assert r.acceptance == 0.0 and r.tok_per_s == 0.0
+    assert r.tok_per_s is None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -977,3 +967,26 @@ def test_auto_k_does_not_jump_past_twice_the_largest_verify_batch_it_timed() -> 
     ramps = [b for a, b in zip(seen, seen[1:]) if b > a]
     assert ramps and all(b <= 2 * max(1, a) for a, b in zip(seen, seen[1:]) if b > a), seen
     assert max(seen) > 8  # it does get there, step by step
+
+
+def test_draft_cost_c_is_the_ratio_of_its_moment_not_the_draft_over_a_later_t1():
+    """c pairs each draft timing with the target time of its moment: a load that doubles both models' times
+    after the draft was timed leaves c = 1 for a self-draft (it read 0.5 when the start-up draft median was
+    divided by the later t1, and auto-K then warmed up a drafter that cannot pay)."""
+    from specchat.engine.telemetry import CostModel
+
+    for how in ("ratio", "ms"):
+        cm = CostModel(timing_window=5)
+        for _ in range(5):
+            cm.observe_plain(10.0)
+        if how == "ratio":
+            cm.observe_draft_ratio("model", 1.0)  # calibration: draft and target timed side by side
+        else:
+            cm.observe_draft_cost("model", 10.0)  # a draft decode timed while t1 was 10 ms
+        assert cm.c("model") == pytest.approx(1.0)
+        for _ in range(5):
+            cm.observe_plain(20.0)  # the machine got busier: the target now takes twice as long
+        assert cm.target_ms() == pytest.approx(20.0)
+        assert cm.c("model") == pytest.approx(1.0), how
+        assert cm.draft_ms_per_token("model") == pytest.approx(20.0)  # shown beside t1: c × t1
+        assert cm.break_even_alpha("model") == math.inf

@@ -25,7 +25,7 @@ from specchat.models.derive import (
     verify_loads,
 )
 from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE
-from specchat.models.registry import bundled_model_path
+from specchat.models.bundled import bundled_model_path
 
 from .clirun import run_cli
 

@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+from specchat.models.bundled import BUNDLED_FILE
 from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_Q8_FILE, SMOLLM2_SKIP_FILE
-from specchat.models.registry import BUNDLED_FILE
 
 from .clirun import run_cli
 

@@ -1,4 +1,4 @@
-"""Model names for users: bundled, paths, preset names, ``preset:NAME`` pairs, derived names."""
+"""Model names for users: bundled, paths, ``preset:NAME`` pairs, derived names; bare preset names refused."""
 
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ def test_bundled_and_paths(tmp_path: Path) -> None:
     assert resolve_model("some/dir/model.gguf") == Path("some/dir/model.gguf")
 
 
-def test_preset_names_resolve_to_files_in_the_data_dir(demo_data_dir: Path) -> None:
+def test_where_one_file_is_asked_a_preset_means_its_target(demo_data_dir: Path) -> None:
     models = demo_data_dir / "models"
-    assert resolve_model("smollm2-f16-q41", demo_data_dir) == models / SMOLLM2_F16_FILE
     assert resolve_model("preset:smollm2-f16-q41", demo_data_dir) == models / SMOLLM2_F16_FILE
-    assert resolve_model("smollm2-layerskip", demo_data_dir) == bundled_model_path()
+    assert resolve_model("preset:smollm2-layerskip", demo_data_dir) == bundled_model_path()
 
 
 def test_derived_names_resolve_with_or_without_suffix(demo_data_dir: Path) -> None:
@@ -35,7 +34,7 @@ def test_derived_names_resolve_with_or_without_suffix(demo_data_dir: Path) -> No
 
 def test_missing_preset_files_say_how_to_get_them(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match=r"run: specchat models pull qwen2\.5-7b$"):
-        resolve_model("qwen2.5-7b", tmp_path)
+        resolve_model("preset:qwen2.5-7b", tmp_path)
     with pytest.raises(ModelFileError, match=r"run: specchat models derive --demo$"):
         resolve_model("preset:smollm2-f16-q41", tmp_path)
     with pytest.raises(ModelFileError, match="unknown preset 'nope'; choose one of"):
@@ -55,11 +54,26 @@ def test_preset_prefix_chooses_the_pair(demo_data_dir: Path) -> None:
     assert (explicit.target, explicit.draft) == (models / SMOLLM2_F16_FILE, models / SMOLLM2_SKIP_FILE)
 
 
-def test_plain_preset_name_is_the_target_only(demo_data_dir: Path) -> None:
-    pair = resolve_pair("smollm2-f16-q41", "ngram", demo_data_dir)
-    assert (pair.target.name, pair.drafter, pair.draft, pair.preset) == (SMOLLM2_F16_FILE, "ngram", None, None)
-    # as a draft, a preset name means the preset's draft file
-    as_draft = resolve_pair("bundled", "smollm2-layerskip", demo_data_dir)
+def test_a_bare_preset_name_is_refused_naming_both_spellings(demo_data_dir: Path) -> None:
+    """Issue 11: ``--target smollm2-f16-q41`` silently meant the F16 file with the n-gram drafter while
+    ``--target preset:smollm2-f16-q41`` meant the pair. One rule now: a preset is ``preset:NAME`` and is the pair;
+    the bare name is refused with both spellings (the app, ``generate`` and ``bench`` all resolve here)."""
+    with pytest.raises(ModelFileError) as err:
+        resolve_pair("smollm2-f16-q41", "ngram", demo_data_dir)
+    assert str(err.value) == (
+        "'smollm2-f16-q41' names a preset, a target + draft pair: give target = 'preset:smollm2-f16-q41' for the "
+        "pair, or the file's name ('SmolLM2-135M-Instruct.F16') for its target alone"
+    )
+    with pytest.raises(ModelFileError, match=r"give target = 'preset:smollm2-layerskip' for the pair, or the file's "
+                       r"name \('SmolLM2-135M-Instruct\.Q4_1\.layerskip-0-5_24-29'\) for its draft alone"):
+        resolve_pair("bundled", "smollm2-layerskip", demo_data_dir)
+    with pytest.raises(ModelFileError, match=r"names a pair: choose it as the target"):
+        resolve_pair("bundled", "preset:smollm2-layerskip", demo_data_dir)
+    # both spellings the message names work: the pair, and the target file alone with the n-gram drafter
+    assert resolve_pair("preset:smollm2-f16-q41", "ngram", demo_data_dir).draft is not None
+    alone = resolve_pair("SmolLM2-135M-Instruct.F16", "ngram", demo_data_dir)
+    assert (alone.target.name, alone.drafter, alone.draft) == (SMOLLM2_F16_FILE, "ngram", None)
+    as_draft = resolve_pair("bundled", "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29", demo_data_dir)
     assert as_draft.draft == demo_data_dir / "models" / SMOLLM2_SKIP_FILE
 
 
@@ -88,5 +102,9 @@ def test_the_q8_ngram_demo_pair_is_the_q8_re_encoding_with_the_ngram_drafter(dem
         demo_data_dir / "models" / SMOLLM2_Q8_FILE, "ngram", None, "smollm2-q8-ngram")
     assert read_gguf_info(pair.target).quantization == "Q8_0"
     assert resolve_pair("preset:smollm2-q8-ngram", "none", demo_data_dir).drafter == "none"
-    with pytest.raises(ModelFileError, match='has no draft file: it drafts with n-gram lookup; use draft = "ngram"'):
+    # its name alone is refused like every bare preset name (issue 11), and says how to get its drafter alone
+    with pytest.raises(ModelFileError, match=r"give target = 'preset:smollm2-q8-ngram' for the pair, or 'ngram' for "
+                                             r"its drafter alone \(n-gram lookup: no file\)$"):
         resolve_pair("bundled", "smollm2-q8-ngram", demo_data_dir)
+    with pytest.raises(ModelFileError, match="names a pair: choose it as the target"):
+        resolve_pair("bundled", "preset:smollm2-q8-ngram", demo_data_dir)

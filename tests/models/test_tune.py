@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specchat.models.presets import SMOLLM2_Q8_FILE
-from specchat.models.tune import Mode, TuneResult, VariantResult, load_results, recommend, save_result
+from specchat.bench.tune import Mode, TuneResult, VariantResult, load_results, recommend, save_result
 
 from .clirun import run_cli
 
@@ -116,7 +116,7 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
     output), verify cost timed, plain chat and copy-heavy run with n-gram and auto-K, a recommendation per
     workload, the result saved and the timings in the calibration cache (the app starts warm on both files)."""
     from specchat.engine.calibration_cache import CalibrationCache
-    from specchat.engine.kernels import extra_buffer_types_safe
+    from specchat.engine.model import extra_buffer_types_safe
 
     data = tmp_path / "data"
     code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "Q8_0",
@@ -149,7 +149,7 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
     """The bundled Q4_1 and its Q8_0 (already derived by the demo fixture: tune reuses it), timings only: every
     variant's verify cost in words, the one-row AMX variants where this CPU needs them, recommendations from
     the predictions, and the JSON output."""
-    from specchat.engine.kernels import extra_buffer_types_safe
+    from specchat.engine.model import extra_buffer_types_safe
 
     data = tmp_path / "data"
     (data / "models").mkdir(parents=True)

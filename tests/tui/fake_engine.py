@@ -130,6 +130,15 @@ class FakeEngine:
         self._messages.pop()
         return self._generate()
 
+    def select_alternate(self, index: int) -> Message:
+        """As :meth:`ChatSession.select_alternate` (this fake's regenerate keeps no alternates: one version)."""
+        self.calls.append(f"select_alternate:{index}")
+        last = self._messages[-1] if self._messages else None
+        if last is None or last.role != "assistant" or not 0 <= index <= len(last.alternates):
+            raise ValueError(f"no reply version {index}")
+        self._messages[-1] = last.with_version(index)
+        return self._messages[-1]
+
     def edit_last(self, user_text: str) -> Iterator[Event]:
         self.calls.append(f"edit:{user_text}")
         while self._messages and self._messages[-1].role == "assistant":
@@ -309,6 +318,8 @@ class FakeEngine:
             k=self.controls.snapshot().k,
             drafter=self.controls.snapshot().drafter or "",
             speculative=self.controls.snapshot().speculative,
+            k_min=min((s.k for s in steps if s.k), default=0),  # as TurnCounters: the rounds that drafted
+            k_max=max((s.k for s in steps if s.k), default=0),
         )
         self._messages.append(
             Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")

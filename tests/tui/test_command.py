@@ -32,7 +32,7 @@ def test_run_builds_settings_history_and_a_lazy_factory(tmp_path, monkeypatch):
         seen["app"] = self
 
     monkeypatch.setattr(SpecChatApp, "run", fake_run)
-    monkeypatch.delitem(sys.modules, "specchat.engine.loader", raising=False)
+    monkeypatch.delitem(sys.modules, "specchat.loading", raising=False)
     args = build_parser().parse_args(["--config", str(config), "--data-dir", str(tmp_path / "data"), "--draft", "none"])
     assert tui_command.run(args) == 0
     app = seen["app"]
@@ -40,7 +40,7 @@ def test_run_builds_settings_history_and_a_lazy_factory(tmp_path, monkeypatch):
     assert isinstance(app.history_store, HistoryStore)
     assert app.history_store.path == tmp_path / "data" / "history.sqlite3"
     assert app.user_theme_dir == config.parent
-    assert "specchat.engine.loader" not in sys.modules  # the factory has not run: nothing loaded yet
+    assert "specchat.loading" not in sys.modules  # the factory has not run: nothing loaded yet
 
 
 def test_no_history_flag_and_unusable_database_turn_history_off(tmp_path):

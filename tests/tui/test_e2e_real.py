@@ -1,7 +1,7 @@
 """End-to-end Pilot tests with the real engine: the tiny generated pair and the bundled SmolLM2.
 
 The engine is built exactly as ``specchat`` builds it (:func:`specchat.commands.tui.make_factory` ->
-``specchat.engine.loader.load_engine``). To change K or speculation *mid-reply* deterministically, the real
+``specchat.loading.load_engine``). To change K or speculation *mid-reply* deterministically, the real
 engine's event stream is wrapped by :class:`Holding`, which pauses the consuming worker right after the n-th
 Step (the engine itself is suspended between two rounds, exactly where a UI change lands in real use) and
 records every Step the engine emits.
@@ -10,17 +10,20 @@ records every Step the engine emits.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from enginekit import TINY_NEAR_TIE, VerifiedRows, assert_same_greedy_reply_up_to_near_ties
 from tuikit import (
     SIZE,
     drawn_spans,
     reopen_first_saved,
     reply_spans,
     saved_messages,
+    screen_text,
     send,
     settle,
     style_colour,
@@ -222,9 +225,11 @@ async def test_tiny_pair_edit_last_message_replaces_the_exchange_in_chat_and_his
         await wait_ready(pilot)
         assert app.engine_error is None, app.engine_error
         engine: Holding = box["engine"]
+        rows = VerifiedRows(engine.engine.decoder.target)
         await send(pilot, greedy_prompts[0])
         await settle(pilot)
         old_reply = engine.messages[-1].content
+        rows.take()  # only the edited reply's rows from here
         prompt = app.query_one(PromptInput)
         await pilot.press("up")
         assert prompt.text == greedy_prompts[0]
@@ -241,12 +246,20 @@ async def test_tiny_pair_edit_last_message_replaces_the_exchange_in_chat_and_his
         assert saved_messages(history_store, conv_id) == turns
         _, saved = history_store.load(conv_id)
         assert saved[-1].tokens == edited.tokens
-        # nothing of the replaced exchange stayed in the model's context: a fresh chat replies the same (greedy)
+        edited_rows = rows.take()
+        edited_start = len(engine.engine.template.tokens(engine.messages[:-1]))
+        # nothing of the replaced exchange stayed in the model's context: a fresh chat replies the same (greedy),
+        # up to a near-tie of batch-size numerics (specchat.engine.chat, "Greedy replies and batch sizes")
         await pilot.press("ctrl+n")
         await pilot.pause()
         await send(pilot, greedy_prompts[3])
         await settle(pilot)
-        assert engine.messages[-1].tokens == edited.tokens
+        fresh = engine.messages[-1].tokens
+        fresh_start = len(engine.engine.template.tokens(engine.messages[:-1]))
+        assert fresh_start == edited_start
+        assert_same_greedy_reply_up_to_near_ties(
+            (edited_rows, edited_start, edited.tokens), (rows.take(), fresh_start, fresh), TINY_NEAR_TIE
+        )
 
 
 async def test_tiny_pair_reply_reopened_from_history_keeps_its_token_colours(
@@ -277,6 +290,42 @@ async def test_tiny_pair_reply_reopened_from_history_keeps_its_token_colours(
         for kind, text, styles in drawn:
             if text.strip():
                 assert {style_colour(s) for s in styles} == {token_colour(app, kind)}, (kind, text)
+
+
+async def test_ready_shows_only_once_a_message_can_be_sent(tmp_path, tiny_target):
+    """The real loader has made every progress report (its last one said "ready": "loading 100 %: ready")
+    but the app has no engine yet: nothing on screen says ready, and a message is refused (kept in the
+    prompt). A pty test sent a message on that text and was refused. Once the engine is in use, "ready"."""
+    settings = _settings(tmp_path, tiny_target, "ngram", threads=1)
+    real_factory = make_factory(settings)
+    reported, release = threading.Event(), threading.Event()
+    texts: list[str] = []
+
+    def factory(progress):
+        engine = real_factory(lambda fraction, what: (texts.append(what), progress(fraction, what)))
+        reported.set()
+        release.wait(60)
+        return engine
+
+    app = SpecChatApp(factory, settings, None, export_dir=tmp_path)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            assert await asyncio.to_thread(reported.wait, 60)
+            for _ in range(5):
+                await pilot.pause()
+            assert texts and app.engine is None
+            assert not re.search(r"\bready\b", screen_text(app)), screen_text(app)
+            assert "ready" not in app.sidebar.status_text
+            await send(pilot, "hello")
+            assert app.query_one(PromptInput).text == "hello"  # refused, kept
+            release.set()
+            await wait_ready(pilot)
+            assert re.search(r"\bready\b", screen_text(app)) and app.sidebar.status_text == "ready"
+            await send(pilot, "hello")
+            await settle(pilot)
+            assert app.query_one(PromptInput).text == "" and len(app.engine.messages) >= 2
+    finally:
+        release.set()
 
 
 async def test_bad_model_path_is_shown_in_the_app(tmp_path):

@@ -36,3 +36,63 @@ def test_main_screen_mid_reply(snap_compare, theme):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=TERMINAL, run_before=run_before)
+
+
+# -- small terminals (issue 9): every screen at 60x20 and 80x24 -----------------------------------------------
+
+SMALL = [(60, 20), (80, 24)]
+
+
+def _small_app(tmp_path, history=False):
+    from specchat.history import HistoryStore
+
+    engine = FakeEngine(hold_at_steps=(9,))
+    store = None
+    if history:
+        store = HistoryStore(tmp_path / "history.sqlite3")
+        conv = store.create_conversation(target="fake-target-135M", draft="ngram", system_prompt="")
+        from specchat.engine.protocol import Message
+
+        store.sync(conv, [Message("user", "What is speculative decoding?"), Message("assistant", "A way to go faster.")])
+        with store._conn:  # a fixed date: the browser shows it
+            store._conn.execute("UPDATE conversations SET created = ?, updated = ?", ("2025-01-02T03:04:05", "2025-01-02T03:04:05"))
+            store._conn.execute("UPDATE messages SET created = ?", ("2025-01-02T03:04:05",))
+    app = SpecChatApp(lambda progress: engine, fake_settings(), store, clock=FakeClock(), export_dir=tmp_path)
+    return app, engine
+
+
+@pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_small_chat_mid_reply(snap_compare, size, tmp_path):
+    app, engine = _small_app(tmp_path)
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).cursor_blink = False
+        await send(pilot, "How does speculative decoding work?")
+        await wait_hold(pilot, engine)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SMALL, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", ["help", "history"])  # the palette: test_small_terminal.py
+def test_small_screens(snap_compare, size, screen, tmp_path):
+    app, _ = _small_app(tmp_path, history=screen == "history")
+    keys = {"help": "ctrl+g", "history": "ctrl+o", "palette": "ctrl+p"}
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).cursor_blink = False
+        await pilot.press(keys[screen])
+        for _ in range(3):  # the palette searches in a worker
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+        if screen == "palette":
+            from textual.command import CommandInput
+
+            for field in app.screen.query(CommandInput):
+                field.cursor_blink = False
+            await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

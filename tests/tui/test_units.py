@@ -274,8 +274,31 @@ def test_broken_theme_files_are_reported_and_skipped(tmp_path: Path):
 def test_keymap_accepts_both_orientations_and_reports_unknown_ids():
     keymap, problems = resolve_keymap({"k_up": "ctrl+k", "ctrl+g": "toggle_ghosts", "alt+g": "toggle_ghosts", "x": "nope"})
     assert keymap == {"k_up": "ctrl+k", "toggle_ghosts": "ctrl+g,alt+g"}
-    assert len(problems) == 1 and "nope" in problems[0] and "k_up" in problems[0]
+    assert len(problems) == 2 and "nope" in problems[0] and "k_up" in problems[0]
+    assert problems[1].startswith("keymap gives ctrl+g to toggle_ghosts, but it is also help's default key")
     assert {"send", "newline", "stop", "regenerate", "new_chat", "history", "export", "help"} <= ALL_IDS
+
+
+@pytest.mark.parametrize(
+    ("keymap", "problem"),
+    [
+        ({"ctrl+g": "toggle_ghosts"}, "keymap gives ctrl+g to toggle_ghosts, but it is also help's default key: "
+         "toggle_ghosts gets it and help keeps f1; to keep both, give toggle_ghosts another key"),
+        ({"k_up": "escape"}, "keymap gives escape to k_up, but it is also stop's default key: k_up gets it and stop "
+         "has no key left; to keep both, give k_up another key"),
+        ({"ctrl+j": "k_up"}, "keymap gives ctrl+j to k_up, but it is also newline's default key: k_up gets it and "
+         "newline keeps shift+enter; to keep both, give k_up another key"),
+        ({"k_up": "ctrl+x", "k_down": "ctrl+x"}, "keymap gives ctrl+x to both k_down and k_up; only one can have it: "
+         "give each its own key"),
+    ],
+)
+def test_keymap_reports_a_key_another_binding_also_has(keymap, problem):
+    """Textual resolves such a clash silently (the other binding loses the key); the app says so in one line."""
+    assert resolve_keymap(keymap)[1] == [problem]
+
+
+def test_keymap_that_moves_keys_between_bindings_is_no_clash():
+    assert resolve_keymap({"help": "f1", "ctrl+g": "k_up"}) == ({"help": "f1", "k_up": "ctrl+g"}, [])
 
 
 # -- import hygiene -------------------------------------------------------------------------------------
@@ -287,7 +310,7 @@ def test_tui_modules_do_not_import_llama_cpp_or_engine_internals():
         import sys
         import specchat.tui.app, specchat.commands.tui
         bad = [m for m in sys.modules if m == "llama_cpp" or m.startswith("llama_cpp.") or m in (
-            "specchat.engine.model", "specchat.engine.chat", "specchat.engine.loader", "specchat.engine.speculative")]
+            "specchat.engine.model", "specchat.engine.chat", "specchat.loading", "specchat.engine.speculative")]
         print(",".join(bad))
         """
     )

@@ -1,4 +1,4 @@
-"""Helpers for the TUI tests: settings stand-in, ways to wait for the app's workers, history and drawing probes.
+"""Helpers for the TUI tests: settings for the app, ways to wait for the app's workers, history and drawing probes.
 
 Waiting is by events (the fake engine's holds, Textual's ``workers.wait_for_complete``), never by sleeping
 a fixed time; the timeouts only keep a broken test from hanging the suite.
@@ -7,12 +7,12 @@ a fixed time; the timeouts only keep a broken test from hanging the suite.
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 from fake_engine import FakeEngine
 from textual.color import Color
 
+from specchat.config import Settings
 from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.widgets.token_view import TokenView
@@ -20,11 +20,10 @@ from specchat.tui.widgets.token_view import TokenView
 SIZE = (120, 40)
 
 
-def fake_settings(**kw: Any) -> SimpleNamespace:
-    """A settings-like object with the fields the app reads (the real one is specchat.config.Settings)."""
-    values = dict(theme="specchat-dark", keymap={}, system_prompt="", k=3, auto_k=False)
-    values.update(kw)
-    return SimpleNamespace(**values)
+def fake_settings(**kw: Any) -> Settings:
+    """Real settings for the app under test: the defaults (no config file, no environment) with auto-K off,
+    and ``kw`` on top."""
+    return Settings(**{"auto_k": False, **kw})
 
 
 async def settle(pilot) -> None:
@@ -70,6 +69,11 @@ async def reopen_first_saved(pilot) -> None:
     assert not isinstance(pilot.app.screen, HistoryScreen)
 
 
+def notifications(app) -> list[str]:
+    """The text of every notification the app has shown (toasts)."""
+    return [n.message for n in app._notifications]
+
+
 def saved_messages(store, conv_id: int) -> list[tuple[str, str]]:
     """(role, content) of a conversation as the history database holds it, system prompt left out."""
     _, messages = store.load(conv_id)
@@ -106,3 +110,9 @@ def token_colour(app, kind: str) -> str:
 
 def style_colour(style) -> str | None:
     return style.color.get_truecolor().hex.lower() if style is not None and style.color is not None else None
+
+
+def screen_text(app) -> str:
+    """The characters on the terminal now (every layer composited), one line per row: what a user reads."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip).rstrip() for strip in strips)

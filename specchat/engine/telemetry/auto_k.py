@@ -155,6 +155,7 @@ class AutoK:
         #: the regime: the K used outside probes and calibration rounds
         self.k = self.k_init
         self._drafter: str | None = None
+        self._free = False
         self._cap = self.k_max  # the K bound of the current drafter
         self._streak = 0
         self._dwell = self.min_dwell  # boundaries since the regime last changed (free to move at start)
@@ -170,6 +171,22 @@ class AutoK:
         """Plain rounds between probes while K = 0."""
         return self._interval
 
+    @property
+    def cap(self) -> int:
+        """The largest K auto-K chooses for the current drafter (its kind's cap, at most ``k_max``)."""
+        return self._cap
+
+    @property
+    def dwell(self) -> int:
+        """Step boundaries since K last moved (a move is not reversed before :attr:`dwell_min` of them)."""
+        return self._dwell
+
+    @property
+    def dwell_min(self) -> int:
+        """How long K holds after a move before auto-K may reverse it (``free_dwell`` for a free drafter that
+        chooses its own length, else ``min_dwell``)."""
+        return self.free_dwell if self._free else self.min_dwell
+
     # -- helpers -----------------------------------------------------------------------------------
     def _probe_size(self, cm: CostModel, drafter: str) -> int:
         return max(1, best_k(cm.speedups(drafter, self._cap, alpha=self.probe_alpha)))
@@ -180,19 +197,10 @@ class AutoK:
         cap = max(self.probe_min, min(self.probe_max, int(loss / self.probe_budget)))
         self._interval = min(self.probe_min * 2 ** min(self._fails, 30), cap)
 
-    def _break_even_alpha(self, cm: CostModel, drafter: str) -> float:
-        """The smallest α at which some K would beat plain decoding by ``margin`` (bisection)."""
-        gain = 1.0 + self.margin
-        if max(cm.speedups(drafter, self._cap, alpha=1.0)) <= gain:
-            return 1.0 + 1e-9  # nothing pays, not even α = 1
-        lo, hi = 0.0, 1.0
-        for _ in range(14):
-            mid = 0.5 * (lo + hi)
-            if max(cm.speedups(drafter, self._cap, alpha=mid)) > gain:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+    def break_even_alpha(self, cm: CostModel, drafter: str) -> float:
+        """The smallest α at which some K up to the drafter's cap would beat plain decoding by ``margin``
+        (``math.inf`` when none would, not even at α = 1)."""
+        return cm.break_even_alpha(drafter, self._cap, 1.0 + self.margin)
 
     def _cannot_pay(self, cm: CostModel, drafter: str) -> bool:
         """No K is predicted to beat plain decoding by ``margin`` even at α = ``cannot_pay_alpha``."""
@@ -222,6 +230,7 @@ class AutoK:
             self.reset()
             self._drafter = drafter
             self._cap = self.k_max if k_cap is None else max(1, min(self.k_max, k_cap))
+        self._free = free
         if not free and cm.has_draft_cost(drafter) and self._cannot_pay(cm, drafter):
             # no K beats plain decoding even if every draft were accepted: do not draft at all (no
             # warm-up, no α probes - a model drafter's probe would also have to catch its KV up on
@@ -262,7 +271,7 @@ class AutoK:
             # a probe whose own acceptance would pay is promising: probe again soon to gather evidence
             drafted, accepted = cm.last_draft(drafter)
             alpha_probe = accepted / (accepted + 1) if accepted < drafted else 1.0
-            self._fails = 0 if alpha_probe >= self._break_even_alpha(cm, drafter) else self._fails + 1
+            self._fails = 0 if alpha_probe >= self.break_even_alpha(cm, drafter) else self._fails + 1
             self._set_interval(cm, drafter)
             self._plain = 0
             return KDecision(0, KReason.PROBE_FAILED)
@@ -275,7 +284,7 @@ class AutoK:
             want = self.k
         self._dwell += 1
         direction = (want > self.k) - (want < self.k)
-        dwell = self.free_dwell if free else self.min_dwell
+        dwell = self.dwell_min
         if direction and (direction == self._last_dir or self._dwell > dwell):
             self._streak += 1
             if self._streak >= self.patience:

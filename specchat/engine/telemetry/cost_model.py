@@ -9,26 +9,70 @@ once per round and is cheap (tens of microseconds: the replay curve is one small
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.events import CostEstimate, VerifyCurve
 from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
-from specchat.engine.telemetry.speedup import best_k, speedup_curve
+from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
 from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
 
 
+@dataclass(frozen=True, slots=True)
+class AlphaWindow:
+    """The rounds α is estimated from, as the cost model weights them (see :class:`CostModel`): sums over one
+    drafter's rounds, each weighted by its age in tokens of text - the same weights for every sum, so figures
+    computed from them (α, acceptance, mean accepted length) all describe the same rounds. ``prior_*`` is the
+    part of ``accepted``/``rejections`` that is the prior's pseudo-observations, not evidence."""
+
+    accepted: float  # accepted draft tokens, prior included
+    rejections: float  # rounds whose draft was cut short, prior included
+    drafted: float  # drafted tokens
+    rounds: float  # rounds that asked the drafter for tokens
+    drafting_rounds: float  # of those, rounds that drafted at least one token
+    prior_accepted: float
+    prior_rejections: float
+    half_life: float  # in tokens of text
+
+    @property
+    def alpha(self) -> float | None:
+        """The cost model's α (prior included); None when no round drafted (it would be the prior alone)."""
+        tot = self.accepted + self.rejections
+        return self.accepted / tot if tot > 0.0 and self.drafting_rounds > 0.0 else None
+
+
 class _DrafterStats:
-    __slots__ = ("acc", "rej", "clock", "draft", "spec_steps", "last", "replay")
+    __slots__ = (
+        "acc", "rej", "clock", "draft", "ratio", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
+        "prior_rej",
+    )  # fmt: skip
 
     def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
         # prior as pseudo-observations: prior_weight rejections and the matching accepted count
         self.rej = prior_weight
         self.acc = prior_weight * prior_alpha / (1.0 - prior_alpha)
+        self.prior_rej = self.rej
+        self.prior_acc = self.acc
+        # the other sums of the same rounds, aged with the same factor (AlphaWindow)
+        self.drafted = 0.0
+        self.rounds = 0.0
+        self.drafting = 0.0
         self.clock = clock
         self.draft = RecentMedian(window)  # ms per drafted token
+        self.ratio = RecentMedian(window)  # ms per drafted token / the single-row target ms at that time: c
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
         self.replay = Replay(replay)
+
+    def age(self, f: float) -> None:
+        self.acc *= f
+        self.rej *= f
+        self.prior_acc *= f
+        self.prior_rej *= f
+        self.drafted *= f
+        self.rounds *= f
+        self.drafting *= f
 
 
 class CostModel:
@@ -56,7 +100,13 @@ class CostModel:
     (:class:`~specchat.engine.telemetry.recent.RecentMedian`), robust to the spikes of a shared CPU.
 
     **Draft cost** per drafter: draft ms / drafted tokens (rounds with a draft only). An n-gram lookup
-    measures ~0. Before any measurement: 0 (the first drafting round measures it).
+    measures ~0. Before any measurement: 0 (the first drafting round measures it). c is the median of
+    *ratios*, each draft timing divided by the single-row target time of its moment (the verify table's t1
+    then, or the interleaved target decode of :func:`~specchat.engine.calibration.draft_cost_ratios`), not
+    the draft median over today's t1: a shared CPU's load moves both models' times together, and a draft
+    timed once at start-up divided by a t1 measured later under twice the load read c = 0.5 for a
+    self-draft (c = 1), which let auto-K warm up a drafter that cannot pay (seen as a flaky
+    ``test_auto_k_never_drafts_with_a_draft_as_costly_as_the_target``).
 
     **Verify cost**: :class:`~specchat.engine.telemetry.verify_cost.VerifyCost` (``max_rows``,
     ``timing_window``, ``v_shrink``); single-row samples come from plain rounds and from drafting rounds
@@ -115,8 +165,7 @@ class CostModel:
             tot = st.acc + st.rej
             if tot * f < self.alpha_min_weight:  # age, but keep some evidence: one probe is not all
                 f = min(1.0, self.alpha_min_weight / tot) if tot > 0.0 else 1.0
-            st.acc *= f
-            st.rej *= f
+            st.age(f)
             st.clock = self._clock
         return st
 
@@ -131,9 +180,14 @@ class CostModel:
         rows_verified: int,
         t_overhead_ms: float = 0.0,
         natural: int | None = None,
+        catch_up_ms: float = 0.0,
     ) -> None:
         """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
         the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``catch_up_ms``: the part of ``t_draft_ms`` spent reading context the drafter had missed
+        (:attr:`specchat.engine.drafters.Draft.catch_up_ms`): not a cost per drafted token. The draft cost
+        is then timed on the round's other tokens (its first came out of the catch-up decode), or not at all.
 
         ``natural``: the draft length the drafter would have chosen with no cap (a drafter that decides
         its own length, e.g. n-gram; 0 = it found nothing to propose); None = it always fills K. A round
@@ -147,11 +201,18 @@ class CostModel:
         st = self._stats(drafter)
         if k > 0:
             st.replay.add(drafted, accepted, natural, self._clock)
+            st.rounds += 1.0
         if drafted > 0:
+            st.drafted += drafted
+            st.drafting += 1.0
             st.acc += accepted
             if accepted < drafted:
                 st.rej += 1.0
-            st.draft.add(max(0.0, t_draft_ms) / drafted)
+            if catch_up_ms > 0.0:
+                if drafted > 1:
+                    self._add_draft_ms(st, max(0.0, t_draft_ms - catch_up_ms) / (drafted - 1))
+            else:
+                self._add_draft_ms(st, max(0.0, t_draft_ms) / drafted)
             st.spec_steps += 1
             st.last = (drafted, accepted)
         self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
@@ -163,12 +224,30 @@ class CostModel:
         if not ms_per_token >= 0.0:  # also refuses NaN (the draft's context was full: nothing measured)
             return
         self._curve_key = None
-        self._stats(drafter).draft.add(ms_per_token)
+        self._add_draft_ms(self._stats(drafter), ms_per_token)
+
+    def observe_draft_ratio(self, drafter: str, ratio: float) -> None:
+        """A draft-cost measurement as a ratio to the target's single-row decode timed beside it
+        (:func:`specchat.engine.calibration.draft_cost_ratios`): c itself, free of the load's drift."""
+        if not ratio >= 0.0:
+            return
+        self._curve_key = None
+        st = self._stats(drafter)
+        st.ratio.add(ratio)
+        t1 = self.target_ms()
+        if t1:
+            st.draft.add(ratio * t1)
+
+    def _add_draft_ms(self, st: _DrafterStats, ms_per_token: float) -> None:
+        st.draft.add(ms_per_token)
+        t1 = self.target_ms()
+        if t1:  # paired with the target time of the same moment (see the class docstring: draft cost)
+            st.ratio.add(ms_per_token / t1)
 
     def has_draft_cost(self, drafter: str) -> bool:
         """True once the draft cost of ``drafter`` was measured (by a round or a calibration)."""
         st = self._drafters.get(drafter)
-        return st is not None and st.draft.value is not None
+        return st is not None and (st.draft.value is not None or st.ratio.value is not None)
 
     def observe_verify(self, rows: int, t_ms: float) -> None:
         """A verify-cost measurement outside generation: one target decode of ``rows`` rows took ``t_ms``
@@ -191,10 +270,31 @@ class CostModel:
         tot = st.acc + st.rej
         return st.acc / tot if tot > 0.0 else self.prior_alpha
 
+    def window(self, drafter: str) -> AlphaWindow:
+        """The weighted rounds of ``drafter`` that α comes from (:class:`AlphaWindow`), aged to now."""
+        st = self._stats(drafter) if drafter in self._drafters else None
+        if st is None:
+            acc = self.prior_weight * self.prior_alpha / (1.0 - self.prior_alpha)
+            return AlphaWindow(acc, self.prior_weight, 0.0, 0.0, 0.0, acc, self.prior_weight, self.alpha_half_life)
+        return AlphaWindow(
+            st.acc, st.rej, st.drafted, st.rounds, st.drafting, st.prior_acc, st.prior_rej, self.alpha_half_life
+        )
+
+    def break_even_alpha(self, drafter: str, k_max: int = K_MAX, gain: float = 1.0) -> float:
+        """The smallest α at which some K in 1..``k_max`` beats plain decoding by more than ``gain`` with this
+        drafter's measured c and the measured v(K) (:func:`~specchat.engine.telemetry.speedup.break_even_alpha`:
+        the geometric model, every round drafting K); ``math.inf`` when none does even at α = 1."""
+        return break_even_alpha(self.c(drafter), self.verify.table(), k_max, gain)
+
     def draft_ms_per_token(self, drafter: str) -> float:
+        """The draft's ms per token now: c × t1 once both are known (so draft ms, target ms and c shown
+        together agree), else the measured median; 0 before any measurement."""
         st = self._drafters.get(drafter)
         if st is None:
             return 0.0
+        t1 = self.target_ms()
+        if st.ratio.value is not None and t1:
+            return st.ratio.value * t1
         v = st.draft.value
         return v if v is not None else 0.0
 
@@ -226,7 +326,11 @@ class CostModel:
         return st.last if st else (0, 0)
 
     def c(self, drafter: str) -> float:
-        """c = draft ms per drafted token / single-row target ms (0 before either is measured)."""
+        """c = draft ms per drafted token / single-row target ms: the median of the ratios timed together
+        (class docstring); before any ratio, the draft median over t1; 0 before either is measured."""
+        st = self._drafters.get(drafter)
+        if st is not None and st.ratio.value is not None:
+            return st.ratio.value
         t1 = self.target_ms()
         return self.draft_ms_per_token(drafter) / t1 if t1 else 0.0
 
@@ -265,7 +369,9 @@ class CostModel:
             target_ms_per_token=t1 or 0.0,
             draft_ms_per_token=self.draft_ms_per_token(drafter),
             verify=verify,
+            alpha_to_pay=self.break_even_alpha(drafter, k_max),
+            alpha_is_prior=self.spec_steps(drafter) == 0,
         )
 
 
-__all__ = ["CostModel"]
+__all__ = ["AlphaWindow", "CostModel"]

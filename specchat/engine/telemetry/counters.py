@@ -21,7 +21,11 @@ class TurnCounters:
     Definitions used by :meth:`to_turn`:
 
     * ``draft_n`` = tokens drafted and verified; ``draft_n_accepted`` = of those, kept by the target;
-    * ``acceptance`` = draft_n_accepted / draft_n (0 when nothing was drafted);
+    * ``acceptance`` = draft_n_accepted / draft_n (None when nothing was drafted: it does not exist yet);
+    * ``rejections`` = steps whose draft was cut short (accepted < drafted): with ``draft_n_accepted`` the
+      counts of the per-position α, accepted / (accepted + rejections), the cost model's estimator;
+    * ``asked_steps`` = steps that asked the drafter for tokens (K > 0; it may have proposed none);
+      ``spec_on_steps`` = steps that ran with speculation on (auto-K's plain rounds included);
     * ``mean_len`` = 1 + draft_n_accepted / n_spec_steps, as ``server_slot::print_timings`` prints it
       (n_spec_steps = verify steps that had a draft); 1.0 when no step drafted (one token per step);
     * ``accepted_per_pos[i]`` = steps whose draft position i was accepted / steps that *drafted at least
@@ -32,13 +36,17 @@ class TurnCounters:
       :meth:`finish` (llama-server's ``t_token_generation``), else the sum of step times;
       ``predicted_per_second`` = predicted_n / predicted_ms · 1000;
     * ``draft_ms_per_step`` and ``verify_ms_per_step`` are means over *all* steps, so that
-      draft + verify + overhead per step = step time per step.
+      draft + verify + overhead per step = step time per step;
+    * ``k_min``/``k_max`` = the range of the K of the rounds that asked the drafter (``k`` of
+      :meth:`add_step`, the :class:`Step`'s K; 0/0 when none did): the K a turn used when it changed
+      (auto-K, a key).
     """
 
     __slots__ = (
         "prompt_n", "prompt_ms", "n_steps", "n_spec_steps", "draft_n", "draft_n_accepted",
         "acc_per_pos", "drafted_per_pos", "draft_ms", "verify_ms", "overhead_ms", "step_ms",
-        "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last",
+        "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last", "k_min", "k_max",
+        "rejections", "asked_steps", "spec_on_steps",
     )  # fmt: skip
 
     def __init__(self, prompt_n: int = 0, prompt_ms: float = 0.0) -> None:
@@ -61,6 +69,11 @@ class TurnCounters:
         self.tokens: list[int] = []
         self.kinds: list[PieceKind] = []
         self.last: int | None = None
+        self.k_min = 0
+        self.k_max = 0
+        self.rejections = 0
+        self.asked_steps = 0
+        self.spec_on_steps = 0
 
     def add_step(
         self,
@@ -72,16 +85,28 @@ class TurnCounters:
         t_verify_ms: float = 0.0,
         t_overhead_ms: float = 0.0,
         t_step_ms: float = 0.0,
+        k: int = 0,
+        speculative: bool | None = None,
     ) -> None:
         """Count one draft/verify round (or one plain decode: ``drafted = 0``).
 
         ``emitted`` = tokens this round added to the reply. Accepted positions are the prefix
-        0..accepted-1 of the draft (the acceptance rule stops at the first rejection).
+        0..accepted-1 of the draft (the acceptance rule stops at the first rejection). ``k`` = the K this
+        round asked the drafter for (0 = it was not asked). ``speculative``: the round ran with speculation
+        on (default: it asked the drafter).
         """
         if drafted < 0 or not (0 <= accepted <= drafted) or emitted < 0:
             raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted} emitted={emitted}")
         self.n_steps += 1
+        if speculative if speculative is not None else k > 0:
+            self.spec_on_steps += 1
+        if k > 0:
+            self.asked_steps += 1
+            self.k_min = min(self.k_min, k) if self.k_min else k
+            self.k_max = max(self.k_max, k)
         if drafted > 0:
+            if accepted < drafted:
+                self.rejections += 1
             self.n_spec_steps += 1
             self.draft_n += drafted
             self.draft_n_accepted += accepted
@@ -104,7 +129,7 @@ class TurnCounters:
         self.add_step(
             drafted=step.drafted, accepted=step.accepted, emitted=step.emitted,
             t_draft_ms=step.t_draft_ms, t_verify_ms=step.t_verify_ms,
-            t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms,
+            t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms, k=step.k, speculative=step.speculative,
         )  # fmt: skip
 
     def finish(
@@ -133,8 +158,8 @@ class TurnCounters:
 
     # -- derived figures ---------------------------------------------------------------------------
     @property
-    def acceptance(self) -> float:
-        return self.draft_n_accepted / self.draft_n if self.draft_n else 0.0
+    def acceptance(self) -> float | None:
+        return self.draft_n_accepted / self.draft_n if self.draft_n else None
 
     @property
     def mean_len(self) -> float:
@@ -161,6 +186,7 @@ class TurnCounters:
         k: int = 0,
         drafter: str = "",
         speculative: bool = False,
+        target: str = "",
         **overrides,
     ) -> Turn:
         """The :class:`Turn` event; ``overrides`` may set any of :meth:`finish`'s fields first."""
@@ -192,6 +218,12 @@ class TurnCounters:
             k=k,
             drafter=drafter,
             speculative=speculative,
+            k_min=self.k_min,
+            k_max=self.k_max,
+            target=target,
+            rejections=self.rejections,
+            asked_steps=self.asked_steps,
+            spec_on_steps=self.spec_on_steps,
         )
 
 

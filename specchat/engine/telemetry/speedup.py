@@ -10,13 +10,15 @@ costs one target step":
 
 where α is the per-position acceptance, c = draft ms per drafted token / target ms of a single-row
 decode, and v(K) = target ms of a (K+1)-row verify batch / target ms of a single-row decode. v must be
-measured, not assumed (:mod:`specchat.engine.telemetry.verify_cost`): on this machine the bundled
-SmolLM2 measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). A draft that costs about as
+measured, not assumed (:mod:`specchat.engine.telemetry.verify_cost`): on this machine ``specchat models tune``
+measured v(16) ≈ 6.7 for the bundled SmolLM2 Q4_1 and 2.6 / 3.9 for its F16 / Q8_0 re-encodings (README, "The
+lesson", has the table). A draft that costs about as
 much as the target (c ≈ 1) can never pay, whatever v and α are: S(K) ≤ (K+1) / (K+1).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from specchat.engine.events import CostEstimate
@@ -73,12 +75,31 @@ def best_k(curve: Sequence[float]) -> int:
     return best
 
 
+def break_even_alpha(c: float, v: Sequence[float], k_max: int, gain: float = 1.0) -> float:
+    """The smallest per-position acceptance α at which some K in 1..``k_max`` is predicted to beat plain
+    decoding by more than ``gain`` (S(K) > gain; 1.0 = break-even), with draft cost ``c`` and verify costs
+    ``v`` as in :func:`speedup_curve`; ``math.inf`` when no K does, not even at α = 1 (a draft that costs
+    about as much as the target). S(K) grows with α, so a bisection over α finds it (to 1e-4)."""
+    if max(speedup_curve(1.0, c, v, k_max)) <= gain:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    for _ in range(14):
+        mid = 0.5 * (lo + hi)
+        if max(speedup_curve(mid, c, v, k_max)) > gain:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def break_even_line(estimate: CostEstimate) -> str:
     """One sentence on whether speculation pays, from a :class:`CostEstimate`.
 
     Since E(α, K) = 1 + α + … + α^K ≤ 1 + K·α and v ≥ 1, S(K) > 1 needs α > c: a draft that costs c
-    target-steps per token must be accepted more often than c. With c ≥ 1 nothing can pay (the seed's
-    lesson: a draft as expensive as the target loses even at 100 % acceptance).
+    target-steps per token must be accepted more often than c. With c ≥ 1 nothing can pay (a draft as
+    expensive as the target loses even at 100 % acceptance). When the estimate knows the break-even α
+    (:attr:`CostEstimate.alpha_to_pay`, which also counts the verify cost) the sentence gives it; it never
+    says "needs α > 0.00": a free draft (n-gram) that does not pay is held back by the verify cost.
     """
     c = estimate.c
     head = f"draft costs {c:.2f}× target per token"
@@ -86,7 +107,12 @@ def break_even_line(estimate: CostEstimate) -> str:
         return f"{head}: speculation cannot pay here; best K = off"
     a = estimate.alpha
     if estimate.best_k == 0:
-        if a <= c:
+        need = estimate.alpha_to_pay
+        if need is not None and not math.isfinite(need):
+            why = "no K pays even at full acceptance (verifying a batch costs too much)"
+        elif need is not None:
+            why = f"pays only above α = {need:.2f}"
+        elif a <= c and c >= 0.005:
             why = f"needs α > {c:.2f} to pay"
         else:
             why = "the verify cost of a batch eats the gain"
@@ -94,4 +120,4 @@ def break_even_line(estimate: CostEstimate) -> str:
     return f"{head}, α = {a:.2f}: best K = {estimate.best_k}, predicted {estimate.predicted_speedup:.1f}×"
 
 
-__all__ = ["best_k", "break_even_line", "expected_tokens", "predicted_speedup", "speedup_curve"]
+__all__ = ["best_k", "break_even_alpha", "break_even_line", "expected_tokens", "predicted_speedup", "speedup_curve"]

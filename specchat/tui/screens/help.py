@@ -9,6 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
+from specchat.tui.sanitize import sanitize_line
 
 COLOURS = (
     ("accepted", "a draft token the target kept (free speed)"),
@@ -24,9 +25,8 @@ def help_text(effective_keys: dict[str, str]) -> Content:
     parts.append(Content.styled("Keys\n", "bold"))
     for spec in (*PROMPT_KEYS, *APP_KEYS):
         keys = effective_keys.get(spec.id, spec.keys)
-        parts.append(Content(f"  {keys:<22} {spec.help}  [{spec.id}]\n"))
-    parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n"))
-    parts.append(Content("  ctrl+q                 quit (stops the reply first)\n\n"))
+        parts.append(Content(f"  {sanitize_line(keys):<22} {spec.help}  [{spec.id}]\n"))
+    parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n\n"))
     parts.append(Content.styled("Colours\n", "bold"))
     for kind, meaning in COLOURS:
         parts.append(Content("  "))
@@ -36,14 +36,14 @@ def help_text(effective_keys: dict[str, str]) -> Content:
         Content(
             "\nRemap keys in config.toml, e.g.\n  [keymap]\n  k_up = \"ctrl+k\"      # binding id = keys\n"
             "  \"ctrl+g\" = \"stop\"    # or key = binding id\n"
-            "The ids are shown in brackets above. Esc or F1 closes this help."
+            "The ids are shown in brackets above. Esc, F1 or ctrl+g closes this help."
         )
     )
     return Content.assemble(*parts)
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,f1,q", "dismiss", "Close", show=False)]
+    BINDINGS = [Binding("escape,f1,ctrl+g,q", "dismiss", "Close", show=False)]
 
     def __init__(self, effective_keys: dict[str, str]) -> None:
         super().__init__()

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
-from specchat.tui.sanitize import sanitize
+from specchat.tui.sanitize import text as inert
 from specchat.tui.widgets.token_view import TokenView
 
 
@@ -33,7 +33,7 @@ class UserMessage(Static):
     """What the user sent (shown as plain text, never parsed as markup)."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(Content(sanitize(text)), classes="message user-message")
+        super().__init__(inert(text), classes="message user-message")
         self.text = text
         self.border_title = "you"
 
@@ -42,16 +42,19 @@ class ChatNotice(Static):
     """A line in the chat that is not a message: notices, errors, context trimming."""
 
     def __init__(self, text: str, *, error: bool = False) -> None:
-        super().__init__(Content(sanitize(text)), classes="notice error" if error else "notice")
+        super().__init__(inert(text), classes="notice error" if error else "notice")
         self.text = text
 
 
 class AssistantMessage(Vertical):
-    """One reply: streamed into a TokenView; optionally shown as Markdown once finished."""
+    """One reply: streamed into a TokenView; optionally shown as Markdown once finished.
+
+    The border title (model and drafter names) and subtitle (the stop reason) are shown as text, never markup.
+    """
 
     def __init__(self, *, title: str = "assistant", show_ghosts: bool = True, markdown: bool = False) -> None:
         super().__init__(classes="message assistant-message streaming")
-        self.border_title = title
+        self.border_title = inert(title)
         self.border_subtitle = "generating\u2026"
         self.tokens = TokenView(show_ghosts=show_ghosts, classes="reply-tokens")
         self._markdown = None  # textual.widgets.Markdown, created on first use
@@ -66,17 +69,23 @@ class AssistantMessage(Vertical):
     def compose(self):
         yield self.tokens
 
+    def on_mount(self) -> None:
+        # a reply finished before it was mounted (reopened from history) with the Markdown view on
+        if self._want_markdown and self.finished:
+            self.set_markdown(True)
+
     # -- streaming -----------------------------------------------------------------------------------
     def append(self, pieces: list[tuple[str, str]]) -> None:
         self.tokens.append_pieces(pieces)
 
-    def finish(self, turn: Turn | None, error: str | None = None) -> None:
+    def finish(self, turn: Turn | None, error: str | None = None, *, stopped: bool = False) -> None:
+        """The reply is complete; ``stopped`` marks it stopped even if ``turn`` does not say so (a saved reply)."""
         self.finished = True
         self.tokens.set_streaming(False)
         self.turn = turn
         self.error = error
         self.remove_class("streaming")
-        self.stopped = bool(turn is not None and turn.stop_reason == "stopped")
+        self.stopped = stopped or bool(turn is not None and turn.stop_reason == "stopped")
         if self.stopped:
             self.add_class("stopped")
         if error:
@@ -84,13 +93,13 @@ class AssistantMessage(Vertical):
         subtitle = []
         if self.stopped:
             subtitle.append("stopped")
-        elif turn is not None and turn.stop_reason not in ("eos", ""):
+        elif turn is not None and turn.stop_reason not in ("eos", "stop", ""):  # "stop": a turn marker (engine.chat)
             subtitle.append(f"ended: {turn.stop_reason}")
         if error:
             subtitle.append("error")
         if turn is not None:
             subtitle.append(turn_summary(turn))
-        self.border_subtitle = " \u00b7 ".join(subtitle)
+        self.border_subtitle = inert(" \u00b7 ".join(subtitle))
         if self._want_markdown:
             self.set_markdown(True)
 
@@ -101,12 +110,7 @@ class AssistantMessage(Vertical):
         """
         self.saved_message = message
         self.tokens.append_pieces([(message.content, "saved")])
-        self.finish(message.stats, None)
-        if message.stopped:
-            self.stopped = True
-            self.add_class("stopped")
-            if "stopped" not in (self.border_subtitle or ""):
-                self.border_subtitle = "stopped \u00b7 " + (self.border_subtitle or "")
+        self.finish(message.stats, None, stopped=message.stopped)
 
     def show_saved_pieces(self, pieces: list[str]) -> bool:
         """Redraw the saved reply token by token in its kind colours; ``pieces`` is one text per stored token.
@@ -135,8 +139,10 @@ class AssistantMessage(Vertical):
         return self._markdown is not None and self._markdown.display
 
     def set_markdown(self, on: bool) -> None:
+        """Show the finished reply as Markdown (``on``) or as tokens; before the reply is finished or mounted,
+        only remember the choice (:meth:`finish` and :meth:`on_mount` apply it)."""
         self._want_markdown = on
-        if not self.finished:
+        if not self.finished or not self.is_attached:
             return
         if on:
             if self._markdown is None:

@@ -1,15 +1,31 @@
 """The multi-line prompt: Enter sends; ctrl+j (every terminal sends it as a plain LF) or shift+enter (where
 the terminal reports it) inserts a newline. Both keys are bindings with ids, so the config keymap can move
 them (ids ``send`` and ``newline``). Editing the last message (up in an empty prompt) is an app binding
-(``edit_last``): a binding here would replace the TextArea's own up key instead of stepping aside."""
+(``edit_last``): a binding here would replace the TextArea's own up key instead of stepping aside.
+
+**Keys arrive in order.** Both bindings are priority bindings (the TextArea would otherwise insert a
+newline for Enter itself), and Textual runs a priority binding in the *App's* message handler, while every
+plain key is forwarded to this widget's own message queue. Typed fast (a burst from a paste-like typist,
+tmux ``send-keys``, or any key while the machine is loaded), ``"hello\\r"`` reaches the App as six keys:
+the App forwards h, e, l, l, o to this queue and runs the Enter binding at once, before this widget has
+inserted a single character; reading ``self.text`` there sent an empty, cut or merged message. So both
+actions only *schedule* their work with :meth:`~textual.message_pump.MessagePump.call_later`, which posts
+it to this widget's queue behind the keys already in it: the text sent is exactly what was typed before
+Enter, and the characters typed after it stay for the next message. Reading, sending and clearing then
+happen in one synchronous call (:attr:`submit`), so no key can land in between.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.binding import Binding
-from textual.message import Message
 from textual.widgets import TextArea
 
 from specchat.tui.keys import PROMPT_KEYS
+
+#: ``submit(text) -> taken``: the app sends (or refuses, saying why) the prompt's text; True clears the prompt
+Submit = Callable[[str], bool]
 
 
 class PromptInput(TextArea):
@@ -18,13 +34,7 @@ class PromptInput(TextArea):
         for spec in PROMPT_KEYS
     ]
 
-    class Submitted(Message):
-        def __init__(self, prompt: PromptInput, text: str) -> None:
-            super().__init__()
-            self.prompt = prompt
-            self.text = text
-
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, submit: Submit | None = None, id: str | None = None) -> None:
         super().__init__(
             "",
             id=id,
@@ -32,8 +42,9 @@ class PromptInput(TextArea):
             tab_behavior="focus",
             show_line_numbers=False,
             compact=True,
-            placeholder="Message (Enter sends, ctrl+j new line, F1 help)",
+            placeholder="Message (Enter sends, ctrl+j new line, ctrl+g help)",
         )
+        self.submit = submit
 
     def set_text(self, text: str) -> None:
         """Replace the prompt's text and put the cursor at its end."""
@@ -41,8 +52,15 @@ class PromptInput(TextArea):
         self.move_cursor(self.document.end)
 
     def action_submit(self) -> None:
-        self.post_message(self.Submitted(self, self.text))
+        self.call_later(self._submit_now)  # behind the keys typed before Enter: see the module docstring
 
     def action_newline(self) -> None:
+        self.call_later(self._newline_now)
+
+    def _submit_now(self) -> None:
+        if self.submit is not None and self.submit(self.text):
+            self.clear()
+
+    def _newline_now(self) -> None:
         start, end = self.selection
         self.replace("\n", start, end, maintain_selection_offset=False)

@@ -1,12 +1,14 @@
 """The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
 
-It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the generation
-worker posts at most ~30 times a second (and which coalesce when the UI is busy), plus the current
+It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
+pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
 pure ``format_*`` functions below, which the tests call directly.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from textual.containers import VerticalScroll
 from textual.content import Content
@@ -15,6 +17,7 @@ from textual.widgets import Digits, ProgressBar, Sparkline, Static
 from specchat.engine.controls import ControlState
 from specchat.engine.events import CostEstimate
 from specchat.engine.protocol import EngineInfo
+from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import ABRow, StatsSnapshot
 
 DASH = "\u2013"
@@ -23,23 +26,12 @@ MAX_POSITIONS = 8
 
 
 def break_even_text(cost: CostEstimate | None) -> str:
-    """The cost model's verdict, from :func:`specchat.engine.telemetry.break_even_line` (pure Python)."""
+    """The cost model's verdict (:func:`specchat.engine.telemetry.break_even_line`), or what it waits for."""
     if cost is None:
         return "break-even: waiting for the cost model (a few speculative steps)"
-    try:
-        from specchat.engine.telemetry import break_even_line
-    except ImportError:  # the telemetry module is optional for the UI: same sentence, built here
-        return _break_even_fallback(cost)
+    from specchat.engine.telemetry import break_even_line  # numpy: not at start-up, the window comes first
+
     return break_even_line(cost)
-
-
-def _break_even_fallback(cost: CostEstimate) -> str:
-    head = f"draft costs {cost.c:.2f}\u00d7 target per token"
-    if cost.c >= 1.0:
-        return f"{head}: speculation cannot pay here; best K = off"
-    if cost.best_k == 0:
-        return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = off"
-    return f"{head}, \u03b1 = {cost.alpha:.2f}: best K = {cost.best_k}, predicted {cost.predicted_speedup:.1f}\u00d7"
 
 
 def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:
@@ -82,6 +74,20 @@ def format_figures(snapshot: StatsSnapshot, state: ControlState | None) -> list[
     return rows
 
 
+def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str) -> str:
+    """The one-line summary shown instead of the sidebar when it is hidden: tok/s, acceptance, K, status."""
+    acceptance = DASH if snapshot.acceptance is None else f"{snapshot.acceptance * 100:.0f} %"
+    if state is None:
+        k = f"K {DASH}"
+    elif not state.speculative:
+        k = "speculation off"
+    elif state.auto_k:
+        k = f"K {snapshot.k if snapshot.k is not None else state.k} auto"
+    else:
+        k = f"K {state.k}"
+    return f"{format_tok_s(snapshot)} tok/s \u00b7 acceptance {acceptance} \u00b7 {k} \u00b7 {status}"
+
+
 def format_positions(per_position: tuple[float, ...], width: int = 10) -> list[str]:
     lines = []
     for i, share in enumerate(per_position[:MAX_POSITIONS], start=1):
@@ -117,6 +123,22 @@ class Sidebar(VerticalScroll):
 
     can_focus = False
 
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        #: called after every change of what the sidebar shows (the app mirrors it in the status bar)
+        self.on_change: Callable[[], None] | None = None
+        self.status_text = "starting\u2026"
+        self._snapshot = StatsSnapshot()
+        self._state: ControlState | None = None
+
+    def summary(self) -> str:
+        """:func:`status_line` of what the sidebar shows now."""
+        return status_line(self._snapshot, self._state, self.status_text)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def compose(self):
         yield Static("starting\u2026", id="status")
         yield ProgressBar(total=1.0, show_eta=False, id="load-progress")
@@ -143,9 +165,11 @@ class Sidebar(VerticalScroll):
     def _put(self, widget_id: str, text: str, *, rewraps: bool = False) -> None:
         """Update one text only if it changed; lay out again only if its height can change.
 
-        A stats message arrives up to ~30 times a second: a layout pass for every line of the sidebar each
-        time would cost the engine CPU on a small machine.
+        A stats message arrives up to ~4 times a second: a layout pass for every line of the sidebar each
+        time would cost the engine CPU on a small machine. The text is shown as text (model and drafter names
+        are file names): never markup, control characters made visible.
         """
+        text = sanitize(text)
         old = self._texts.get(widget_id)
         if old == text:
             return
@@ -166,16 +190,22 @@ class Sidebar(VerticalScroll):
         bar = self.query_one("#load-progress", ProgressBar)
         bar.display = True
         bar.update(progress=max(0.0, min(1.0, fraction)))
+        self.status_text = f"loading {fraction * 100:.0f} %"
+        self._changed()
 
     def show_ready(self, text: str) -> None:
         self.query_one("#load-progress", ProgressBar).display = False
         self._statics["status"].set_class(False, "error")
         self._put("status", text, rewraps=True)
+        self.status_text = "ready"
+        self._changed()
 
     def show_error(self, text: str) -> None:
         self.query_one("#load-progress", ProgressBar).display = False
         self._statics["status"].set_class(True, "error")
         self._put("status", text, rewraps=True)
+        self.status_text = text
+        self._changed()
 
     def show_pair(self, info: EngineInfo | None, state: ControlState | None) -> None:
         if info is None:
@@ -183,6 +213,8 @@ class Sidebar(VerticalScroll):
             return
         drafter = (state.drafter if state and state.drafter else None) or info.draft_name
         lines = [f"target  {info.target_name}", f"drafter {drafter}"]
+        if not info.chat_template:
+            lines.append("format  fallback '### Role:' (the model has no chat template)")
         if not info.can_speculate and info.note:
             lines.append(info.note)
         self._put("pair", "\n".join(lines), rewraps=True)
@@ -191,6 +223,7 @@ class Sidebar(VerticalScroll):
     def show_controls(self, state: ControlState | None) -> None:
         self._state = state
         self._render_figures()
+        self._changed()
 
     def show_stats(self, snapshot: StatsSnapshot) -> None:
         self._snapshot = snapshot
@@ -208,6 +241,7 @@ class Sidebar(VerticalScroll):
         self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
         self._put("ab", "\n".join(format_ab(snapshot.ab)))
         self._put("break-even", break_even_text(snapshot.cost), rewraps=True)
+        self._changed()
 
     def _render_figures(self) -> None:
         rows = format_figures(self._snapshot, self._state)

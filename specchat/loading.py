@@ -1,9 +1,14 @@
-"""Build a :class:`~specchat.engine.chat.ChatSession` from :class:`specchat.config.Settings`.
+"""Loading: :class:`specchat.config.Settings` in, a ready conversation out - a
+:class:`~specchat.engine.chat.ChatSession` on local models, or, with ``server_url`` set, a
+:class:`~specchat.engine.remote.RemoteSession` on that llama-server.
+
+It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.config` (the layers in
+``pyproject.toml``'s import contract): the engine knows nothing of settings files or model names.
 
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
 and always offers the n-gram drafter. ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
-The target's weights go where the ``repack`` setting says (:func:`specchat.engine.kernels.repack_for`),
+The target's weights go where the ``repack`` setting says (:func:`repack_for`),
 and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
 
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
@@ -20,16 +25,20 @@ from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
 from specchat.engine.gguf import read_gguf_info
-from specchat.engine.kernels import repack_for
-from specchat.engine.model import Model
+from specchat.engine.kernels import AMX_FORMATS
+from specchat.engine.model import Model, extra_buffer_types_safe
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
 
+if TYPE_CHECKING:
+    from specchat.config import Settings
+    from specchat.engine.remote import RemoteSession
+
 Progress = Callable[[float, str], None]
 
 
-def sampling_from(settings: Any) -> SamplingParams:
+def sampling_from(settings: Settings) -> SamplingParams:
     s = settings.sampling
     try:
         return SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, seed=s.seed)
@@ -37,20 +46,49 @@ def sampling_from(settings: Any) -> SamplingParams:
         raise UserError(str(exc)) from exc
 
 
-def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool | None = None) -> ChatSession:
+def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
+    """Whether to load a target with llama.cpp's extra buffer types, for the ``repack`` setting.
+
+    ``"on"``/``"off"`` say so. ``"auto"`` (None: llama.cpp's default, on) wherever multi-row batches of the
+    extra buffer types are safe; on a CPU where they crash (:func:`specchat.engine.model.extra_buffer_types_safe`) the target
+    then decodes one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), which only pays when
+    nothing is verified in batches and the format has the fast one-row AMX kernels: on for a session that
+    does not speculate (``speculates`` False: ``draft = "none"``, or a fixed K = 0) with weights in
+    :data:`specchat.engine.kernels.AMX_FORMATS`, off otherwise. ``specchat models tune`` measures both for a file.
+    """
+    if setting == "on":
+        return True
+    if setting == "off":
+        return False
+    if extra_buffer_types_safe():
+        return None
+    return (not speculates) and weights.upper() in AMX_FORMATS
+
+
+def load_engine(
+    settings: Settings, progress: Progress | None = None, *, auto_k: bool | None = None
+) -> ChatSession | RemoteSession:
     """Load the configured target and drafter(s) and return a ready conversation.
 
-    ``settings`` is a :class:`specchat.config.Settings` (duck-typed: target, draft, k, auto_k, sampling,
-    ngram, threads, n_ctx, n_predict, system_prompt, data_dir).
+    With ``settings.server_url`` the replies come from that llama-server, whose own flags set the models
+    and speculation.
     """
     report = progress or (lambda f, what: None)
-    data_dir = _data_dir(settings)
+    server_url = settings.server_url
+    if server_url:
+        from specchat.engine.remote import connect
+
+        return connect(
+            server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
+            sampling=sampling_from(settings), progress=report,
+        )  # fmt: skip
+    data_dir = settings.effective_data_dir()
     pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target
     draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
-    threads_batch = getattr(settings, "threads_batch", None)
+    threads_batch = settings.threads_batch
     auto = settings.auto_k if auto_k is None else auto_k
     # a session speculates unless it has no drafter, or K = 0 is fixed (0 = plain decoding)
     speculates = pair.drafter != NONE and (auto or settings.k > 0)
@@ -58,7 +96,7 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
     weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
     target = Model(
         target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
-        repack=repack_for(getattr(settings, "repack", "auto"), weights, speculates=speculates),
+        repack=repack_for(settings.repack, weights, speculates=speculates),
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
@@ -104,9 +142,9 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
             sampling=sampling_from(settings),
         )
     )
-    cache = CalibrationCache(data_dir / CALIBRATION_DIR) if data_dir is not None else None
+    cache = CalibrationCache(data_dir / CALIBRATION_DIR)
     decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected, calibration_cache=cache)
-    report(1.0, "ready")
+    report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine
     return ChatSession(
         decoder,
         system_prompt=settings.system_prompt,
@@ -115,9 +153,3 @@ def load_engine(settings: Any, progress: Progress | None = None, *, auto_k: bool
         draft_label=selected or NONE,
     )
 
-
-def _data_dir(settings: Any) -> Path | None:
-    fn = getattr(settings, "effective_data_dir", None)
-    if callable(fn):
-        return fn()
-    return getattr(settings, "data_dir", None)

@@ -178,7 +178,7 @@ def settings_for(choice: Choice, variant: VariantResult, drafter: str, models_di
 
 def _is_bundled(path: Path) -> bool:
     try:
-        from specchat.models.registry import bundled_model_path
+        from specchat.models.bundled import bundled_model_path
 
         return path.resolve() == bundled_model_path().resolve()
     except Exception:

@@ -1,0 +1,266 @@
+"""The tour of "helps" and "hurts": scripted scenes on the offline models, as data, and a headless runner.
+
+A :class:`Scene` is one lesson: a (target, drafter) :class:`Pair`, a fixed K or auto-K, the prompt and its
+length, the one sentence shown on screen and what the user should see. :data:`SCENES` is the tour:
+
+1. n-gram on a copy-heavy edit - **helps** (the reply copies the prompt; drafts are free and accepted);
+2. n-gram on free prose - **neutral** (nothing to copy: the drafter mostly stays quiet);
+3. the bundled model drafting for itself, fixed K - acceptance ~100 % **yet slower** (a draft that costs as
+   much as the target cannot pay, however right it is);
+4. a layer-skip self-draft, fixed K - **ghosts everywhere** (cheap but mostly wrong: low acceptance);
+5. then auto-K choosing for each of those pairs (it keeps n-gram on for the copy, turns the costly drafts off
+   and says why).
+
+Model drafters run with a fixed K in scenes 3-4 so their colours show (auto-K would switch them off at once).
+The "helps" pair is one constant, :data:`HELPS_PAIR`: the bundled Q4_1 target with the n-gram drafter until
+the Q8_0 re-encoding + n-gram preset (issue 12, verifying batches far cheaper) is available - then that preset.
+
+:func:`run_tour` plays scenes headless (``specchat demo --headless``): each scene is a race
+(:func:`specchat.race.record_race`: the same prompt with speculation off, then on), so every scene reports
+both speeds, the ratio, the acceptance and the ghosts, and that the texts are identical. The demo pairs that
+are derived from the bundled model are derived first if missing (:func:`ensure_pairs`, with progress).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.bench.suite import DEFAULT_SUITE
+from specchat.engine.drafter_kinds import NGRAM
+from specchat.errors import ModelFileError, UserError
+from specchat.race import RaceResult, record_race
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A target and a drafter as the settings name them (``target``, ``draft``; see :mod:`specchat.models.registry`)."""
+
+    target: str
+    draft: str
+    label: str
+
+
+def _suite_prompt(name: str) -> str:
+    return next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == name)
+
+
+#: the pair of the "helps" scenes: the bundled Q4_1 target + n-gram drafting, until issue 12's Q8_0 re-encoding +
+#: n-gram preset lands (a Q4_1 target has no batched verify kernel here, so n-gram tops out near 1.2-1.4x; a
+#: Q8_0 target verifies 17 rows for ~7 rows' cost)
+HELPS_PAIR = Pair("bundled", NGRAM, "bundled SmolLM2 Q4_1 + n-gram")
+#: the bundled model drafting for itself: every draft accepted, each costing a whole target decode
+SELF_DRAFT_PAIR = Pair("bundled", "bundled", "bundled SmolLM2 drafting for itself")
+#: a layer-skip self-draft (12 of 30 blocks of the bundled model, ``specchat models derive --demo``)
+LAYER_SKIP_PAIR = Pair("preset:smollm2-layerskip", NGRAM, "bundled SmolLM2 + its layer-skip draft")
+
+COPY_PROMPT = _suite_prompt("copy-heavy")
+PROSE_PROMPT = _suite_prompt("prose")
+PLAIN_PROMPT = "Explain in a few sentences why the sky is blue."
+
+
+@dataclass(frozen=True, slots=True)
+class Scene:
+    """One scene of the tour. ``k`` = a fixed K, or None for auto-K."""
+
+    name: str
+    pair: Pair
+    k: int | None
+    prompt: str
+    n_predict: int
+    sentence: str  # the one sentence on screen
+    expect: str  # what the user should see
+    tags: tuple[str, ...] = field(default=())
+
+    @property
+    def mode(self) -> str:
+        return "auto-K" if self.k is None else f"K {self.k}"
+
+
+SCENES: tuple[Scene, ...] = (
+    Scene(
+        "n-gram on a copy-heavy edit", HELPS_PAIR, 16, COPY_PROMPT, 160,
+        "The reply copies the code it was given, so n-gram lookup drafts long runs for free and the target "
+        "accepts them in one batch.",
+        "long green runs of accepted drafts; faster than without speculation", ("helps",),
+    ),
+    Scene(
+        "n-gram on free prose", HELPS_PAIR, 16, PROSE_PROMPT, 128,
+        "A new story has nothing to copy: the n-gram drafter mostly finds no match and stays quiet.",
+        "mostly plain tokens, a few short drafts; about the speed of no speculation", ("neutral",),
+    ),
+    Scene(
+        "a draft as costly as the target", SELF_DRAFT_PAIR, 4, PLAIN_PROMPT, 96,
+        "The model drafting for itself is always right, but each draft token costs a whole target decode: "
+        "acceptance near 100 % and still slower.",
+        "almost everything accepted (green), yet fewer tokens per second than without speculation", ("hurts",),
+    ),
+    Scene(
+        "a cheap draft that guesses badly", LAYER_SKIP_PAIR, 4, PLAIN_PROMPT, 96,
+        "A layer-skip draft keeps 12 of the 30 blocks: cheap, but most of its guesses are wrong and are thrown "
+        "away.",
+        "ghost text (rejected drafts) everywhere, few accepted tokens; slower", ("hurts",),
+    ),
+    Scene(
+        "auto-K on the copy-heavy edit", HELPS_PAIR, None, COPY_PROMPT, 160,
+        "Auto-K measures what drafting costs and gains, and keeps n-gram drafting on where the reply copies.",
+        "drafting stays on; the sidebar's K follows the copies", ("auto-K", "helps"),
+    ),
+    Scene(
+        "auto-K on free prose", HELPS_PAIR, None, PROSE_PROMPT, 128,
+        "On prose auto-K lets the n-gram drafter propose only what it trusts, and turns drafting off when "
+        "nothing pays.",
+        "few drafts; about the speed of no speculation", ("auto-K", "neutral"),
+    ),
+    Scene(
+        "auto-K with the costly draft", SELF_DRAFT_PAIR, None, PLAIN_PROMPT, 96,
+        "Auto-K times the draft before the first round and does not draft: it says why in one line.",
+        "a notice that drafting is off for cost; plain tokens at plain speed", ("auto-K", "hurts"),
+    ),
+    Scene(
+        "auto-K with the layer-skip draft", LAYER_SKIP_PAIR, None, PLAIN_PROMPT, 96,
+        "Auto-K sees the layer-skip draft's cost and low acceptance and turns drafting off, probing now and then.",
+        "a notice that drafting is off; plain speed instead of a slowdown", ("auto-K", "hurts"),
+    ),
+)
+
+
+def pairs(scenes: Sequence[Scene] = SCENES) -> list[Pair]:
+    """The distinct pairs of ``scenes``, in order."""
+    out: list[Pair] = []
+    for s in scenes:
+        if s.pair not in out:
+            out.append(s.pair)
+    return out
+
+
+def ensure_pairs(scenes: Sequence[Scene], data_dir: Any, *, threads: int = 1, progress: Progress | None = None) -> list[str]:
+    """Derive the demo files the scenes' pairs need if they are missing (``specchat models derive --demo``'s
+    machinery, with ``progress``); returns the paths written. A pair that still does not resolve afterwards
+    (e.g. a hub preset not downloaded) is a :class:`UserError` naming what to run."""
+    from specchat.models.derive import derive_demo
+    from specchat.models.registry import models_dir, resolve_pair
+
+    say = progress or (lambda _msg: None)
+    written: list[str] = []
+    missing = []
+    for pair in pairs(scenes):
+        try:
+            resolve_pair(pair.target, pair.draft, data_dir)
+        except ModelFileError:
+            missing.append(pair)
+    if missing:
+        mdir = models_dir(data_dir)
+        if mdir is None:
+            raise UserError("the demo pairs need a data directory to derive into; give --data-dir")
+        say(f"deriving the demo models into {mdir} (once; a few seconds each)")
+        for path, derived in derive_demo(mdir, threads=threads, progress=say):
+            if derived is not None:
+                written.append(str(path))
+        for pair in missing:
+            resolve_pair(pair.target, pair.draft, data_dir)  # still missing: its error says what to run
+    return written
+
+
+def verdict(ratio: float | None) -> str:
+    """``helps`` (≥ 1.05×), ``hurts`` (≤ 0.95×) or ``neutral``, from a measured ratio."""
+    if ratio is None:
+        return "-"
+    return "helps" if ratio >= 1.05 else "hurts" if ratio <= 0.95 else "neutral"
+
+
+@dataclass(frozen=True, slots=True)
+class SceneResult:
+    scene: Scene
+    race: RaceResult
+
+    @property
+    def ghosts(self) -> int:
+        """Rejected draft tokens shown as ghost text in the speculative run."""
+        return sum(1 for p in self.race.on.pieces if p.kind == "rejected")
+
+    def figures(self) -> dict[str, Any]:
+        on, off = self.race.on, self.race.off
+        t = on.turn
+        status = on.last_step.status if on.last_step is not None else None
+        return {
+            "scene": self.scene.name, "pair": self.scene.pair.label, "target": self.race.target,
+            "drafter": self.race.drafter, "mode": self.scene.mode, "tokens": t.predicted_n,
+            "tok_s_off": off.tok_s, "tok_s_on": on.tok_s, "ratio": self.race.ratio, "verdict": verdict(self.race.ratio),
+            "acceptance": t.acceptance, "mean_len": t.mean_len, "drafted": t.draft_n, "drafting_rounds": t.n_spec_steps,
+            "rounds": t.n_steps, "ghosts": self.ghosts, "k_used": [t.k_min, t.k_max],
+            "k_status": status.label if status is not None else None, "notices": list(on.notices),
+            "identical": self.race.identical, "difference": self.race.difference or None,
+            "sentence": self.scene.sentence, "expect": self.scene.expect,
+        }  # fmt: skip
+
+
+def run_tour(
+    settings: Any,
+    scenes: Sequence[Scene] = SCENES,
+    *,
+    n_predict: int | None = None,
+    progress: Progress | None = None,
+    load: Callable[[Any], Any] | None = None,
+) -> list[SceneResult]:
+    """Play ``scenes`` headless, one race each (speculation off, then on), and return their results.
+
+    ``settings``: a :class:`specchat.config.Settings` (threads, n_ctx, data dir ...; target and draft are the
+    scenes'); ``n_predict`` overrides every scene's length (a short CI run); ``load`` builds an engine from
+    settings (default :func:`specchat.loading.load_engine`). Each pair is loaded once.
+    """
+    say = progress or (lambda _msg: None)
+    if load is None:
+        from specchat.loading import load_engine
+
+        load = load_engine
+    data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
+    ensure_pairs(scenes, data_dir, threads=settings.threads, progress=say)
+    sessions: dict[Pair, Any] = {}
+    results: list[SceneResult] = []
+    try:
+        for i, scene in enumerate(scenes, start=1):
+            session = sessions.get(scene.pair)
+            if session is None:
+                say(f"loading {scene.pair.label}")
+                session = load(settings.model_copy(update={"target": scene.pair.target, "draft": scene.pair.draft}))
+                sessions[scene.pair] = session
+            session.n_predict = n_predict or scene.n_predict
+            say(f"scene {i}/{len(scenes)}: {scene.name} ({scene.mode})")
+            results.append(SceneResult(scene, record_race(session, scene.prompt, k=scene.k)))
+    finally:
+        for session in sessions.values():
+            session.close()
+    return results
+
+
+def format_results(results: Sequence[SceneResult]) -> str:
+    """The tour's figures, one block per scene (what ``specchat demo --headless`` prints)."""
+    lines = []
+    for i, r in enumerate(results, start=1):
+        f = r.figures()
+        acc = "–" if f["acceptance"] is None else f"{f['acceptance'] * 100:.0f} %"
+        ratio = "–" if f["ratio"] is None else f"{f['ratio']:.2f}×"
+        lines += [
+            f"{i}. {f['scene']} — {f['pair']}, {f['mode']}",
+            f"   {r.scene.sentence}",
+            f"   off {f['tok_s_off']:.1f} tok/s, on {f['tok_s_on']:.1f} tok/s: {ratio} ({f['verdict']}); "
+            f"{f['tokens']} tokens, drafted {f['drafted']} in {f['drafting_rounds']} of {f['rounds']} rounds, "
+            f"acceptance {acc}, mean len {f['mean_len']:.2f}, ghosts {f['ghosts']}",
+        ]
+        if f["k_status"]:
+            lines.append(f"   {f['k_status']}")
+        lines += [f"   {n}" for n in f["notices"]]
+        lines.append("   texts identical" if f["identical"] else f"   texts differ: {f['difference']}")
+        lines.append(f"   expected: {r.scene.expect}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = [
+    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Pair", "Scene", "SceneResult", "ensure_pairs",
+    "format_results", "pairs", "run_tour", "verdict",
+]  # fmt: skip

@@ -1,0 +1,10 @@
+"""Fixtures for the pty tests: the harness (``ptyapp.py``) on sys.path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

@@ -1,0 +1,108 @@
+"""The architecture holds: the import contracts in pyproject.toml (layers, Textual only in the TUI, no
+llama_cpp in the TUI, no import cycles) are kept, they do catch a violation, and ARCHITECTURE.md names only
+what exists (modules, classes, functions, files, the contract's layers)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # import-linter, from the test extra
+DOC = ROOT / "ARCHITECTURE.md"
+
+
+def lint_imports(cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_are_kept():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_the_import_contracts_catch_a_violation(tmp_path):
+    """A copy of the package with two violations: the engine imports Textual, and the models import the TUI."""
+    shutil.copytree(ROOT / "specchat", tmp_path / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / "specchat" / "engine" / "events.py", "a") as f:
+        f.write("\nimport textual  # a deliberate violation\n")
+    with open(tmp_path / "specchat" / "models" / "presets.py", "a") as f:
+        f.write("\nfrom specchat.tui import keys  # a deliberate violation\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "each layer imports only from the layers below it BROKEN" in out
+    assert "specchat.models is not allowed to import specchat.tui" in out
+    assert "only the TUI imports Textual BROKEN" in out
+    assert "specchat.engine.events -> textual" in out
+
+
+# -- ARCHITECTURE.md names only what exists ----------------------------------------------------------------
+
+
+def resolve(dotted: str) -> object:
+    """The object ``specchat.a.b.C.d`` names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+def doc_parts() -> tuple[list[str], list[str]]:
+    """The backticked spans of the prose, and the fenced blocks."""
+    text = DOC.read_text(encoding="utf-8")
+    blocks = re.findall(r"^```\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    prose = re.sub(r"^```\n.*?^```$", "", text, flags=re.MULTILINE | re.DOTALL)
+    return re.findall(r"`([^`\n]+)`", prose), blocks
+
+
+def looks_like_code(word: str) -> bool:
+    """A dotted name, a name with an underscore, or a CamelCase one (``SpecChatApp``, ``AutoK``)."""
+    return "." in word or "_" in word or re.match(r"^[A-Z][a-z]+[A-Z]", word) is not None
+
+
+def test_every_name_in_architecture_md_exists():
+    spans, blocks = doc_parts()
+    qualified = [s for s in spans if s.startswith("specchat.")]
+    assert len(qualified) >= 25
+    missing = []
+    for name in qualified:
+        try:
+            resolve(name)
+        except (ImportError, AttributeError) as exc:
+            missing.append(f"{name}: {exc}")
+    assert missing == []
+    tails = {".".join(name.split(".")[-n:]) for name in qualified for n in (1, 2)}
+    for span in spans:
+        if span.startswith("specchat."):
+            continue
+        if "/" in span or span.endswith((".py", ".toml", ".md")):
+            assert (ROOT / span).exists(), span
+        elif looks_like_code(span) and not span.startswith("["):
+            assert span in tails, span
+    # the picture: every name in it is one of the names listed under it
+    picture = blocks[1]
+    words = re.findall(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*", picture)
+    unknown = sorted({w for w in words if looks_like_code(w) and w not in tails})
+    assert unknown == []
+
+
+def test_architecture_md_draws_the_layers_of_the_import_contract():
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    _, blocks = doc_parts()
+    drawn = [line.split("  ")[0].strip() for line in blocks[0].splitlines() if line.startswith("specchat")]
+    assert drawn == layers

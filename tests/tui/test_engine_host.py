@@ -1,0 +1,143 @@
+"""EngineHost on its own (no Textual) with the real engine: the tiny generated GGUF loaded the way
+``specchat`` loads it. Every engine call it makes runs on its one engine thread; its state follows
+load -> turn -> detokenize -> shutdown; a shutdown during a load waits for the load and closes what it loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from specchat.commands.tui import make_factory
+from specchat.config import Settings
+from specchat.engine.events import Piece, Turn
+from specchat.tui.engine_host import EngineHost
+
+
+class Recorder:
+    """Wraps a real engine and records the thread of every call made to it."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.controls = engine.controls
+        self.threads: dict[str, set[int]] = {}
+        self.closed = False
+
+    def _seen(self, what: str) -> None:
+        self.threads.setdefault(what, set()).add(threading.get_ident())
+
+    @property
+    def messages(self):
+        return self.engine.messages
+
+    def send(self, text):
+        self._seen("send")
+        for event in self.engine.send(text):
+            self._seen("send")
+            yield event
+
+    def load(self, messages):
+        self.engine.load(messages)
+
+    def detokenize_pieces(self, tokens):
+        self._seen("detokenize_pieces")
+        return self.engine.detokenize_pieces(tokens)
+
+    def close(self):
+        self._seen("close")
+        self.closed = True
+        self.engine.close()
+
+
+def tiny_settings(tmp_path: Path, target: Path) -> Settings:
+    return Settings(target=str(target), draft="ngram", k=3, auto_k=False, n_predict=12, n_ctx=512, threads=1,
+                    data_dir=tmp_path)  # fmt: skip
+
+
+async def run_host(tmp_path: Path, target: Path) -> tuple[EngineHost, Recorder, dict]:
+    tasks: list[asyncio.Future] = []
+    host = EngineHost(lambda work, **kw: tasks.append(asyncio.ensure_future(work)))
+    real_factory = make_factory(tiny_settings(tmp_path, target))
+    seen: dict = {"progress": [], "factory": None}
+
+    def factory(progress):
+        seen["factory"] = threading.get_ident()
+        return Recorder(real_factory(progress))
+
+    async def drain() -> None:
+        while tasks:
+            await tasks.pop(0)
+
+    host.load(
+        factory,
+        progress=lambda fraction, what: seen["progress"].append((fraction, what)),
+        loaded=lambda engine, seconds: seen.update(engine=engine, seconds=seconds),
+        failed=lambda message: seen.update(failed=message),
+    )
+    assert host.loading and host.engine is None
+    await drain()
+    assert not host.loading and "failed" not in seen
+    engine: Recorder = seen["engine"]
+    assert host.engine is None  # loaded, but not in use until the app takes it
+    assert host.accept(engine) and host.engine is engine
+
+    turns: list[Turn] = []
+
+    def pump(turn_id: int) -> None:
+        turns.extend(e for e in engine.send("Hello there") if isinstance(e, Turn))
+
+    turn_id = host.start_turn(pump)
+    assert host.generating
+    await drain()
+    assert not host.turn_running and host.generating  # the turn's end is not handled yet
+    assert not host.finish_turn(turn_id - 1) and host.finish_turn(turn_id) and not host.generating
+    assert turns and turns[0].tokens
+
+    host.detokenize([("reply", list(turns[0].tokens))], lambda results: seen.update(pieces=results))
+    await drain()
+    ((key, pieces),) = seen["pieces"]
+    assert key == "reply" and len(pieces) == len(turns[0].tokens) and "".join(pieces) == turns[0].text
+
+    saved: list[bool] = []
+    await host.shutdown(save_stopped=lambda: saved.append(True))
+    assert engine.closed and host.closing and saved == []  # no turn was left unhandled
+    return host, engine, seen
+
+
+def test_every_engine_call_runs_on_the_one_engine_thread(tmp_path, tiny_target):
+    host, engine, seen = asyncio.run(run_host(tmp_path, tiny_target))
+    threads = {seen["factory"]} | set().union(*engine.threads.values())
+    assert set(engine.threads) == {"send", "detokenize_pieces", "close"}
+    assert len(threads) == 1 and threading.get_ident() not in threads
+    assert seen["progress"] and seen["progress"][-1][0] == 1.0
+    assert not any("ready" in what for _, what in seen["progress"])  # "ready" is the app's word, once it can send
+
+
+def test_shutdown_during_a_load_waits_for_it_and_closes_what_it_loaded(tmp_path, tiny_target):
+    async def main():
+        tasks: list[asyncio.Future] = []
+        host = EngineHost(lambda work, **kw: tasks.append(asyncio.ensure_future(work)))
+        real_factory = make_factory(tiny_settings(tmp_path, tiny_target))
+        started, release = threading.Event(), threading.Event()
+        box: dict = {}
+
+        def factory(progress):
+            started.set()
+            release.wait(60)
+            box["engine"] = Recorder(real_factory(progress))
+            return box["engine"]
+
+        host.load(factory, progress=lambda f, w: None, loaded=lambda e, s: box.update(loaded=e), failed=box.update)
+        assert await asyncio.to_thread(started.wait, 60)
+        shutdown = asyncio.ensure_future(host.shutdown(save_stopped=lambda: None))
+        await asyncio.sleep(0)
+        assert host.closing and not shutdown.done()
+        release.set()
+        await shutdown
+        for task in tasks:
+            await task
+        assert box["loaded"] is box["engine"] and box["engine"].closed
+        assert not host.accept(box["engine"]) and host.engine is None  # too late: the app is closing
+
+    asyncio.run(main())

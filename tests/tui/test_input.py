@@ -1,0 +1,133 @@
+"""Input arrives whole (issue 9), at the Pilot level: keys still queued when Enter is handled, messages sent
+during a reply, Ctrl+N during a reply. The same behaviour through a real pty: tests/terminal/test_input_bursts.py.
+"""
+
+from __future__ import annotations
+
+from fake_engine import FakeEngine
+from textual import events
+from tuikit import SIZE, notifications, saved_messages, send, settle, wait_hold, wait_ready
+
+from specchat.tui.widgets.chat import UserMessage
+from specchat.tui.widgets.prompt import PromptInput
+
+
+def _type_burst(app, text: str) -> None:
+    """Post every key to the app at once, as the terminal driver does for one read of a fast burst."""
+    for ch in text:
+        if ch == "\r":
+            app.post_message(events.Key("enter", "\r"))
+        elif ch == "\n":
+            app.post_message(events.Key("ctrl+j", "\n"))
+        else:
+            app.post_message(events.Key(ch, ch))
+
+
+async def test_keys_still_queued_when_enter_is_handled_are_part_of_the_message(make_app, history_store):
+    app, engine = make_app(history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).focus()
+        await pilot.pause()
+        _type_burst(app, "hello there\rsecond\nline\r")
+        await settle(pilot)
+        await settle(pilot)
+        assert [c for c in engine.calls if c.startswith("send:")] == ["send:hello there", "send:second\nline"]
+        assert [t for r, t in saved_messages(history_store, app.conversation_id) if r == "user"] == [
+            "hello there", "second\nline"
+        ]
+        assert app.query_one(PromptInput).text == ""
+
+
+async def test_a_message_sent_during_a_reply_is_queued_and_sent_after_it_whole(make_app, history_store):
+    engine = FakeEngine(["one", "two", "three"], hold_at_steps=(0,))
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        await wait_hold(pilot, engine)
+        await send(pilot, "second")
+        await pilot.pause()
+        prompt = app.query_one(PromptInput)
+        prompt.insert("third")  # typed next: must not be merged into the queued message
+        await pilot.press("enter")
+        await pilot.pause()
+        queued = [w for w in app.query(UserMessage) if w.has_class("queued")]
+        assert [w.text for w in queued] == ["second", "third"]
+        assert all("queued" in str(w.border_title) for w in queued)
+        assert prompt.text == ""
+        assert engine.calls == ["send:first"]  # nothing reached the engine during the reply
+        for n in (2, 3):  # every turn holds at its first step: release each in turn
+            engine.release()
+            await wait_hold(pilot, engine, n)
+        engine.release()
+        await settle(pilot)
+        assert engine.calls == ["send:first", "send:second", "send:third"]
+        assert not any(w.has_class("queued") for w in app.query(UserMessage))
+        # on screen: each message followed by its own reply
+        kinds = [type(w).__name__ for w in app.chat.children if type(w).__name__ in ("UserMessage", "AssistantMessage")]
+        assert kinds == ["UserMessage", "AssistantMessage"] * 3
+        assert saved_messages(history_store, app.conversation_id) == [
+            ("user", "first"), ("assistant", "one"), ("user", "second"), ("assistant", "two"),
+            ("user", "third"), ("assistant", "three"),
+        ]
+
+
+async def test_ctrl_n_during_a_reply_says_it_stops_and_starts_a_new_chat(make_app, history_store):
+    engine = FakeEngine(hold_at_steps=(2,))
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        await wait_hold(pilot, engine)
+        await send(pilot, "queued one")
+        await pilot.pause()
+        conv = app.conversation_id
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        notes = notifications(app)
+        assert any("Stopping the reply, then starting a new chat" in n for n in notes), notes
+        assert any("1 queued message went back to the prompt" in n for n in notes), notes
+        assert app.query_one(PromptInput).text == "queued one"
+        await settle(pilot)
+        assert not app.generating
+        assert not list(app.query(UserMessage)) and not app.assistant_messages()
+        assert app.conversation_id is None
+        assert engine.calls[-1] == "reset"
+        # the stopped chat is kept, its partial reply marked stopped; the queued message was never sent
+        _, saved = history_store.load(conv)
+        assert [m.role for m in saved] == ["user", "assistant"] and saved[-1].stopped
+
+
+def test_the_escape_delay_is_shortened_unless_the_user_set_one():
+    """Esc is the stop key; Textual waits ESCDELAY ms (100 by default) before a lone Esc counts (issue 9)."""
+    from specchat.commands.tui import ESCAPE_DELAY_MS, set_escape_delay
+
+    env: dict[str, str] = {}
+    set_escape_delay(env)
+    assert env == {"ESCDELAY": str(ESCAPE_DELAY_MS)} and ESCAPE_DELAY_MS < 100
+    env = {"ESCDELAY": "300"}
+    set_escape_delay(env)
+    assert env == {"ESCDELAY": "300"}
+
+
+async def test_up_right_after_typing_moves_the_cursor_instead_of_editing(make_app):
+    """Typed fast, "x" then up: the prompt is not empty (the "x" is still queued), so up does not start an edit."""
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "first")
+        await settle(pilot)
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.pause()
+        app.post_message(events.Key("x", "x"))
+        app.post_message(events.Key("up", None))
+        await settle(pilot)
+        assert app.editing is None and prompt.text == "x"
+        await pilot.press("end", "backspace")  # up moved the cursor to the start of the line
+        await settle(pilot)
+        assert prompt.text == ""
+        await pilot.press("up")  # a really empty prompt (nothing queued): up edits the last message
+        await pilot.pause()
+        assert app.editing is not None and prompt.text == "first"
