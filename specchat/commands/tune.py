@@ -96,7 +96,8 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
                             threads=settings.threads, progress=say)  # fmt: skip
     for v in variants:
-        s = settings.model_copy(update={"target": str(v.path), "repack": v.repack})
+        # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
+        s = settings.model_copy(update={"target": str(v.path), "repack": v.repack, "server_url": None})
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
                                         auto_k=False)  # fmt: skip
     first = next(iter(sessions.values()))

@@ -110,6 +110,19 @@ def test_a_truncated_model_is_one_line(capsys, isolated_config: Path, tmp_path: 
     assert code == 2 and len(err.strip().splitlines()) == 1 and "truncated" in err
 
 
+def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, isolated_config: Path, tmp_path: Path,
+                                                                     tiny_target: Path, monkeypatch) -> None:  # fmt: skip
+    """server_url (here from the environment, an address nothing listens on) is for the app's replies; tune
+    times the files on this CPU and never connects to it (it did: a connection error, nothing tuned)."""
+    monkeypatch.setenv("SPECCHAT_SERVER_URL", "http://127.0.0.1:9")
+    data = tmp_path / "data"
+    code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "F32",
+                             "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")  # fmt: skip
+    assert code == 0, err
+    (result,) = load_results(data)
+    assert [v.label for v in result.variants] == ["F32"] and result.variants[0].t1_ms
+
+
 def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_config: Path, tmp_path: Path,
                                                               tiny_target: Path) -> None:  # fmt: skip
     """A real tune, tiny and quick: F32 source and the Q8_0 asked for (fewer bits: flagged as changing the
