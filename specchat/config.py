@@ -9,7 +9,7 @@ Precedence, lowest to highest (the usual order of Python tools, e.g. pydantic-se
    a missing file that was asked for by name is an error),
 3. ``SPECCHAT_*`` environment variables, nested with ``__`` (``SPECCHAT_K=5``,
    ``SPECCHAT_SAMPLING__TEMPERATURE=0.7``; a table may also be given whole as JSON:
-   ``SPECCHAT_KEYMAP='{"ctrl+k": "k_up"}'``),
+   ``SPECCHAT_KEYMAP='{"alt+up": "k_up"}'``),
 4. command-line flags, passed to :func:`load_settings` as ``overrides``.
 
 Tables (``sampling``, ``ngram``, ``keymap``) merge key by key across the layers, so a file may set
@@ -185,7 +185,7 @@ MAX_THREADS = min(GGML_MAX_N_THREADS, 4 * _default_threads())
 
 
 #: the two forms of a ``keymap`` entry (see :mod:`specchat.tui.keys`), for its description and its errors
-KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,ctrl+k") or "key" = "binding-id" ("ctrl+k" = "k_up")'
+KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,alt+up") or "key" = "binding-id" ("alt+up" = "k_up")'
 
 
 class Settings(BaseSettings):
