@@ -12,8 +12,9 @@ length, the one sentence shown on screen and what the user should see. :data:`SC
    and says why).
 
 Model drafters run with a fixed K in scenes 3-4 so their colours show (auto-K would switch them off at once).
-The "helps" pair is one constant, :data:`HELPS_PAIR`: the bundled Q4_1 target with the n-gram drafter until
-the Q8_0 re-encoding + n-gram preset (issue 12, verifying batches far cheaper) is available - then that preset.
+The "helps" pair is one constant, :data:`HELPS_PAIR`: the preset ``smollm2-q8-ngram``, the bundled model
+re-encoded in Q8_0 (the same weights, with a batched verify kernel: :mod:`specchat.engine.kernels`) drafted by
+n-gram lookup.
 
 :func:`run_tour` plays scenes headless (``specchat demo --headless``): each scene is a race
 (:func:`specchat.race.record_race`: the same prompt with speculation off, then on), so every scene reports
@@ -30,6 +31,7 @@ from typing import Any
 from specchat.bench.suite import DEFAULT_SUITE
 from specchat.engine.drafter_kinds import NGRAM
 from specchat.errors import ModelFileError, UserError
+from specchat.models.presets import PRESET_PREFIX
 from specchat.race import RaceResult, record_race
 
 Progress = Callable[[str], None]
@@ -48,10 +50,10 @@ def _suite_prompt(name: str) -> str:
     return next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == name)
 
 
-#: the pair of the "helps" scenes: the bundled Q4_1 target + n-gram drafting, until issue 12's Q8_0 re-encoding +
-#: n-gram preset lands (a Q4_1 target has no batched verify kernel here, so n-gram tops out near 1.2-1.4x; a
-#: Q8_0 target verifies 17 rows for ~7 rows' cost)
-HELPS_PAIR = Pair("bundled", NGRAM, "bundled SmolLM2 Q4_1 + n-gram")
+#: the pair of the "helps" scenes: the bundled model's Q8_0 re-encoding + n-gram drafting (``preset:smollm2-q8-ngram``,
+#: derived by ``specchat models derive --demo``). The bundled Q4_1 has no batched verify kernel, so n-gram on it
+#: tops out near 1.2-1.4x; the Q8_0 file verifies a batch far cheaper (README, "The lesson", has the v(K) table)
+HELPS_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", NGRAM, "SmolLM2 Q8_0 + n-gram")
 #: the bundled model drafting for itself: every draft accepted, each costing a whole target decode
 SELF_DRAFT_PAIR = Pair("bundled", "bundled", "bundled SmolLM2 drafting for itself")
 #: a layer-skip self-draft (12 of 30 blocks of the bundled model, ``specchat models derive --demo``)
