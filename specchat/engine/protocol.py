@@ -75,6 +75,9 @@ class EngineInfo:
     can_speculate: bool  # False for recurrent/hybrid targets
     note: str = ""  # e.g. why speculation is unavailable
     chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
+    #: False: the engine cannot time its drafter (a llama-server reports no draft time; its Steps say 0 ms), so
+    #: it has no draft cost and no cost model; a UI says "not reported" instead of showing 0
+    draft_timing: bool = True
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from specchat.engine.events import (
+    AutoKNotice,
     ContextTrimmed,
     EngineError,
     Event,
@@ -64,6 +65,7 @@ def pump_turn(
     """
     pieces: list[tuple[str, str]] = []
     notices: list[str] = []
+    auto_k_notices: list[str] = []
     stats_dirty = False
     turn: Turn | None = None
     error: str | None = None
@@ -72,11 +74,12 @@ def pump_turn(
     post(StatsUpdated(stats.snapshot()))
 
     def flush(with_stats: bool) -> None:
-        nonlocal pieces, notices, stats_dirty
-        if pieces or notices:
-            post(PiecesBatch(turn_id, pieces, notices))
+        nonlocal pieces, notices, auto_k_notices, stats_dirty
+        if pieces or notices or auto_k_notices:
+            post(PiecesBatch(turn_id, pieces, notices, auto_k_notices))
             pieces = []
             notices = []
+            auto_k_notices = []
         if stats_dirty and with_stats:
             post(StatsUpdated(stats.snapshot()))
             stats_dirty = False
@@ -109,6 +112,8 @@ def pump_turn(
                     f"The conversation no longer fit the context ({event.n_ctx} tokens): "
                     f"the oldest {event.dropped_messages} message(s) were dropped for the model."
                 )
+            elif isinstance(event, AutoKNotice):  # said once by the engine: passed on once, as it is
+                auto_k_notices.append(event.message)
             elif isinstance(event, Notice):
                 notices.append(event.message)
             if force or now - last_flush >= interval:
