@@ -121,6 +121,7 @@ class FakeEngine:
         notice: str | None = None,
         auto_k_script: tuple[AutoKRound, ...] = (),
         auto_k_notices: dict[int, bool] | None = None,
+        accept_pattern: tuple[int, ...] = ACCEPT_PATTERN,
     ) -> None:
         self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))
         self._messages: list[Message] = []
@@ -134,6 +135,7 @@ class FakeEngine:
         self.notice = notice
         self.auto_k_script = auto_k_script
         self.auto_k_notices = dict(auto_k_notices or {})
+        self.accept_pattern = accept_pattern  # accepted count per round, cycled
         self.cost_model = CostModel()  # the recent window: this session's drafting rounds, as the real engine's
         self._release = threading.Semaphore(0)
         self._hold_cond = threading.Condition()
@@ -303,7 +305,7 @@ class FakeEngine:
             emitted_pieces: list[Piece] = []
             drafted = accepted = 0
             if speculate:
-                want = ACCEPT_PATTERN[round_no % len(ACCEPT_PATTERN)]
+                want = self.accept_pattern[round_no % len(self.accept_pattern)]
                 remaining = len(tokens) - pos
                 drafted = min(k, remaining)
                 accepted = min(want, drafted)

@@ -92,7 +92,9 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_text(self._keys), id="help-text")
 
     def on_mount(self) -> None:
-        self.query_one("#help-box").border_title = "specchat help \u00b7 glossary and keys"
+        box = self.query_one("#help-box")
+        box.border_title = "specchat help \u00b7 glossary and keys"
+        box.focus()  # page up / down, arrows and home / end scroll it (at 60x20 most of it is below)
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)
