@@ -233,3 +233,70 @@ async def test_the_glossary_opens_first_on_f1_and_ctrl_g_and_scrolls_at_60x20(ma
 def test_the_glossary_is_short_one_or_two_lines_each():
     for term, meaning in GLOSSARY:
         assert len(term) + len(meaning) <= 2 * 100, term  # two lines of the help box at its widest (100)
+
+
+# -- the real thing --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with_labels(tmp_path, bundled_model):
+    """SmolLM2 (the bundled Q4_1) with the n-gram drafter and a fixed K on a copy-heavy prompt: after the real
+    reply the sidebar names each window and its figures are the engine's last Step's."""
+    from specchat.commands.tui import make_factory
+    from specchat.config import Settings
+    from specchat.engine.events import Step
+    from specchat.tui.app import SpecChatApp
+
+    settings = Settings(
+        target="bundled", draft="ngram", k=4, auto_k=False, n_predict=48, n_ctx=1024, threads=1,
+        data_dir=tmp_path, theme="specchat-dark",
+    )  # fmt: skip
+    steps: list[Step] = []
+    real_factory = make_factory(settings)
+
+    class Recording:  # the real engine, with its Steps kept for the assertions
+        def __init__(self, engine) -> None:
+            self._engine = engine
+            self.controls = engine.controls
+
+        def __getattr__(self, name):
+            return getattr(self._engine, name)
+
+        @property
+        def messages(self):
+            return self._engine.messages
+
+        def send(self, text):
+            for event in self._engine.send(text):
+                if isinstance(event, Step):
+                    steps.append(event)
+                yield event
+
+    app = SpecChatApp(lambda progress: Recording(real_factory(progress)), settings, export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert app.engine_error is None, app.engine_error
+        sidebar = app.query_one(Sidebar)
+        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 no reply yet"
+        await send(pilot, "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.")
+        await settle(pilot)
+        reply = app.assistant_messages()[-1]
+        assert reply.finished and not reply.error and steps
+        last = steps[-1]
+        assert last.reply is not None and last.recent is not None and last.status is not None
+        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 last reply"
+        assert sidebar.text_of("k-status").split("\n")[0] == last.status.label == "K 4 (fixed)"
+        figures = sidebar.text_of("reply-figures").split("\n")
+        n = int(last.reply.drafting_rounds)
+        assert figures[0] == (f"last reply \u00b7 {n} drafting round{'s' if n != 1 else ''}" if n else "last reply \u00b7 no drafts")
+        assert any(line.startswith("verify      ") and line.endswith(" ms/round") for line in figures)
+        recent = sidebar.text_of("recent-figures").split("\n")
+        assert recent[0] == last.recent.window_label and recent[0].startswith("recent rounds (auto-K's window")
+        assert n > 0, "the n-gram drafter found no copy to draft"  # greedy: the same reply every run
+        # every figure of each window, from that window
+        assert figures[1] == (
+            f"acceptance  {last.reply.acceptance * 100:.0f} % ({last.reply.accepted:.0f} of {last.reply.drafted:.0f})"
+        )
+        assert recent[2] == f"\u03b1           {last.recent.alpha:.2f} per position"
+        assert f"\u03b1 = {last.cost.alpha:.2f}" in sidebar.text_of("break-even")
+        assert f"{last.cost.alpha:.2f}" == f"{last.recent.alpha:.2f}"  # break-even and the window agree
