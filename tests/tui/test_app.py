@@ -596,7 +596,7 @@ async def test_theme_switch_recolours_finished_tokens_and_sidebar_shows_the_last
         app.set_theme("specchat-high-contrast")
         await pilot.pause()
         assert accepted_colour() == app.get_theme("specchat-high-contrast").variables["token-accepted"]
-        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s \u00b7 last reply"
+        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s of the last reply"
         assert app.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
 
 

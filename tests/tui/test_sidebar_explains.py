@@ -39,14 +39,14 @@ async def test_no_tok_s_number_before_the_first_reply_in_the_sidebar(make_app):
         assert sidebar.display
         digits = sidebar.query_one("#tok-s")
         assert not digits.display  # no big 0.0
-        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 no reply yet"
+        assert sidebar.text_of("tok-s-label") == "tok/s: no reply yet"
         texts = _sidebar_figures(app)
         assert "0.0" not in texts and "0.00" not in texts and "0 %" not in texts
         assert sidebar.text_of("k-status") == "K 3 (fixed)"  # the controls, in the engine's words
         await send(pilot, "hi")
         await settle(pilot)
         assert digits.display and float(digits.value) > 0
-        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 last reply"
+        assert sidebar.text_of("tok-s-label") == "tok/s of the last reply"
 
 
 async def test_no_tok_s_number_before_the_first_reply_in_the_status_bar_at_80_columns(make_app):
@@ -277,14 +277,14 @@ async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with
         await wait_ready(pilot)
         assert app.engine_error is None, app.engine_error
         sidebar = app.query_one(Sidebar)
-        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 no reply yet"
+        assert sidebar.text_of("tok-s-label") == "tok/s: no reply yet"
         await send(pilot, "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.")
         await settle(pilot)
         reply = app.assistant_messages()[-1]
         assert reply.finished and not reply.error and steps
         last = steps[-1]
         assert last.reply is not None and last.recent is not None and last.status is not None
-        assert sidebar.text_of("tok-s-label") == "tok/s \u00b7 last reply"
+        assert sidebar.text_of("tok-s-label") == "tok/s of the last reply"
         assert sidebar.text_of("k-status").split("\n")[0] == last.status.label == "K 4 (fixed)"
         figures = sidebar.text_of("reply-figures").split("\n")
         n = int(last.reply.drafting_rounds)

@@ -78,12 +78,12 @@ def tok_s_value(snapshot: StatsSnapshot) -> float | None:
 def tok_s_caption(snapshot: StatsSnapshot) -> str:
     """What the big number is, and over which window."""
     if snapshot.tok_s is not None:
-        return f"tok/s \u00b7 last {WINDOW_S:g} s of this reply"
+        return f"tok/s over the last {WINDOW_S:g} s of this reply"
     if snapshot.last_turn is not None:
-        return "tok/s \u00b7 last reply"
+        return "tok/s of the last reply"
     if snapshot.generating:
-        return "tok/s \u00b7 waiting for the first round"
-    return f"tok/s \u00b7 {NO_REPLY}"
+        return "tok/s: waiting for the first round"
+    return f"tok/s: {NO_REPLY}"
 
 
 def controls_label(state: ControlState) -> str:
