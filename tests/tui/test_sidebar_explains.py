@@ -104,7 +104,10 @@ async def test_k_shows_the_engines_words_and_note_while_holding(make_app):
         sidebar = app.query_one(Sidebar)
         status = engine.steps_seen[-1].status
         assert sidebar.text_of("k-status") == status.label == f"K 16 (auto: holding, best now {cost.best_k})"
-        assert sidebar.text_of("k-note") == status.note and "until another K beats it" in status.note
+        # the note quotes the recent drafted length, which moves per round: the note of a round seen (stats are
+        # posted ~4 times a second, not every round)
+        assert sidebar.text_of("k-note") in {s.status.note for s in engine.steps_seen}
+        assert "until another K beats it" in sidebar.text_of("k-note")
         engine.release()
         await settle(pilot)
 
