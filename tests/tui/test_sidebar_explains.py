@@ -218,7 +218,7 @@ async def test_the_glossary_opens_first_on_f1_and_ctrl_g_and_scrolls_at_60x20(ma
         text = str(app.screen.query_one("#help-text").render())
         assert text.startswith("Glossary\n")
         for term in ("acceptance", "\u03b1 (alpha)", "mean len", "K", "v(K)", "c", "break-even"):
-            assert f"  {term}  " in text, term
+            assert f"\n{term}  " in text, term
         for kind in ("accepted", "corrected", "bonus", "plain", "rejected"):
             assert f"  {kind:<10} " in text
         assert text.index("Glossary") < text.index("Colours") < text.index("Keys")

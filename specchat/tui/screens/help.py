@@ -53,7 +53,7 @@ COLOURS = (
 def glossary_text() -> Content:
     parts: list[Content] = [Content.styled("Glossary\n", "bold")]
     for term, meaning in GLOSSARY:
-        parts.append(Content.styled(f"  {term}", "bold"))
+        parts.append(Content.styled(term, "bold"))  # not indented: a wrapped meaning lines up with its term
         parts.append(Content(f"  {meaning}\n"))
     parts.append(Content.styled("\nColours\n", "bold"))
     for kind, meaning in COLOURS:
