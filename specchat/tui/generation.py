@@ -11,7 +11,9 @@ Stats go out at most every :data:`STATS_INTERVAL_S` (~4 Hz): redrawing the sideb
 part of a frame, and on a 2-core machine every millisecond the UI thread spends is taken from llama.cpp.
 The exception is a Step whose K, speculation, auto-K or drafter differs from the last one posted: it is
 posted at once, so a change made mid-reply shows in the sidebar at the very step it takes effect.
-A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
+An :class:`~specchat.engine.events.AutoKNotice` (auto-K turned drafting off or on: the engine says each change
+once) goes out in the batch's ``auto_k_notices``, apart from other notices, so the app shows each one once as
+a chat line and a toast. A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
 batch waits at most one round plus the interval. An exception from the engine ends the turn with an error
 message (the chat shows it); it never propagates into Textual.
 """

@@ -62,7 +62,21 @@ async def test_no_tok_s_number_before_the_first_reply_in_the_status_bar_at_80_co
         bar = _status_bar(app)
         rate = engine.turns[-1].predicted_per_second
         assert bar.startswith(f"{rate:.1f} tok/s \u00b7 K 3 (fixed) \u00b7 acceptance "), bar
-        assert "(reply)" in bar
+        assert bar.endswith("(reply) \u00b7 ready"), bar
+
+
+async def test_the_status_bar_says_generating_during_a_reply(make_app):
+    engine = FakeEngine(hold_at_steps=(4,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "hi")
+        await wait_hold(pilot, engine)
+        bar = _status_bar(app)
+        assert " tok/s \u00b7 K 3 (fixed) \u00b7 acceptance " in bar and bar.endswith(" \u00b7 generating"), bar
+        engine.release()
+        await settle(pilot)
+        assert _status_bar(app).endswith(" \u00b7 ready")
 
 
 # -- each window under its name, K in words --------------------------------------------------------------------

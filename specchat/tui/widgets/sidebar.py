@@ -186,7 +186,7 @@ def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str
     fig = snapshot.reply
     if fig is not None and fig.acceptance is not None:
         parts.append(f"acceptance {fig.acceptance * 100:.0f} % (reply)")
-    parts.append(status)
+    parts.append("generating" if snapshot.generating and status == "ready" else status)
     return " \u00b7 ".join(parts)
 
 
