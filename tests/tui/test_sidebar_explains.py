@@ -96,6 +96,7 @@ async def test_reply_and_recent_figures_are_separate_named_windows(make_app):
         step = engine.steps_seen[-1]  # the end of the turn posts the last round's figures
         reply = sidebar.text_of("reply-figures").split("\n")
         assert reply[0] == f"last reply \u00b7 {step.reply.drafting_rounds:.0f} drafting rounds"
+        assert sidebar.text_of("positions-label") == "acceptance per draft position \u00b7 last reply"
         assert f"acceptance  {step.reply.acceptance * 100:.0f} % ({step.reply.accepted:.0f} of " in reply[1]
         recent = sidebar.text_of("recent-figures").split("\n")
         assert recent[0] == step.recent.window_label  # the engine's own words for the window

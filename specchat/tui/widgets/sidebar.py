@@ -129,12 +129,17 @@ def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
     return [f"{label:<{LABEL_WIDTH}}{value}" for label, value in rows]
 
 
+def reply_window(snapshot: StatsSnapshot) -> str:
+    """The reply window's name: "this reply" while it is generated, "last reply" once it ended."""
+    return "this reply" if snapshot.generating or snapshot.last_turn is None else "last reply"
+
+
 def format_reply(snapshot: StatsSnapshot, info: EngineInfo | None) -> list[str]:
     """The reply's window: acceptance, mean accepted length, tokens drafted per round, draft and verify time
     per round (the draft time is "not reported" by an engine that cannot time its drafter: a llama-server),
     the prompt. Every figure over the rounds of this reply (the last reply's once it ended)."""
     fig = snapshot.reply
-    which = "this reply" if snapshot.generating or snapshot.last_turn is None else "last reply"
+    which = reply_window(snapshot)
     if fig is None:
         return [f"{which}: {'waiting for the first round' if snapshot.generating else NO_REPLY}"]
     n = int(fig.drafting_rounds)
@@ -398,7 +403,7 @@ class Sidebar(VerticalScroll):
             self._put(f"{name}-label", caption, rewraps=True)
             self._put(name, drawn)
             self._statics[name].display = bool(drawn)
-        self._put("positions-label", "acceptance per draft position \u00b7 this reply", rewraps=True)
+        self._put("positions-label", f"acceptance per draft position \u00b7 {reply_window(snapshot)}", rewraps=True)
         self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
         self._put("ab", "\n".join(format_ab(snapshot.ab)))
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
