@@ -80,6 +80,9 @@ class EngineInfo:
     #: the target's weight format (GGUF general.file_type), e.g. "Q4_1"
     weights: str = ""
     chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
+    #: False: the engine cannot time its drafter (a llama-server reports no draft time; its Steps say 0 ms), so
+    #: it has no draft cost and no cost model; a UI says "not reported" instead of showing 0
+    draft_timing: bool = True
 
 
 @runtime_checkable

@@ -68,6 +68,7 @@ from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, Use
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.state import UiState, save_state
 from specchat.tui.widgets.sidebar import Sidebar
+from specchat.tui.widgets.token_view import GHOST, kind_style
 
 #: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
 #: see SpecChatApp.ui_needs_to_yield)
@@ -93,9 +94,9 @@ class EditInProgress:
 def legend_content(show_ghosts: bool) -> Content:
     parts: list[Content] = []
     for kind in ("accepted", "corrected", "bonus", "plain"):
-        parts.append(Content.styled(f"\u25a0 {kind}", f"$token-{kind}"))
+        parts.append(Content.styled(f"\u25a0 {kind}", kind_style(kind)))
         parts.append(Content("  "))
-    ghost = Content.styled("ghost", "$token-rejected strike dim")
+    ghost = Content.styled("ghost", kind_style(GHOST))
     parts.append(ghost)
     parts.append(Content(" = refused draft" + ("" if show_ghosts else " (hidden)")))
     return Content.assemble(*parts)
@@ -637,6 +638,11 @@ class SpecChatApp(App[None]):
             self._current.append(message.pieces)
         for notice in message.notices:
             self.chat.mount(ChatNotice(notice), before=self._current)
+        for line in message.auto_k_notices:  # the engine says each change once: one line, one toast each
+            notice = ChatNotice(line)
+            notice.add_class("auto-k")
+            self.chat.mount(notice, before=self._current)
+            self.notify(line, title="auto-K", timeout=8)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
         if not self._ui_gone():

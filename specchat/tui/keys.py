@@ -38,7 +38,8 @@ class KeySpec:
 #: for the display toggles (terminals send alt+x as ESC x; macOS Terminal needs "Use Option as Meta key").
 #: ctrl letters the prompt (a TextArea) uses for editing (a e w d x c v u k z y) are left to it.
 APP_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("help", "ctrl+g,f1", "help", "Help", "this help: keys, colours, binding ids"),
+    KeySpec("help", "ctrl+g,f1", "help", "Help & glossary",
+            "glossary (acceptance, \u03b1, K, costs, colours), then keys and binding ids"),
     KeySpec("toggle_sidebar", "ctrl+b,f2", "toggle_sidebar", "Sidebar",
             "show / hide the statistics sidebar (hidden by itself when the terminal is narrow)"),
     KeySpec("k_down", "f3,ctrl+down", "k_down", "K\u2212", "draft length K down (applies at the next step)", show=False),
