@@ -10,6 +10,13 @@ is stamped with the monotonic time since the run's generation started - the
 so neither counts. The caller's conversation and controls are restored afterwards (the caches follow by
 longest common prefix on the next turn).
 
+**Cancelling** (a UI's Esc, the app quitting): ``cancelled()`` is asked before each run and at each piece; once
+it says yes, the run is asked to stop (``controls.request_stop``: it ends at the next round boundary, caches
+consistent) and :class:`RaceCancelled` is raised after it - as it is when a run ends ``stopped`` by any other
+stop request. A half-run race compares nothing, so there is no partial result. The per-piece check is what
+makes a cancel reliable: a run clears stop requests when it starts (``ChatSession``), so a request made
+between the two runs alone would be lost.
+
 **Same text.** Greedy speculative decoding keeps exactly the target's argmax, so both texts should be
 identical and only the speed differ. Verified: when the token ids part, :func:`record_race` measures the
 target's preference between the two tokens where they part; a gap within :data:`NEAR_TIE` is the batch-size
@@ -41,6 +48,10 @@ LANES: tuple[Lane, ...] = ("off", "on")
 #: logit gaps up to this are near-ties that batch-size numerics can flip (measured up to 0.86 between batch
 #: splits on the bundled SmolLM2: specchat.engine.chat); a larger gap where the texts part would be a defect
 NEAR_TIE = 1.0
+
+
+class RaceCancelled(Exception):
+    """The race was cancelled (or a run was stopped) before both runs ended; the conversation is restored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +116,9 @@ class RaceResult:
 
 
 def _one_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], float],
-             on_piece: Callable[[Lane, TimedPiece], None] | None) -> RaceRun:  # fmt: skip
+             on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:  # fmt: skip
+    if cancelled():
+        raise RaceCancelled
     session.decoder.reset()  # empty caches: both runs decode the prompt alike
     session.reset()
     pieces: list[TimedPiece] = []
@@ -127,6 +140,8 @@ def _one_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], 
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(lane, piece)
+            if cancelled():
+                session.controls.request_stop()
         elif isinstance(ev, Turn):
             turn = ev
             now = clock()
@@ -135,6 +150,8 @@ def _one_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], 
             raise UserError(f"the race's {'speculative' if lane == 'on' else 'baseline'} run failed: {ev.message}")
     if turn is None:  # pragma: no cover - a reply always ends with a Turn
         raise UserError("the race produced no reply")
+    if turn.stop_reason == "stopped" or cancelled():
+        raise RaceCancelled
     return RaceRun(lane, tuple(pieces), turn, t_end, tuple(notices), last_step)
 
 
@@ -158,11 +175,13 @@ def record_race(
     k: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_piece: Callable[[Lane, TimedPiece], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> RaceResult:
     """Run ``prompt`` greedily with speculation off, then on with the fixed ``k`` (None: auto-K), on the
     engine thread; ``on_piece(lane, piece)`` is called as each piece arrives (a UI's progress). The session's
     conversation and controls are as before afterwards. :class:`UserError` when the session cannot speculate
-    (no drafter, a recurrent target) or K is 0."""
+    (no drafter, a recurrent target) or K is 0; :class:`RaceCancelled` once ``cancelled()`` (see the module
+    docstring)."""
     dec = session.decoder
     if dec.drafter is None or not dec.can_speculate:
         why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is loaded"
@@ -177,12 +196,12 @@ def record_race(
     try:
         controls.set_sampling(greedy)
         controls.set_speculative(False)
-        off = _one_run(session, prompt, "off", clock, on_piece)
+        off = _one_run(session, prompt, "off", clock, on_piece, cancelled)
         controls.set_speculative(True)
         controls.set_auto_k(k is None)
         if k is not None:
             controls.set_k(k)
-        on = _one_run(session, prompt, "on", clock, on_piece)
+        on = _one_run(session, prompt, "on", clock, on_piece, cancelled)
         first = next(
             (i for i, (a, b) in enumerate(zip(off.turn.tokens, on.turn.tokens, strict=False)) if a != b), None
         )
@@ -316,6 +335,6 @@ def play(
 
 
 __all__ = [
-    "LANES", "NEAR_TIE", "Lane", "RaceResult", "RaceRun", "Replay", "ReplayEvent", "TimedPiece", "play",
+    "LANES", "NEAR_TIE", "Lane", "RaceCancelled", "RaceResult", "RaceRun", "Replay", "ReplayEvent", "TimedPiece", "play",
     "record_race", "timeline",
 ]  # fmt: skip

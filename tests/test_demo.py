@@ -10,6 +10,8 @@ import pytest
 from specchat import demo
 from specchat.cli import main
 from specchat.config import load_settings
+from specchat.loading import load_engine
+from specchat.models.derive import derive_demo
 from specchat.engine.drafter_kinds import NGRAM
 
 
@@ -30,7 +32,7 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
     """Every scene, short replies, starting from a data dir without the demo models: they are derived first."""
     settings = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1})
     said: list[str] = []
-    results = demo.run_tour(settings, n_predict=12, progress=said.append)
+    results = demo.run_tour(settings, load=load_engine, derive=derive_demo, n_predict=12, progress=said.append)
     assert any(m.startswith("deriving the demo models") for m in said)
     assert (tmp_path / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29.gguf").is_file()
     assert [r.scene for r in results] == list(demo.SCENES)

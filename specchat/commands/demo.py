@@ -53,9 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("threads", args.threads), ("data_dir", getattr(args, "data_dir", None))) if v is not None}
     settings = load_settings(getattr(args, "config", None), overrides)
+    from specchat.loading import load_engine
+    from specchat.models.derive import derive_demo
+
     results = demo.run_tour(
-        settings, scenes, n_predict=args.n_predict, progress=lambda msg: print(f"  {msg}", file=sys.stderr)
-    )
+        settings, scenes, load=load_engine, derive=derive_demo, n_predict=args.n_predict,
+        progress=lambda msg: print(f"  {msg}", file=sys.stderr),
+    )  # fmt: skip
     if args.json:
         print(json.dumps([r.figures() for r in results], indent=2, ensure_ascii=False))
     else:

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if k is not None and k <= 0:
         raise UserError(f"the configured K is {k}: a race drafts, so give --k 1..{K_MAX} or --auto-k")
 
-    from specchat.engine.loader import load_engine
+    from specchat.loading import load_engine
     from specchat.race import record_race
 
     session = load_engine(settings, auto_k=k is None)
