@@ -71,7 +71,7 @@ def test_specchat_demo_lists_its_scenes(capsys):
     [
         (["--headless", "--scene", "9"], "--scene 9: there are scenes 1..8"),
         (["--headless", "--n-predict", "0"], "--n-predict 0 must be a positive number"),
-        ([], "the tour screen in the app is not in this build yet; run 'specchat demo --headless'"),
+        (["--json"], "--json prints the figures of a headless tour: add --headless"),
     ],
 )
 def test_specchat_demo_bad_input_is_one_line(capsys, isolated_config, args, message):
