@@ -1033,8 +1033,12 @@ class SpecChatApp(App[None]):
         return last.content if last is not None else None
 
     def action_race(self) -> None:
-        engine = self._speculation_engine()
+        engine = self._engine_or_explain()
         if engine is None:
+            return
+        if engine.controls.fixed:
+            self.notify("A race turns speculation off and on with local models; this session uses a llama-server, "
+                        "whose own flags set speculation.", severity="warning", timeout=8)  # fmt: skip
             return
         if self.host.generating:
             self.notify("A reply is still being generated: press Esc first, then race.", severity="warning")
@@ -1044,6 +1048,11 @@ class SpecChatApp(App[None]):
             self.notify("Nothing to race yet: type a message in the prompt, or send one first.")
             return
         state = engine.controls.snapshot()
+        info = engine.info()
+        if not info.can_speculate or (state.drafter or info.draft_name) == NONE:
+            why = info.note or "no drafter is selected: choose one with ctrl+p \u2192 Drafter"
+            self.notify(f"Nothing to race against: {why}.", severity="warning", timeout=8)
+            return
         k = None if state.auto_k else state.k
         if k == 0:
             self.notify("K is 0, so nothing would be drafted: raise K or turn auto-K on, then race.", severity="warning")

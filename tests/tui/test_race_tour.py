@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fake_engine import FakeEngine
-from tuikit import fake_settings, notifications, screen_text, send, settle, wait_ready
+from tuikit import fake_settings, notifications, palette, screen_text, send, settle, wait_ready
 
 from specchat import demo
 from specchat.engine.events import AutoKNotice, Turn
@@ -257,6 +257,11 @@ async def test_the_race_key_says_why_when_there_is_nothing_to_race():
         await pilot.press("alt+r")
         await pilot.pause()
         assert any("K is 0" in n for n in notifications(app)) and not isinstance(app.screen, RaceScreen)
+        engine.controls.set_k(3)
+        engine.controls.set_drafter("none")
+        await pilot.press("alt+r")
+        await pilot.pause()
+        assert any("no drafter is selected" in n for n in notifications(app)) and not isinstance(app.screen, RaceScreen)
 
 
 async def test_the_race_races_the_prompt_text_else_the_last_message():
@@ -293,11 +298,6 @@ async def test_auto_k_turning_drafting_off_offers_fixed_k_and_the_palette_entry_
         offers = [n for n in notifications(app) if "Use fixed K" in n]
         assert len(offers) == 1 and "draft.gguf" in offers[0] and "unprofitable" in offers[0]
         assert "auto-K: drafting off" in screen_text(app)  # the engine's notice, in the chat
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"use fixed k")
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
+        await palette(pilot, "use fixed k")
         state = engine.controls.snapshot()
         assert not state.auto_k and state.k == 3 and state.speculative

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from tuikit import notifications, send, settle, wait_ready
+from tuikit import notifications, palette, send, settle, wait_ready
 
 from specchat import demo
 from specchat.commands.tui import derive_demo_models, make_factory
@@ -228,12 +228,7 @@ async def test_auto_k_judging_a_model_draft_unprofitable_offers_fixed_k(tmp_path
         offers = [n for n in notifications(app) if "Use fixed K" in n]
         assert len(offers) == 1 and "unprofitable" in offers[0], notifications(app)
         assert app.assistant_messages()[-1].turn.draft_n == 0
-        await pilot.press("ctrl+p")
-        await pilot.pause()
-        await pilot.press(*"use fixed k")
-        await pilot.pause()
-        await pilot.press("enter")
-        await pilot.pause()
+        await palette(pilot, "use fixed k")
         state = app.engine.controls.snapshot()
         assert not state.auto_k and state.k == 4 and state.speculative
         await send(pilot, "Say it again.")

@@ -59,6 +59,12 @@ def mode_text(k: int | None) -> str:
     return "auto-K" if k is None else f"K {k}"
 
 
+def progress_text(lane: Lane, tokens: int) -> str:
+    """The recording's status line: which run of the two, and its tokens so far."""
+    step = 1 if lane == "off" else 2
+    return f"recording {step} of 2: {LANE_TITLES[lane]} \u00b7 {tokens} tokens (Esc cancels)"
+
+
 def one_line(text: str, width: int = 60) -> str:
     line = sanitize_line(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 1] + "\u2026"
@@ -372,12 +378,8 @@ class RaceScreen(Screen[None]):
         )  # fmt: skip
 
     def on_race_progress(self, message: RaceProgress) -> None:
-        if not self.recording:
-            return
-        step = 1 if message.lane == "off" else 2
-        self.view.show_status(
-            f"recording {step} of 2: {LANE_TITLES[message.lane]} \u00b7 {message.tokens} tokens (Esc cancels)"
-        )
+        if self.recording:
+            self.view.show_status(progress_text(message.lane, message.tokens))
 
     def on_race_ended(self, message: RaceEnded) -> None:
         if self._host is not None:

@@ -33,7 +33,14 @@ from textual.widgets import Footer, Static
 from specchat.demo import SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs
 from specchat.errors import UserError, describe_exception
 from specchat.tui.keys import TOUR_KEYS, screen_bindings
-from specchat.tui.screens.race import LANE_TITLES, RaceEnded, RaceProgress, RaceView, record_on_engine_thread
+from specchat.tui.screens.race import (
+    LANE_TITLES,
+    RaceEnded,
+    RaceProgress,
+    RaceView,
+    progress_text,
+    record_on_engine_thread,
+)
 
 if TYPE_CHECKING:
     from specchat.config import Settings
@@ -242,12 +249,8 @@ class TourScreen(Screen[None]):
             self.run_scene()
 
     def on_race_progress(self, message: RaceProgress) -> None:
-        if self._recording is None:
-            return
-        step = 1 if message.lane == "off" else 2
-        self.view.show_status(
-            f"recording {step} of 2: {LANE_TITLES[message.lane]} \u00b7 {message.tokens} tokens (Esc cancels)"
-        )
+        if self._recording is not None:
+            self.view.show_status(progress_text(message.lane, message.tokens))
 
     def on_race_ended(self, message: RaceEnded) -> None:
         self._turn_ended(message.turn_id)
