@@ -9,7 +9,7 @@ Precedence, lowest to highest (the usual order of Python tools, e.g. pydantic-se
    a missing file that was asked for by name is an error),
 3. ``SPECCHAT_*`` environment variables, nested with ``__`` (``SPECCHAT_K=5``,
    ``SPECCHAT_SAMPLING__TEMPERATURE=0.7``; a table may also be given whole as JSON:
-   ``SPECCHAT_KEYMAP='{"ctrl+k": "k_up"}'``),
+   ``SPECCHAT_KEYMAP='{"alt+up": "k_up"}'``),
 4. command-line flags, passed to :func:`load_settings` as ``overrides``.
 
 Tables (``sampling``, ``ngram``, ``keymap``) merge key by key across the layers, so a file may set
@@ -165,6 +165,19 @@ def refuse_local_flags(args: Any, server_url: str, flags: tuple[tuple[str, str],
             )
 
 
+def server_pair(settings: Settings) -> tuple[str, str] | None:
+    """``(server A, server B)`` when ``server_b_url`` is set, else None; server B without server A is a
+    :class:`UserError` (server B is only ever compared with server A)."""
+    if not settings.server_b_url:
+        return None
+    if not settings.server_url:
+        raise UserError(
+            f"server B ({settings.server_b_url}, from --server-b, server_b_url or SPECCHAT_SERVER_B_URL) is "
+            "compared with server A, and none is set: give --server URL (or server_url) too"
+        )
+    return settings.server_url, settings.server_b_url
+
+
 def _default_threads() -> int:
     return os.cpu_count() or 1
 
@@ -181,7 +194,7 @@ MAX_THREADS = min(GGML_MAX_N_THREADS, 4 * _default_threads())
 
 
 #: the two forms of a ``keymap`` entry (see :mod:`specchat.tui.keys`), for its description and its errors
-KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,ctrl+k") or "key" = "binding-id" ("ctrl+k" = "k_up")'
+KEYMAP_FORMS = 'binding-id = "keys" (Textual\'s form: k_up = "f4,alt+up") or "key" = "binding-id" ("alt+up" = "k_up")'
 
 
 class Settings(BaseSettings):
@@ -220,8 +233,12 @@ class Settings(BaseSettings):
     server_url: Text | None = Field(
         None, description="a llama-server's base URL (http://host:port): it generates the replies; unset = local"
     )
+    server_b_url: Text | None = Field(
+        None,
+        description="a second llama-server (server B), raced and benched against server_url (server A); unset = none",
+    )
 
-    @field_validator("server_url")
+    @field_validator("server_url", "server_b_url")
     @classmethod
     def _server_url(cls, value: str | None) -> str | None:
         return None if value is None else check_server_url(value)
@@ -577,7 +594,7 @@ def allowed_values(key: Key) -> str:
     """Human description of what ``key`` accepts, derived from the model's constraints."""
     if key[:1] == ("keymap",) and len(key) == 2:
         return f"must be a string: an entry is {KEYMAP_FORMS}"
-    if key == ("server_url",):
+    if key in (("server_url",), ("server_b_url",)):
         return SERVER_URL_RULE
     info = _field_info(key)
     if info is None:

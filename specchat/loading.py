@@ -41,6 +41,26 @@ def sampling_from(settings: Settings) -> SamplingParams:
         raise UserError(str(exc)) from exc
 
 
+def connect_server_b(settings: Settings, progress: Progress | None = None) -> RemoteSession:
+    """A conversation on server B (``server_b_url``), set up like server A's (:func:`load_engine`): the other
+    side of a race or a bench of two llama-servers. :class:`UserError` when server B is not set or server A
+    is not (:func:`specchat.config.server_pair`); one line naming server B when it cannot be reached."""
+    from specchat.config import server_pair
+    from specchat.engine.llama_server import ServerError
+    from specchat.engine.remote import connect
+
+    pair = server_pair(settings)
+    if pair is None:
+        raise UserError("no server B is set: give --server-b URL (or server_b_url)")
+    try:
+        return connect(
+            pair[1], system_prompt=settings.system_prompt, n_predict=settings.n_predict,
+            sampling=sampling_from(settings), progress=progress,
+        )  # fmt: skip
+    except ServerError as exc:
+        raise ServerError(f"server B: {exc}") from None
+
+
 def load_engine(
     settings: Settings, progress: Progress | None = None, *, auto_k: bool | None = None
 ) -> ChatSession | RemoteSession:

@@ -12,9 +12,9 @@ longest common prefix on the next turn).
 
 **Cancelling** (a UI's Esc, the app quitting): ``cancelled()`` is asked before each run and at each piece; once
 it says yes, the run is asked to stop (``controls.request_stop``: it ends at the next round boundary, caches
-consistent) and :class:`RaceCancelled` is raised after it - as it is when a run ends ``stopped`` by any other
-stop request. A half-run race compares nothing, so there is no partial result. The per-piece check is what
-makes a cancel reliable: a run clears stop requests when it starts (``ChatSession``), so a request made
+consistent) and :class:`RaceCancelled` is raised after it - as it is when a local run ends ``stopped`` by any
+other stop request. A half-run race compares nothing, so there is no partial result. The per-piece check is
+what makes a cancel reliable: a run clears stop requests when it starts (``ChatSession``), so a request made
 between the two runs alone would be lost.
 
 **Same text.** Greedy speculative decoding keeps exactly the target's argmax, so both texts should be
@@ -23,6 +23,17 @@ target's preference between the two tokens where they part; a gap within :data:`
 numerics described in :mod:`specchat.engine.chat` ("Greedy replies and batch sizes": a verify batch's logits
 differ from single-row decoding by up to ~0.9 on the bundled model, so at a near-tie the argmax can flip),
 said in :attr:`RaceResult.difference`; anything larger would be a defect.
+
+**Two llama-servers** (:func:`record_server_race`, ``specchat race --server A --server-b B``). A llama-server's
+speculation is fixed by its own flags (:mod:`specchat.engine.remote`), so against servers the two lanes are two
+servers, e.g. one speculating and the same model without a draft: server A's run fills the first lane
+(:data:`LANE_A`, ``"off"``), server B's the second (:data:`LANE_B`, ``"on"``), one after the other, greedy,
+each with the server's prompt cache off (both decode the prompt in full, like the local runs' empty caches);
+each run's :attr:`RaceRun.label` names its server, and :attr:`RaceResult.ratio` is B / A. Where the token ids
+part, server A scores the two tokens (``n_probs``: :meth:`~specchat.engine.llama_server.LlamaServer.top_logprobs`)
+as :func:`record_race` does locally - if both servers hold the same weights (``/v1/models``: same vocabulary,
+parameter count, file size and type; the model name when a server does not say). Two different models may
+legitimately answer differently: that is said, not called a defect.
 
 **Replay** (:class:`Replay`, pure): the two runs' pieces merged into one timeline and handed out by an
 injected clock - at replay time t exactly the pieces recorded at or before t (scaled by ``speed``), so a UI
@@ -37,14 +48,23 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from specchat.engine.drafter_kinds import NONE
-from specchat.engine.events import EngineError, Notice, Piece, PieceKind, PromptDone, Step, Turn
+from specchat.engine.events import EngineError, Event, Notice, Piece, PieceKind, PromptDone, Step, Turn
+from specchat.engine.protocol import Message
 from specchat.errors import UserError
 
 if TYPE_CHECKING:  # the replay half is pure: a UI imports this module without llama.cpp
     from specchat.engine.chat import ChatSession
+    from specchat.engine.remote import RemoteSession
 
 Lane = Literal["off", "on"]
 LANES: tuple[Lane, ...] = ("off", "on")
+#: the lanes of a race of two llama-servers: server A's run (``--server``) first, then server B's (``--server-b``)
+LANE_A: Lane = "off"
+LANE_B: Lane = "on"
+#: what a local race's lanes are
+LOCAL_LABELS: dict[Lane, str] = {"off": "speculation off", "on": "speculation on"}
+#: how many of server A's most likely tokens are asked for where two same-weights replies part
+SERVER_TOP_N = 40
 #: logit gaps up to this are near-ties that batch-size numerics can flip (measured up to 0.86 between batch
 #: splits on the bundled SmolLM2: specchat.engine.chat); a larger gap where the texts part would be a defect
 NEAR_TIE = 1.0
@@ -76,6 +96,8 @@ class RaceRun:
     t_end: float
     notices: tuple[str, ...] = ()
     last_step: Step | None = None
+    #: what this lane is: "" in a local race (:data:`LOCAL_LABELS`), "A: <model> @ <host:port>" for a server
+    label: str = ""
 
     @property
     def text(self) -> str:
@@ -101,33 +123,47 @@ class RaceResult:
     first_difference: int | None = None
     #: why they differ, in one line ("" when identical)
     difference: str = ""
+    #: a race of two llama-servers (:func:`record_server_race`): ``off`` is server A, ``on`` server B
+    remote: bool = False
+    #: the texts were compared as the same model's (local, or servers with the same weights); False: two
+    #: different models, whose texts may differ without a defect
+    same_weights: bool = True
 
     @property
     def identical(self) -> bool:
         return self.first_difference is None
 
     @property
+    def defect(self) -> bool:
+        """The texts part where the same weights score the two tokens further apart than a near-tie."""
+        return not self.identical and self.same_weights and "not a near-tie" in self.difference
+
+    @property
     def ratio(self) -> float | None:
-        """Speculation on / off, generation speed (None when the baseline has no speed)."""
+        """Generation speed, second lane / first: speculation on / off, or server B / server A (None when the
+        first lane has no speed)."""
         return self.on.tok_s / self.off.tok_s if self.off.tok_s > 0 else None
 
     def run(self, lane: Lane) -> RaceRun:
         return self.off if lane == "off" else self.on
 
+    def label(self, lane: Lane) -> str:
+        """What the lane is: "speculation off" / "speculation on", or its server."""
+        return self.run(lane).label or LOCAL_LABELS[lane]
 
-def _one_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], float],
-             on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:  # fmt: skip
-    if cancelled():
-        raise RaceCancelled
-    session.decoder.reset()  # empty caches: both runs decode the prompt alike
-    session.reset()
+
+def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
+             on_piece: Callable[[Lane, TimedPiece], None] | None, what: str, label: str = "",
+             cancel: Callable[[], None] | None = None) -> RaceRun:  # fmt: skip
+    """Collect one run's events, timed; ``what`` names the run in an error ("the race's baseline run");
+    ``cancel()`` (if given) is called after each piece: it asks the run to stop when the race is cancelled."""
     pieces: list[TimedPiece] = []
     t0: float | None = None
     turn: Turn | None = None
     t_end = 0.0
     notices: list[str] = []
     last_step: Step | None = None
-    for ev in session.send(prompt):
+    for ev in events:
         if isinstance(ev, Step):
             last_step = ev
         elif isinstance(ev, Notice):
@@ -140,32 +176,90 @@ def _one_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], 
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(lane, piece)
-            if cancelled():
-                session.controls.request_stop()
+            if cancel is not None:
+                cancel()
         elif isinstance(ev, Turn):
             turn = ev
             now = clock()
             t_end = now - (t0 if t0 is not None else now)
         elif isinstance(ev, EngineError):
-            raise UserError(f"the race's {'speculative' if lane == 'on' else 'baseline'} run failed: {ev.message}")
+            raise UserError(f"{what} failed: {ev.message}")
     if turn is None:  # pragma: no cover - a reply always ends with a Turn
         raise UserError("the race produced no reply")
-    if turn.stop_reason == "stopped" or cancelled():
+    return RaceRun(lane, tuple(pieces), turn, t_end, tuple(notices), last_step, label)
+
+
+def _local_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], float],
+               on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:  # fmt: skip
+    if cancelled():
         raise RaceCancelled
-    return RaceRun(lane, tuple(pieces), turn, t_end, tuple(notices), last_step)
+    session.decoder.reset()  # empty caches: both runs decode the prompt alike
+    session.reset()
+    what = f"the race's {'speculative' if lane == 'on' else 'baseline'} run"
+
+    def cancel() -> None:
+        if cancelled():
+            session.controls.request_stop()
+
+    run = _one_run(session.send(prompt), lane, clock, on_piece, what, cancel=cancel)
+    if run.turn.stop_reason == "stopped" or cancelled():
+        raise RaceCancelled
+    return run
 
 
-def _near_tie(session: ChatSession, run: RaceRun, other: RaceRun, at: int) -> float:
+def _first_difference(off: RaceRun, on: RaceRun) -> int | None:
+    """The index of the first token where the two replies differ (by id), None when they are identical.
+
+    A reply of a llama-server may hold an id it never named (-1: :mod:`specchat.engine.remote`); then equal
+    texts count as identical."""
+    a, b = off.turn.tokens, on.turn.tokens
+    if (min(a, default=0) < 0 or min(b, default=0) < 0) and off.text == on.text:
+        return None
+    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if first is None and len(a) != len(b):
+        first = min(len(a), len(b))
+    return first
+
+
+def _tie_verdict(gap: float, first: int, a: str, how: str, where: str) -> str:
+    """The one line saying where two replies of the same weights part and whether that is a near-tie."""
+    kind = "a near-tie" if abs(gap) <= NEAR_TIE else "not a near-tie: a defect, please report it"
+    return (
+        f"the texts part at token {first + 1} ({a!r} {how}): {kind} - {where} scores them {abs(gap):.2f} apart, "
+        "and a verify batch's logits differ from one-token decoding by about that much (specchat/engine/chat.py)"
+    )
+
+
+def _eot_verdict(first: int) -> str:
+    return f"one reply stopped after {first} tokens and the other went on: the end-of-text token was a near-tie"
+
+
+def _near_tie(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> float:
     """How much the target prefers ``run``'s token over ``other``'s where they part, decoded in one batch on
     fresh caches (the logit gap; small = a near-tie)."""
     dec = session.decoder
-    context = session.template.tokens(session.messages[:-1]) + list(run.turn.tokens[:at])
+    context = prompt_ids + list(run.turn.tokens[:at])
     dec.reset()
     logits = dec.target.decode(context, logits_last=1)
     dec.reset()
     assert logits is not None
     row = logits[0]
     return float(row[run.turn.tokens[at]] - row[other.turn.tokens[at]])
+
+
+def local_difference(session: ChatSession, prompt_ids: list[int], off: RaceRun, on: RaceRun) -> tuple[int | None, str]:
+    """Where the runs without (``off``) and with speculation (``on``) part (None: identical) and why, in one
+    line: the target scores the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect)."""
+    first = _first_difference(off, on)
+    if first is None:
+        return None, ""
+    if first >= min(len(off.turn.tokens), len(on.turn.tokens)):
+        return first, _eot_verdict(first)
+    gap = _near_tie(session, prompt_ids, off, on, first)
+    piece = session.decoder.target.piece
+    a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
+    b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
+    return first, _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target")
 
 
 def record_race(
@@ -196,35 +290,13 @@ def record_race(
     try:
         controls.set_sampling(greedy)
         controls.set_speculative(False)
-        off = _one_run(session, prompt, "off", clock, on_piece, cancelled)
+        off = _local_run(session, prompt, "off", clock, on_piece, cancelled)
         controls.set_speculative(True)
         controls.set_auto_k(k is None)
         if k is not None:
             controls.set_k(k)
-        on = _one_run(session, prompt, "on", clock, on_piece, cancelled)
-        first = next(
-            (i for i, (a, b) in enumerate(zip(off.turn.tokens, on.turn.tokens, strict=False)) if a != b), None
-        )
-        if first is None and len(off.turn.tokens) != len(on.turn.tokens):
-            first = min(len(off.turn.tokens), len(on.turn.tokens))
-        difference = ""
-        if first is not None:
-            if first < min(len(off.turn.tokens), len(on.turn.tokens)):
-                gap = _near_tie(session, off, on, first)
-                piece = dec.target.piece
-                a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
-                b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
-                kind = "a near-tie" if abs(gap) <= NEAR_TIE else "not a near-tie: a defect, please report it"
-                difference = (
-                    f"the texts part at token {first + 1} ({a!r} without speculation, {b!r} with it): {kind} - the "
-                    f"target scores them {abs(gap):.2f} apart, and a verify batch's logits differ from one-token "
-                    "decoding by about that much (specchat/engine/chat.py)"
-                )
-            else:
-                difference = (
-                    f"one reply stopped after {first} tokens and the other went on: the end-of-text token was a "
-                    "near-tie"
-                )
+        on = _local_run(session, prompt, "on", clock, on_piece, cancelled)
+        first, difference = local_difference(session, session.template.tokens(session.messages[:-1]), off, on)
     finally:
         controls.set_sampling(saved_state.sampling)
         controls.set_speculative(saved_state.speculative)
@@ -235,6 +307,107 @@ def record_race(
     return RaceResult(
         prompt=prompt, target=dec.target.name, drafter=dec.drafter_name or NONE, k=k, off=off, on=on,
         first_difference=first, difference=difference,
+    )  # fmt: skip
+
+
+def server_label(session: RemoteSession, which: str) -> str:
+    """"A: <model> @ <host:port>" - a server's lane label (its model from ``/props``)."""
+    return f"{which}: {session.info().target_name}"
+
+
+def _weights_id(session: RemoteSession) -> tuple:
+    """What identifies a server's weights: ``/v1/models``' figures, or only the model's name without them."""
+    from specchat.engine.llama_server import ServerError
+
+    try:
+        meta = session.server.model_meta()
+    except ServerError:  # an older or proxied server without /v1/models
+        meta = {}
+    figures = tuple(meta.get(key) for key in ("n_vocab", "n_params", "size", "ftype", "n_embd"))
+    return figures if any(v is not None for v in figures) else (session.server_info.model,)
+
+
+def _server_gap(a: RemoteSession, prompt_ids: list[int], run_a: RaceRun, run_b: RaceRun, at: int) -> float:
+    """How much server A's model prefers its own token over B's where the replies part (a logit gap, from the
+    server's log-probabilities); when B's token is not among A's :data:`SERVER_TOP_N` most likely, the gap to
+    the least of them (a lower bound)."""
+    context = prompt_ids + list(run_a.turn.tokens[:at])
+    top = a.server.top_logprobs(context, SERVER_TOP_N)
+    mine, theirs = run_a.turn.tokens[at], run_b.turn.tokens[at]
+    floor = min(top.values(), default=0.0)
+    return top.get(mine, floor) - top.get(theirs, floor)
+
+
+def server_difference(
+    a: RemoteSession, prompt_ids: list[int], off: RaceRun, on: RaceRun, *, model_b: str | None
+) -> tuple[int | None, str]:
+    """Where server A's run ``off`` and server B's run ``on`` part (None: identical) and why, in one line.
+
+    ``model_b`` None: both servers hold the same weights, so a parting is judged by server A's own scores of
+    the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect); else B's model,
+    and the texts of two different models may differ."""
+    first = _first_difference(off, on)
+    if first is None:
+        return None, ""
+    both = first < min(len(off.turn.tokens), len(on.turn.tokens))
+    if model_b is not None:
+        where = f"at token {first + 1}" if both else f"after {first} tokens (one reply stopped)"
+        return first, (
+            f"the texts part {where}: server A runs {a.server_info.model} and server B {model_b}, which are not "
+            "the same weights (/v1/models), so their greedy replies may differ - not a defect"
+        )
+    if not both:
+        return first, _eot_verdict(first)
+    if min(off.turn.tokens[first], on.turn.tokens[first]) < 0:
+        return first, f"the texts part at token {first + 1}, where a server did not name the token's id"
+    gap = _server_gap(a, prompt_ids, off, on, first)
+    mine, theirs = (a.server.detokenize([run.turn.tokens[first]]) for run in (off, on))
+    return first, _tie_verdict(gap, first, mine, f"on server A, {theirs!r} on server B", "server A's model")
+
+
+def record_server_race(
+    a: RemoteSession,
+    b: RemoteSession,
+    prompt: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    on_piece: Callable[[Lane, TimedPiece], None] | None = None,
+) -> RaceResult:
+    """Run ``prompt`` greedily on server A, then on server B (never at once), on the engine thread: the race of
+    two llama-servers (module docstring). ``on_piece(lane, piece)`` is called as each piece arrives (A's lane
+    is :data:`LANE_A`, B's :data:`LANE_B`). Both conversations, samplings and prompt-cache settings are as
+    before afterwards. :class:`UserError` (one line naming the server) when a run fails."""
+    sessions = {LANE_A: a, LANE_B: b}
+    names = {LANE_A: "A", LANE_B: "B"}
+    saved = {lane: (s.controls.snapshot().sampling, list(s.messages), s.system_prompt, s.cache_prompt)
+             for lane, s in sessions.items()}  # fmt: skip
+    runs: dict[Lane, RaceRun] = {}
+    prompt_ids: list[int] = []
+    try:
+        for lane, s in sessions.items():
+            s.controls.set_sampling(replace(saved[lane][0], temperature=0.0))
+            s.cache_prompt = False  # the whole prompt decoded by both, as the local runs do on empty caches
+            # load, not reset: RemoteSession.reset forgets which replies it generated (their ids are spliced
+            # into the next prompt), and the caller's conversation continues after the race
+            s.load([Message("system", saved[lane][2])] if saved[lane][2] else [])
+            what = f"the race's run on server {names[lane]} ({s.server.url})"
+            runs[lane] = _one_run(s.send(prompt), lane, clock, on_piece, what, server_label(s, names[lane]))
+            if lane == LANE_A:
+                prompt_ids = a.prompt_tokens(a.messages[:-1])
+        off, on = runs[LANE_A], runs[LANE_B]
+        same = _weights_id(a) == _weights_id(b)
+        first, difference = server_difference(a, prompt_ids, off, on, model_b=None if same else b.server_info.model)
+    finally:
+        for lane, s in sessions.items():
+            sampling, messages, system, cache = saved[lane]
+            s.controls.set_sampling(sampling)
+            s.cache_prompt = cache
+            s.load(messages)
+            s.system_prompt = system
+    return RaceResult(
+        prompt=prompt, target=f"{a.info().target_name} vs {b.info().target_name}",
+        drafter=f"{a.drafter_label} vs {b.drafter_label}", k=None, off=off, on=on, first_difference=first,
+        difference=difference, remote=True, same_weights=same,
     )  # fmt: skip
 
 
@@ -335,6 +508,6 @@ def play(
 
 
 __all__ = [
-    "LANES", "NEAR_TIE", "Lane", "RaceCancelled", "RaceResult", "RaceRun", "Replay", "ReplayEvent", "TimedPiece", "play",
-    "record_race", "timeline",
+    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "Lane", "RaceCancelled", "RaceResult", "RaceRun", "Replay", "ReplayEvent",
+    "TimedPiece", "local_difference", "play", "record_race", "record_server_race", "server_difference", "server_label", "timeline",
 ]  # fmt: skip

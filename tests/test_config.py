@@ -227,7 +227,7 @@ FILE_ERRORS = [
         "keymap = 3\n",
         (
             r'keymap = 3 in {path}: must be a table of strings, each entry binding-id = "keys" \(Textual\'s form: '
-            r'k_up = "f4,ctrl\+k"\) or "key" = "binding-id" \("ctrl\+k" = "k_up"\)$'
+            r'k_up = "f4,alt\+up"\) or "key" = "binding-id" \("alt\+up" = "k_up"\)$'
         ),
     ),
     ("[sampling]\ntop_k = -1\n", r"sampling\.top_k = -1 in {path}: must be an integer >= 0$"),
@@ -238,7 +238,7 @@ FILE_ERRORS = [
         "[keymap]\n\"ctrl+k\" = 1\n",
         (
             r'keymap\."ctrl\+k" = 1 in {path}: must be a string: an entry is binding-id = "keys" \(Textual\'s form: '
-            r'k_up = "f4,ctrl\+k"\) or "key" = "binding-id" \("ctrl\+k" = "k_up"\)$'
+            r'k_up = "f4,alt\+up"\) or "key" = "binding-id" \("alt\+up" = "k_up"\)$'
         ),
     ),
     (  # the other form: a binding id with a non-string value
@@ -376,14 +376,14 @@ def test_example_file_lists_every_binding_id_and_both_keymap_forms():
     entries = tomllib.loads("\n".join(examples))
     resolved, problems = resolve_keymap(entries)
     assert not problems
-    assert resolved == {"k_up": "f4,ctrl+k", "k_down": "ctrl+d"}  # binding-id = keys, and key = binding-id
+    assert resolved == {"k_up": "f4,alt+up", "k_down": "alt+down"}  # binding-id = keys, and key = binding-id
 
 
 def test_field_paths_walks_nested_models():
     paths = field_paths()
     assert ("sampling", "temperature") in paths and ("ngram", "max_n") in paths and ("keymap",) in paths
     assert ("sampling",) not in paths
-    assert len(paths) == len(set(paths)) == 18
+    assert len(paths) == len(set(paths)) == 19
 
 
 # -- specchat config show / path ----------------------------------------------------------------------------

@@ -164,6 +164,48 @@ def test_a_cancelled_race_stops_within_a_round_and_restores_the_conversation(bun
         session.close()
 
 
+def test_a_parting_is_judged_by_the_target(bundled_model):
+    """Where the runs part, the target scores both tokens: its runner-up is a near-tie exactly when the logit gap
+    is within NEAR_TIE, its least likely token is a defect (and the result says so)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from specchat.race import NEAR_TIE, local_difference
+
+    dec = build_decoder(bundled_model, drafter="ngram", k=4, n_ctx=1024)
+    session = ChatSession(dec, n_predict=8)
+    try:
+        race = record_race(session, COPY, k=4)
+        prompt_ids = session.template.tokens([Message("user", COPY)])
+        at = 3
+        dec.reset()
+        row = np.asarray(dec.target.decode(prompt_ids + list(race.off.turn.tokens[:at]), logits_last=1)[0])
+        dec.reset()
+        ranked = [int(t) for t in np.argsort(-row)]
+        assert ranked[0] == race.off.turn.tokens[at]  # greedy: the target's own first choice
+
+        def on_chose(token: int) -> RaceRun:
+            tokens = list(race.on.turn.tokens)
+            tokens[at] = token
+            return replace(race.on, turn=replace(race.on.turn, tokens=tokens))
+
+        for token in (ranked[1], ranked[-1]):
+            gap = float(row[ranked[0]] - row[token])
+            first, difference = local_difference(session, prompt_ids, race.off, on_chose(token))
+            assert first == at and f"the texts part at token {at + 1}" in difference
+            assert f"scores them {gap:.2f} apart" in difference
+            assert ("not a near-tie: a defect" in difference) == (gap > NEAR_TIE)
+            assert replace(race, first_difference=first, difference=difference).defect == (gap > NEAR_TIE)
+        assert row[ranked[0]] - row[ranked[-1]] > NEAR_TIE
+        shorter = replace(race.on, turn=replace(race.on.turn, tokens=list(race.on.turn.tokens[:at])))
+        assert local_difference(session, prompt_ids, race.off, shorter) == (
+            at, f"one reply stopped after {at} tokens and the other went on: the end-of-text token was a near-tie"
+        )
+    finally:
+        session.close()
+
+
 def test_specchat_race_json(capsys, isolated_config):
     rc = main(["race", "--prompt", COPY, "--k", "4", "--n-predict", "24", "--json"])
     out, err = capsys.readouterr()

@@ -15,7 +15,7 @@ from specchat.bench.progress import ProgressLine
 from specchat.bench.report import build_report, format_arithmetic, format_plot, format_table, noise_warnings, write_json
 from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
-from specchat.bench.remote import remote_plan, run_remote_once
+from specchat.bench.remote import BenchServer, ab_plan, ab_ratios, format_ratios, remote_plan, run_ab, run_remote_once
 from specchat.bench.summary import summarize
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
@@ -46,6 +46,8 @@ def settings_overrides(args: Any) -> dict[str, Any]:
     o: dict[str, Any] = {}
     if getattr(args, "server", None) is not None:
         o["server_url"] = args.server
+    if getattr(args, "server_b", None) is not None:
+        o["server_b_url"] = args.server_b
     for flag in ("target", "draft", "threads", "n_ctx", "data_dir"):  # data_dir: specchat --data-dir D bench
         v = getattr(args, flag, None)
         if v is not None:
@@ -98,23 +100,40 @@ def main(
 ) -> int:
     """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
     ks, suite = validate_args(args)
-    from specchat.config import load_settings, refuse_local_flags
+    from specchat.config import load_settings, refuse_local_flags, server_pair
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
+    servers = server_pair(settings)
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
-    from specchat.loading import load_engine
+    from specchat.engine.llama_server import ServerError
+    from specchat.loading import connect_server_b, load_engine
 
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)
     interrupted = False
+    session_b = None
     try:
-        session = load_engine(settings, lambda f, what: progress(int(f * 100), 100, what), auto_k=False)
+        try:
+            session = load_engine(settings, lambda f, what: progress(int(f * 100), 100, what), auto_k=False)
+        except ServerError as exc:
+            if servers:
+                raise ServerError(f"server A: {exc}") from None
+            raise
+        if servers:
+            try:
+                session_b = connect_server_b(settings, lambda f, what: progress(int(f * 100), 100, what))
+            except BaseException:
+                session.close()
+                raise
     except KeyboardInterrupt:
         progress.close()
         print("specchat: interrupted while loading; nothing measured", file=err)
         return 130
-    progress.close()
+    finally:
+        progress.close()
+    if session_b is not None:
+        return _main_servers(args, session, session_b, suite, settings, progress, out, err, on_record)
     if settings.server_url:
         return _main_remote(args, session, suite, settings, progress, out, err, on_record)
     try:
@@ -187,28 +206,9 @@ def _main_remote(
 ) -> int:
     """``specchat bench --server URL`` (see :mod:`specchat.bench.remote`): the server's one configuration."""
     try:
-        session.cache_prompt = False
-        info = session.info()
-        if info.can_speculate and not session.controls.snapshot().k:
-            # the server's K shows in /metrics once it has speculated: one unrecorded warm-up reply
-            progress(0, 1, "warm-up reply (learns the server's K)")
-            run_remote_once(session, suite[0]["prompt"], "spec", None)
-            info = session.info()
-        k = session.controls.snapshot().k if info.can_speculate else 0
+        info, k = _prepare_server(session, suite, progress)
         plan = remote_plan(suite, args.runs, k)
-        meta = {
-            "target": info.target_name,
-            "drafter": info.draft_name,
-            "ks": [k],
-            "auto": False,
-            "runs": args.runs,
-            "n_predict": settings.n_predict,
-            "temperature": settings.sampling.temperature,
-            "seed": settings.sampling.seed,
-            "threads": None,  # the server's own
-            "n_ctx": info.n_ctx,
-            "suite": [p["name"] for p in suite],
-        }
+        meta = _server_meta(info, k, args, settings, suite)
         print(
             f"specchat bench: llama-server {info.target_name}, drafter {info.draft_name}, its K {k or 'none'}; "
             f"{args.runs} run(s) per prompt, the server's one configuration (no baseline pairs: its speculation "
@@ -240,6 +240,88 @@ def _main_remote(
     finally:
         progress.close()
         session.close()
+
+
+def _prepare_server(session: Any, suite: list[dict[str, str]], progress: ProgressLine, name: str = "") -> tuple[Any, int]:
+    """Prompt cache off (every run decodes its prompt in full); the server's K, learned by one unrecorded
+    warm-up reply if /metrics does not list it yet. Returns (its EngineInfo, its K or 0)."""
+    session.cache_prompt = False
+    info = session.info()
+    if info.can_speculate and not session.controls.snapshot().k:
+        # the server's K shows in /metrics once it has speculated: one unrecorded warm-up reply
+        progress(0, 1, f"warm-up reply (learns {'server ' + name if name else 'the server'}'s K)")
+        run_remote_once(session, suite[0]["prompt"], "spec", None)
+        info = session.info()
+    return info, (session.controls.snapshot().k if info.can_speculate else 0)
+
+
+def _server_meta(info: Any, k: int, args: Any, settings: Any, suite: list[dict[str, str]]) -> dict[str, Any]:
+    return {
+        "target": info.target_name,
+        "drafter": info.draft_name,
+        "ks": [k],
+        "auto": False,
+        "runs": args.runs,
+        "n_predict": settings.n_predict,
+        "temperature": settings.sampling.temperature,
+        "seed": settings.sampling.seed,
+        "threads": None,  # the server's own
+        "n_ctx": info.n_ctx,
+        "suite": [p["name"] for p in suite],
+    }
+
+
+def _main_servers(
+    args: Any, a: Any, b: Any, suite: list[dict[str, str]], settings: Any, progress: ProgressLine,
+    out: TextIO, err: TextIO, on_record: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """``specchat bench --server A --server-b B`` (see :mod:`specchat.bench.remote`): both servers on the suite,
+    interleaved by prompt; a table per server, the ratio B / A; ``--json``: {"a": report, "b": report, "ratio"}."""
+    try:
+        sides = []
+        for name, session in (("A", a), ("B", b)):
+            info, k = _prepare_server(session, suite, progress, name)
+            sides.append((BenchServer(name, session, k, info.draft_name), info))
+        (sa, info_a), (sb, info_b) = sides
+        def spec(side: BenchServer, info: Any) -> str:
+            return f"drafter {info.draft_name}, its K {side.k}" if side.k else "no speculation"
+
+        print(
+            f"specchat bench: server A {info_a.target_name} ({spec(sa, info_a)}) vs server B {info_b.target_name} "
+            f"({spec(sb, info_b)}); {args.runs} run(s) per prompt on each, interleaved A B A B; n_predict "
+            f"{settings.n_predict}, T = {settings.sampling.temperature:g}",
+            file=out,
+        )
+        out.flush()
+        records, interrupted = run_ab(ab_plan(suite, args.runs, sa, sb), {p["name"]: p["prompt"] for p in suite},
+                                      progress=progress, on_record=on_record)  # fmt: skip
+        progress.close()
+        ratios = ab_ratios(records["A"], records["B"])
+        if interrupted:
+            print(f"interrupted: {len(records['A']) + len(records['B'])} run(s) measured so far", file=out)
+        reports = {}
+        for side, info in sides:
+            rows = summarize(records[side.name])
+            meta = {"server": side.session.server.url, **_server_meta(info, side.k, args, settings, suite)}
+            reports[side.name.lower()] = build_report(meta=meta, records=records[side.name], rows=rows, arith=None,
+                                                      interrupted=interrupted)  # fmt: skip
+            if rows:
+                print(f"\nserver {side.name}: {info.target_name}", file=out)
+                print(format_table(rows), file=out)
+                for w in noise_warnings(rows):
+                    print(w, file=out)
+        print("\n" + format_ratios(ratios), file=out)
+        print("B / A = median over pairs of (server B's tok/s / server A's tok/s in the same prompt and run)", file=out)
+        if args.json:
+            report = {"specchat_bench": 1, "interrupted": interrupted, "a": reports["a"], "b": reports["b"], "ratio": ratios}
+            write_json(args.json, report)
+            print(f"\nwrote {len(records['A'])} + {len(records['B'])} record(s) to {args.json}", file=err)
+        out.flush()
+        return 130 if interrupted else 0
+    finally:
+        progress.close()
+        a.close()
+        b.close()
 
 
 __all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "main", "parse_k_list", "settings_overrides", "validate_args"]

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--server", metavar="URL",
                    help="measure a llama-server as configured (its own models, K and speculation) instead of local models")
+    p.add_argument("--server-b", metavar="URL", dest="server_b",
+                   help="a second llama-server (server B) measured on the same suite, interleaved with --server (A): "
+                   "each server's figures and the ratio B / A")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
     p.add_argument("--draft", help=f"drafter: path to a draft .gguf, a preset name, or '{NGRAM}' (default)")
     p.add_argument("--k", default=None, metavar="LIST",

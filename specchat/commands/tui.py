@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # only annotations: this module is imported to build the pars
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--server", "tui_server", str, "server_url",
      "a llama-server's URL (http://host:port): it generates the replies with its own models and speculation"),
+    ("--server-b", "tui_server_b", str, "server_b_url",
+     "a second llama-server (server B) for the race against --server (server A), e.g. the same model without speculation"),
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
     ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
     ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
@@ -168,13 +170,14 @@ def run(
     """The app; ``specchat demo`` opens it on the tour (``tour_at_start``, its scenes and reply length) with
     ``extra`` settings on top of the flags."""
     set_escape_delay()
-    from specchat.config import load_settings, refuse_local_flags
+    from specchat.config import load_settings, refuse_local_flags, server_pair
     from specchat.demo import SCENES
     from specchat.tui.app import SpecChatApp
     from specchat.tui.screens.tour import TourOptions
 
     config_path = getattr(args, "config", None)
     settings = load_settings(config_path, {**overrides_from_args(args), **(extra or {})})
+    server_pair(settings)  # server B (kept in settings for the race screen) needs server A
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     store, note = open_history(settings, disabled=bool(getattr(args, "tui_no_history", False)))

@@ -77,18 +77,18 @@ def calibrate_draft_cost(
 ) -> None:
     """Give ``cost_model`` each model drafter's cost per token (free drafters cost 0 until rounds say more).
 
-    ``ratios`` (from :func:`draft_cost_ratios`) scale the cost model's single-row target time, so call
-    after :func:`calibrate_verify_cost`; without a ratio the draft's own one-token decode is timed at its
-    current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
+    ``ratios`` (from :func:`draft_cost_ratios`) are c itself, timed beside the target (the cost model keeps
+    c as ratios: :class:`~specchat.engine.telemetry.CostModel`, draft cost); call after
+    :func:`calibrate_verify_cost` so the draft's ms follow from t1. Without a ratio the draft's own
+    one-token decode is timed at its current context. Leaves every drafter's state unchanged. With the draft cost known up front, auto-K
     does not warm up a drafter for which no K could pay even at full acceptance (a draft about as
     costly as the target never wins).
     """
-    t1 = cost_model.target_ms()
     for name, d in drafters.items():
         if d.free:
             continue
-        if ratios and name in ratios and t1:
-            cost_model.observe_draft_cost(name, ratios[name] * t1)
+        if ratios and name in ratios:
+            cost_model.observe_draft_ratio(name, ratios[name])
             continue
         for _ in range(reps):
             cost_model.observe_draft_cost(name, d.time_one_token(last))

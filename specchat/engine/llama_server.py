@@ -2,7 +2,8 @@
 
 What specchat asks of the server (the facts behind each choice are in :mod:`specchat.engine.remote`):
 ``GET /health`` and ``GET /props`` to know it is a llama-server and ready, ``GET /slots`` (whether it
-speculates), ``GET /metrics`` (its speculation counters, if started with ``--metrics``), ``POST
+speculates), ``GET /v1/models`` (the model's size and vocabulary: do two servers hold the same weights?), ``GET
+/metrics`` (its speculation counters, if started with ``--metrics``), ``POST
 /apply-template`` (the model's chat template, rendered by the server), ``POST /tokenize`` and ``POST
 /detokenize``, and ``POST /completion`` streamed as server-sent events (``data: {json}`` lines).
 
@@ -361,6 +362,27 @@ class LlamaServer:
     def detokenize(self, tokens: list[int]) -> str:
         data = self._json("POST", "/detokenize", {"tokens": list(tokens)})
         return str(data.get("content", ""))
+
+    def model_meta(self) -> dict[str, Any]:
+        """The loaded model's figures from ``GET /v1/models`` (``data[0].meta``: ``n_vocab``, ``n_params``,
+        ``size``, ``ftype``, ...; measured on b11434), ``{}`` if the server does not report them."""
+        data = self._json("GET", "/v1/models")
+        models = data.get("data") if isinstance(data, dict) else None
+        meta = models[0].get("meta") if isinstance(models, list) and models and isinstance(models[0], dict) else None
+        return dict(meta) if isinstance(meta, dict) else {}
+
+    def top_logprobs(self, tokens: list[int], n: int) -> dict[int, float]:
+        """The ``n`` most likely next tokens after ``tokens`` and their log-probabilities, as the model scores
+        them before sampling (``/completion`` with ``n_probs``, ``n_predict`` 1, no prompt cache: the context
+        is decoded in one batch). Log-probabilities share the softmax's normaliser, so the difference of
+        two is the difference of their logits."""
+        body = {"prompt": list(tokens), "n_predict": 1, "n_probs": n, "temperature": 0.0, "cache_prompt": False,
+                "post_sampling_probs": False}  # fmt: skip
+        data = self._json("POST", "/completion", body)
+        probs = data.get("completion_probabilities") if isinstance(data, dict) else None
+        if not isinstance(probs, list) or not probs or not isinstance(probs[0], dict):
+            raise ServerError(f"llama-server at {self.url}: POST /completion with n_probs returned no probabilities")
+        return {int(p["id"]): float(p["logprob"]) for p in probs[0].get("top_logprobs") or () if "id" in p}
 
     # -- the streamed completion ----------------------------------------------------------------------
     @contextmanager

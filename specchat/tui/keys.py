@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from textual.binding import Binding
+from textual.widgets import TextArea
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def resolve_keymap(keymap: Mapping[str, str] | None) -> tuple[dict[str, str], li
             if key and key not in result.setdefault(binding_id, []):
                 result[binding_id].append(key)
     problems.extend(_clashes(result))
+    problems.extend(_prompt_clashes(result))
     return {binding_id: ",".join(keys) for binding_id, keys in result.items()}, problems
 
 
@@ -162,3 +164,23 @@ def _clashes(remapped: Mapping[str, list[str]]) -> list[str]:
                     f"it and {other} {kept}; to keep both, give {binding_id} another key"
                 )
     return problems
+
+
+def _prompt_clashes(remapped: Mapping[str, list[str]]) -> list[str]:
+    """One line per key the keymap gives to a binding while the prompt (Textual's TextArea) edits with it:
+    the app's bindings come first, so ``"ctrl+d" = "k_down"`` silently took the prompt's delete-right. Keys
+    the defaults already take from it on purpose (f6, f7, up: see APP_KEYS) are not reported again."""
+    taken = {k.strip() for spec in (*APP_KEYS, *PROMPT_KEYS) for k in spec.keys.split(",")}
+    editing = {
+        key.strip(): binding.description.lower()
+        for binding in TextArea.BINDINGS
+        if isinstance(binding, Binding)
+        for key in binding.key.split(",")
+    }
+    return [
+        f"keymap gives {key} to {binding_id}, but the prompt uses {key} to {editing[key]}: {binding_id} gets it "
+        f"and the prompt loses it; to keep both, give {binding_id} another key"
+        for binding_id, keys in remapped.items()
+        for key in keys
+        if key in editing and key not in taken
+    ]

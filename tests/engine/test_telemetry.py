@@ -910,3 +910,26 @@ def test_rolling_tok_per_s_is_time_weighted_over_a_window() -> None:
     assert r.tok_per_s == pytest.approx(2.0)
     r.reset()
     assert r.tok_per_s is None
+
+
+def test_draft_cost_c_is_the_ratio_of_its_moment_not_the_draft_over_a_later_t1():
+    """c pairs each draft timing with the target time of its moment: a load that doubles both models' times
+    after the draft was timed leaves c = 1 for a self-draft (it read 0.5 when the start-up draft median was
+    divided by the later t1, and auto-K then warmed up a drafter that cannot pay)."""
+    from specchat.engine.telemetry import CostModel
+
+    for how in ("ratio", "ms"):
+        cm = CostModel(timing_window=5)
+        for _ in range(5):
+            cm.observe_plain(10.0)
+        if how == "ratio":
+            cm.observe_draft_ratio("model", 1.0)  # calibration: draft and target timed side by side
+        else:
+            cm.observe_draft_cost("model", 10.0)  # a draft decode timed while t1 was 10 ms
+        assert cm.c("model") == pytest.approx(1.0)
+        for _ in range(5):
+            cm.observe_plain(20.0)  # the machine got busier: the target now takes twice as long
+        assert cm.target_ms() == pytest.approx(20.0)
+        assert cm.c("model") == pytest.approx(1.0), how
+        assert cm.draft_ms_per_token("model") == pytest.approx(20.0)  # shown beside t1: c × t1
+        assert cm.break_even_alpha("model") == math.inf

@@ -8,6 +8,8 @@ stable setting on this shared 2-core machine), one slot and ``--metrics``, on a 
   a draft of the target itself is always accepted: every round is 3 accepted + 1 bonus, so every fate is known.
 - ``skip_draft_server``: a layer-skip draft of it (blocks 0-5 and 24-29 of 30, the ``smollm2-layerskip``
   preset) - rejections.
+- ``plain_server``: the bundled model without a draft (no speculation): server B of the race and bench of two
+  servers, against ``self_draft_server`` as server A (same weights, so greedy texts must be equal).
 - ``llama_server``: a factory for a server of one's own (a test that kills it).
 
 On a CPU with Intel AMX the server is started with ``--no-repack``, like the local engine turns off its extra
@@ -134,6 +136,13 @@ def skip_draft_server(
     bundled_model: Path, skip_draft_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     server = ServerProcess(bundled_model, tmp_path_factory.mktemp("srv") / "skip.log", draft=skip_draft_model)
+    yield server.start()
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def plain_server(bundled_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(bundled_model, tmp_path_factory.mktemp("srv") / "plain.log")
     yield server.start()
     server.stop()
 

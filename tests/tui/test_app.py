@@ -404,14 +404,14 @@ async def test_unknown_theme_falls_back_with_a_notice(make_app):
 
 
 async def test_keymap_from_settings_remaps_bindings(make_app):
-    settings = fake_settings(keymap={"k_up": "ctrl+k", "ctrl+g": "toggle_ghosts", "ctrl+t": "teleport"})
+    settings = fake_settings(keymap={"k_up": "alt+up", "ctrl+g": "toggle_ghosts", "ctrl+t": "teleport"})
     app, engine = make_app(settings=settings)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         assert len(app.keymap_problems) == 2 and "teleport" in app.keymap_problems[0]
         assert "ctrl+g to toggle_ghosts, but it is also help's default key" in app.keymap_problems[1]
         assert sum("help's default key" in n for n in notifications(app)) == 1
-        await pilot.press("ctrl+k")
+        await pilot.press("alt+up")
         assert engine.controls.snapshot().k == 4
         await pilot.press("f4")  # the old key no longer raises K
         assert engine.controls.snapshot().k == 4
@@ -420,7 +420,7 @@ async def test_keymap_from_settings_remaps_bindings(make_app):
         await pilot.press("f1")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        assert "ctrl+k" in str(app.screen.query_one("#help-text").render())
+        assert "alt+up" in str(app.screen.query_one("#help-text").render())
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)

@@ -272,8 +272,8 @@ def test_broken_theme_files_are_reported_and_skipped(tmp_path: Path):
 
 
 def test_keymap_accepts_both_orientations_and_reports_unknown_ids():
-    keymap, problems = resolve_keymap({"k_up": "ctrl+k", "ctrl+g": "toggle_ghosts", "alt+g": "toggle_ghosts", "x": "nope"})
-    assert keymap == {"k_up": "ctrl+k", "toggle_ghosts": "ctrl+g,alt+g"}
+    keymap, problems = resolve_keymap({"k_up": "alt+up", "ctrl+g": "toggle_ghosts", "alt+g": "toggle_ghosts", "x": "nope"})
+    assert keymap == {"k_up": "alt+up", "toggle_ghosts": "ctrl+g,alt+g"}
     assert len(problems) == 2 and "nope" in problems[0] and "k_up" in problems[0]
     assert problems[1].startswith("keymap gives ctrl+g to toggle_ghosts, but it is also help's default key")
     assert {"send", "newline", "stop", "regenerate", "new_chat", "history", "export", "help"} <= ALL_IDS
@@ -288,8 +288,12 @@ def test_keymap_accepts_both_orientations_and_reports_unknown_ids():
          "has no key left; to keep both, give k_up another key"),
         ({"ctrl+j": "k_up"}, "keymap gives ctrl+j to k_up, but it is also newline's default key: k_up gets it and "
          "newline keeps shift+enter; to keep both, give k_up another key"),
-        ({"k_up": "ctrl+x", "k_down": "ctrl+x"}, "keymap gives ctrl+x to both k_down and k_up; only one can have it: "
+        ({"k_up": "alt+x", "k_down": "alt+x"}, "keymap gives alt+x to both k_down and k_up; only one can have it: "
          "give each its own key"),
+        ({"ctrl+d": "k_down"}, "keymap gives ctrl+d to k_down, but the prompt uses ctrl+d to delete character right: "
+         "k_down gets it and the prompt loses it; to keep both, give k_down another key"),
+        ({"k_up": "f4,ctrl+k"}, "keymap gives ctrl+k to k_up, but the prompt uses ctrl+k to delete to line end: "
+         "k_up gets it and the prompt loses it; to keep both, give k_up another key"),
     ],
 )
 def test_keymap_reports_a_key_another_binding_also_has(keymap, problem):

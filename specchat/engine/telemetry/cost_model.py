@@ -44,7 +44,7 @@ class AlphaWindow:
 
 class _DrafterStats:
     __slots__ = (
-        "acc", "rej", "clock", "draft", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
+        "acc", "rej", "clock", "draft", "ratio", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
         "prior_rej",
     )  # fmt: skip
 
@@ -60,6 +60,7 @@ class _DrafterStats:
         self.drafting = 0.0
         self.clock = clock
         self.draft = RecentMedian(window)  # ms per drafted token
+        self.ratio = RecentMedian(window)  # ms per drafted token / the single-row target ms at that time: c
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
         self.replay = Replay(replay)
@@ -99,7 +100,13 @@ class CostModel:
     (:class:`~specchat.engine.telemetry.recent.RecentMedian`), robust to the spikes of a shared CPU.
 
     **Draft cost** per drafter: draft ms / drafted tokens (rounds with a draft only). An n-gram lookup
-    measures ~0. Before any measurement: 0 (the first drafting round measures it).
+    measures ~0. Before any measurement: 0 (the first drafting round measures it). c is the median of
+    *ratios*, each draft timing divided by the single-row target time of its moment (the verify table's t1
+    then, or the interleaved target decode of :func:`~specchat.engine.calibration.draft_cost_ratios`), not
+    the draft median over today's t1: a shared CPU's load moves both models' times together, and a draft
+    timed once at start-up divided by a t1 measured later under twice the load read c = 0.5 for a
+    self-draft (c = 1), which let auto-K warm up a drafter that cannot pay (seen as a flaky
+    ``test_auto_k_never_drafts_with_a_draft_as_costly_as_the_target``).
 
     **Verify cost**: :class:`~specchat.engine.telemetry.verify_cost.VerifyCost` (``max_rows``,
     ``timing_window``, ``v_shrink``); single-row samples come from plain rounds and from drafting rounds
@@ -203,9 +210,9 @@ class CostModel:
                 st.rej += 1.0
             if catch_up_ms > 0.0:
                 if drafted > 1:
-                    st.draft.add(max(0.0, t_draft_ms - catch_up_ms) / (drafted - 1))
+                    self._add_draft_ms(st, max(0.0, t_draft_ms - catch_up_ms) / (drafted - 1))
             else:
-                st.draft.add(max(0.0, t_draft_ms) / drafted)
+                self._add_draft_ms(st, max(0.0, t_draft_ms) / drafted)
             st.spec_steps += 1
             st.last = (drafted, accepted)
         self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
@@ -217,12 +224,30 @@ class CostModel:
         if not ms_per_token >= 0.0:  # also refuses NaN (the draft's context was full: nothing measured)
             return
         self._curve_key = None
-        self._stats(drafter).draft.add(ms_per_token)
+        self._add_draft_ms(self._stats(drafter), ms_per_token)
+
+    def observe_draft_ratio(self, drafter: str, ratio: float) -> None:
+        """A draft-cost measurement as a ratio to the target's single-row decode timed beside it
+        (:func:`specchat.engine.calibration.draft_cost_ratios`): c itself, free of the load's drift."""
+        if not ratio >= 0.0:
+            return
+        self._curve_key = None
+        st = self._stats(drafter)
+        st.ratio.add(ratio)
+        t1 = self.target_ms()
+        if t1:
+            st.draft.add(ratio * t1)
+
+    def _add_draft_ms(self, st: _DrafterStats, ms_per_token: float) -> None:
+        st.draft.add(ms_per_token)
+        t1 = self.target_ms()
+        if t1:  # paired with the target time of the same moment (see the class docstring: draft cost)
+            st.ratio.add(ms_per_token / t1)
 
     def has_draft_cost(self, drafter: str) -> bool:
         """True once the draft cost of ``drafter`` was measured (by a round or a calibration)."""
         st = self._drafters.get(drafter)
-        return st is not None and st.draft.value is not None
+        return st is not None and (st.draft.value is not None or st.ratio.value is not None)
 
     def observe_verify(self, rows: int, t_ms: float) -> None:
         """A verify-cost measurement outside generation: one target decode of ``rows`` rows took ``t_ms``
@@ -262,9 +287,14 @@ class CostModel:
         return break_even_alpha(self.c(drafter), self.verify.table(), k_max, gain)
 
     def draft_ms_per_token(self, drafter: str) -> float:
+        """The draft's ms per token now: c × t1 once both are known (so draft ms, target ms and c shown
+        together agree), else the measured median; 0 before any measurement."""
         st = self._drafters.get(drafter)
         if st is None:
             return 0.0
+        t1 = self.target_ms()
+        if st.ratio.value is not None and t1:
+            return st.ratio.value * t1
         v = st.draft.value
         return v if v is not None else 0.0
 
@@ -296,7 +326,11 @@ class CostModel:
         return st.last if st else (0, 0)
 
     def c(self, drafter: str) -> float:
-        """c = draft ms per drafted token / single-row target ms (0 before either is measured)."""
+        """c = draft ms per drafted token / single-row target ms: the median of the ratios timed together
+        (class docstring); before any ratio, the draft median over t1; 0 before either is measured."""
+        st = self._drafters.get(drafter)
+        if st is not None and st.ratio.value is not None:
+            return st.ratio.value
         t1 = self.target_ms()
         return self.draft_ms_per_token(drafter) / t1 if t1 else 0.0
 

@@ -34,8 +34,8 @@ def help_text(effective_keys: dict[str, str]) -> Content:
         parts.append(Content(f" {meaning}\n"))
     parts.append(
         Content(
-            "\nRemap keys in config.toml, e.g.\n  [keymap]\n  k_up = \"ctrl+k\"      # binding id = keys\n"
-            "  \"ctrl+g\" = \"stop\"    # or key = binding id\n"
+            "\nRemap keys in config.toml, e.g.\n  [keymap]\n  k_up = \"alt+up\"      # binding id = keys\n"
+            "  \"alt+s\" = \"stop\"     # or key = binding id\n"
             "The ids are shown in brackets above. Esc, F1 or ctrl+g closes this help."
         )
     )

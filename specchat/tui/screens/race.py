@@ -283,9 +283,10 @@ class RaceView(Vertical):
 
 
 def lane_title(race: RaceResult, lane: Lane) -> str:
+    """The pane's title: what the lane is (:meth:`RaceResult.label`) and what ran it."""
     if lane == "off":
-        return f"speculation off \u00b7 {race.target}"
-    return f"speculation on \u00b7 {race.drafter} \u00b7 {mode_text(race.k)}"
+        return f"{race.label(lane)} \u00b7 {race.target}"
+    return f"{race.label(lane)} \u00b7 {race.drafter} \u00b7 {mode_text(race.k)}"
 
 
 def result_text(race: RaceResult) -> Content:
