@@ -19,22 +19,33 @@ n-gram lookup.
 :func:`run_tour` plays scenes headless (``specchat demo --headless``): each scene is a race
 (:func:`specchat.race.record_race`: the same prompt with speculation off, then on), so every scene reports
 both speeds, the ratio, the acceptance and the ghosts, and that the texts are identical. The demo pairs that
-are derived from the bundled model are derived first if missing (:func:`ensure_pairs`, with progress).
+are derived from the bundled model are derived first if missing (:func:`ensure_pairs`, with progress). The
+app's tour screen (:mod:`specchat.tui.screens.tour`) plays the same scenes through the same functions.
+
+What touches llama.cpp - deriving the demo files and loading a pair - is passed in (``derive``, ``load``:
+:func:`specchat.models.derive.derive_demo` and :func:`specchat.loading.load_engine`, given by the commands),
+never imported here, so the TUI can import the scenes while it never imports llama_cpp (the import contract in
+``pyproject.toml``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specchat.bench.suite import DEFAULT_SUITE
 from specchat.engine.drafter_kinds import NGRAM
 from specchat.errors import ModelFileError, UserError
 from specchat.models.presets import PRESET_PREFIX
+from specchat.models.registry import models_dir, resolve_pair
 from specchat.race import RaceResult, record_race
 
 Progress = Callable[[str], None]
+#: writes the demo files into a models directory (:func:`specchat.models.derive.derive_demo`'s signature):
+#: ``derive(models_dir, threads=..., progress=...)`` -> (path, derived or None when it was there already)
+Derive = Callable[..., Iterable[tuple[Path, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,27 +150,33 @@ def pairs(scenes: Sequence[Scene] = SCENES) -> list[Pair]:
     return out
 
 
-def ensure_pairs(scenes: Sequence[Scene], data_dir: Any, *, threads: int = 1, progress: Progress | None = None) -> list[str]:
-    """Derive the demo files the scenes' pairs need if they are missing (``specchat models derive --demo``'s
-    machinery, with ``progress``); returns the paths written. A pair that still does not resolve afterwards
-    (e.g. a hub preset not downloaded) is a :class:`UserError` naming what to run."""
-    from specchat.models.derive import derive_demo
-    from specchat.models.registry import models_dir, resolve_pair
-
-    say = progress or (lambda _msg: None)
-    written: list[str] = []
+def missing_pairs(scenes: Sequence[Scene], data_dir: Any) -> list[Pair]:
+    """The scenes' pairs whose files are not there (yet)."""
     missing = []
     for pair in pairs(scenes):
         try:
             resolve_pair(pair.target, pair.draft, data_dir)
         except ModelFileError:
             missing.append(pair)
+    return missing
+
+
+def ensure_pairs(
+    scenes: Sequence[Scene], data_dir: Any, *, derive: Derive, threads: int = 1, progress: Progress | None = None
+) -> list[str]:
+    """Derive the demo files the scenes' pairs need if they are missing (``derive``: ``specchat models derive
+    --demo``'s machinery, with ``progress``); returns the paths written. A pair that still does not resolve
+    afterwards (e.g. a hub preset not downloaded) is a :class:`UserError` naming what to run."""
+
+    say = progress or (lambda _msg: None)
+    written: list[str] = []
+    missing = missing_pairs(scenes, data_dir)
     if missing:
         mdir = models_dir(data_dir)
         if mdir is None:
             raise UserError("the demo pairs need a data directory to derive into; give --data-dir")
         say(f"deriving the demo models into {mdir} (once; a few seconds each)")
-        for path, derived in derive_demo(mdir, threads=threads, progress=say):
+        for path, derived in derive(mdir, threads=threads, progress=say):
             if derived is not None:
                 written.append(str(path))
         for pair in missing:
@@ -204,23 +221,21 @@ def run_tour(
     settings: Any,
     scenes: Sequence[Scene] = SCENES,
     *,
+    load: Callable[[Any], Any],
+    derive: Derive,
     n_predict: int | None = None,
     progress: Progress | None = None,
-    load: Callable[[Any], Any] | None = None,
 ) -> list[SceneResult]:
     """Play ``scenes`` headless, one race each (speculation off, then on), and return their results.
 
     ``settings``: a :class:`specchat.config.Settings` (threads, n_ctx, data dir ...; target and draft are the
     scenes'); ``n_predict`` overrides every scene's length (a short CI run); ``load`` builds an engine from
-    settings (default :func:`specchat.loading.load_engine`). Each pair is loaded once.
+    settings (:func:`specchat.loading.load_engine`), ``derive`` writes missing demo files (:func:`ensure_pairs`).
+    Each pair is loaded once.
     """
     say = progress or (lambda _msg: None)
-    if load is None:
-        from specchat.loading import load_engine
-
-        load = load_engine
     data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
-    ensure_pairs(scenes, data_dir, threads=settings.threads, progress=say)
+    ensure_pairs(scenes, data_dir, derive=derive, threads=settings.threads, progress=say)
     sessions: dict[Pair, Any] = {}
     results: list[SceneResult] = []
     try:
@@ -263,6 +278,6 @@ def format_results(results: Sequence[SceneResult]) -> str:
 
 
 __all__ = [
-    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Pair", "Scene", "SceneResult", "ensure_pairs",
-    "format_results", "pairs", "run_tour", "verdict",
+    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene", "SceneResult",
+    "ensure_pairs", "format_results", "missing_pairs", "pairs", "run_tour", "verdict",
 ]  # fmt: skip

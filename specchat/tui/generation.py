@@ -35,7 +35,7 @@ from specchat.engine.events import (
     Turn,
 )
 from specchat.errors import describe_exception
-from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
+from specchat.tui.messages import DraftingOff, PiecesBatch, StatsUpdated, TurnFinished
 from specchat.tui.stats import LiveStats
 
 #: Each batch costs a frame (a partial render, and a layout pass when the reply grows a line). Under load
@@ -118,6 +118,8 @@ def pump_turn(
                 auto_k_notices.append(event.message)
             elif isinstance(event, Notice):
                 notices.append(event.message)
+                if isinstance(event, AutoKNotice) and not event.drafting:
+                    post(DraftingOff(event.drafter, event.message))  # the app offers fixed K
             if force or now - last_flush >= interval:
                 with_stats = force or now - last_stats >= stats_interval
                 flush(with_stats)

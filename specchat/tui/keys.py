@@ -65,7 +65,25 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
+    # alt+r: r for race; ctrl+r is regenerate. Also in the palette under its description.
+    KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
+            "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "
+            "side by side", show=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
+)
+
+#: the race screen's keys (:mod:`specchat.tui.screens.race`): no text input there, so a letter is a key
+RACE_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("race.close", "escape", "close", "Close", "close the race (while recording: cancel it)"),
+    KeySpec("race.replay", "r", "replay", "Replay", "play the recorded race again from the start"),
+)
+
+#: the tour screen's keys (:mod:`specchat.tui.screens.tour`)
+TOUR_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("tour.close", "escape", "close", "Close", "close the tour (a scene being recorded is cancelled)"),
+    KeySpec("tour.next", "n,right", "next", "Next scene", "the next scene"),
+    KeySpec("tour.previous", "p,left", "previous", "Previous", "the previous scene"),
+    KeySpec("tour.replay", "r", "replay", "Replay", "play this scene's race again"),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
@@ -82,6 +100,14 @@ def app_bindings() -> list[Binding]:
     return [
         Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
         for spec in APP_KEYS
+    ]
+
+
+def screen_bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
+    """A screen's bindings from its table (not remappable: the keymap's ids are the app's and the prompt's)."""
+    return [
+        Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
+        for spec in specs
     ]
 
 

@@ -78,6 +78,16 @@ class TurnFinished(Message):
         self.error = error
 
 
+class DraftingOff(Message):
+    """Auto-K turned drafting off (its :class:`~specchat.engine.events.AutoKNotice`, which the chat shows as a
+    notice too): the app offers fixed K."""
+
+    def __init__(self, drafter: str, notice: str) -> None:
+        super().__init__()
+        self.drafter = drafter
+        self.notice = notice
+
+
 class SavedRepliesDetokenized(Message):
     """Per-token text of reopened replies, from ``ChatEngine.detokenize_pieces`` on the engine thread."""
 
