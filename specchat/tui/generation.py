@@ -116,10 +116,10 @@ def pump_turn(
                 )
             elif isinstance(event, AutoKNotice):  # said once by the engine: passed on once, as it is
                 auto_k_notices.append(event.message)
+                if not event.drafting:
+                    post(DraftingOff(event.drafter, event.message))  # the app offers fixed K
             elif isinstance(event, Notice):
                 notices.append(event.message)
-                if isinstance(event, AutoKNotice) and not event.drafting:
-                    post(DraftingOff(event.drafter, event.message))  # the app offers fixed K
             if force or now - last_flush >= interval:
                 with_stats = force or now - last_stats >= stats_interval
                 flush(with_stats)
