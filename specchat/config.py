@@ -128,6 +128,10 @@ class NgramSettings(BaseModel):
         return self
 
 
+#: ``repack``: put the target's weights in llama.cpp's extra buffer types (its ``--repack``), see
+#: :func:`specchat.loading.repack_for` for what ``auto`` chooses
+Repack = Literal["auto", "on", "off"]
+
 #: what ``server_url`` accepts, for its error line
 SERVER_URL_RULE = "must be a llama-server's base URL: http:// or https://, a host and an optional port, e.g. http://127.0.0.1:8080"
 
@@ -220,6 +224,12 @@ class Settings(BaseSettings):
     threads: Int = Field(
         default_factory=_default_threads, ge=1, le=MAX_THREADS,
         description=f"CPU threads for llama.cpp (at most 4 x the {_default_threads()} CPUs here)",
+    )
+    threads_batch: Int | None = Field(
+        None, ge=1, le=MAX_THREADS, description="CPU threads for multi-row batches (prompt, verify); unset = threads"
+    )
+    repack: Repack = Field(
+        "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay), on, off"
     )
     n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")
@@ -609,6 +619,8 @@ def allowed_values(key: Key) -> str:
         ann = get_args(ann)[0]
     if ann is bool:
         return "must be true or false"
+    if get_origin(ann) is Literal:
+        return "must be one of " + ", ".join(json.dumps(a) for a in get_args(ann))
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return f"must be a table with keys {', '.join(ann.model_fields)}"
     if ann in (dict, dict[str, str]) or getattr(ann, "__origin__", None) is dict:

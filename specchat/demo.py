@@ -12,27 +12,40 @@ length, the one sentence shown on screen and what the user should see. :data:`SC
    and says why).
 
 Model drafters run with a fixed K in scenes 3-4 so their colours show (auto-K would switch them off at once).
-The "helps" pair is one constant, :data:`HELPS_PAIR`: the bundled Q4_1 target with the n-gram drafter until
-the Q8_0 re-encoding + n-gram preset (issue 12, verifying batches far cheaper) is available - then that preset.
+The "helps" pair is one constant, :data:`HELPS_PAIR`: the preset ``smollm2-q8-ngram``, the bundled model
+re-encoded in Q8_0 (the same weights, with a batched verify kernel: :mod:`specchat.engine.kernels`) drafted by
+n-gram lookup.
 
 :func:`run_tour` plays scenes headless (``specchat demo --headless``): each scene is a race
 (:func:`specchat.race.record_race`: the same prompt with speculation off, then on), so every scene reports
 both speeds, the ratio, the acceptance and the ghosts, and that the texts are identical. The demo pairs that
-are derived from the bundled model are derived first if missing (:func:`ensure_pairs`, with progress).
+are derived from the bundled model are derived first if missing (:func:`ensure_pairs`, with progress). The
+app's tour screen (:mod:`specchat.tui.screens.tour`) plays the same scenes through the same functions.
+
+What touches llama.cpp - deriving the demo files and loading a pair - is passed in (``derive``, ``load``:
+:func:`specchat.models.derive.derive_demo` and :func:`specchat.loading.load_engine`, given by the commands),
+never imported here, so the TUI can import the scenes while it never imports llama_cpp (the import contract in
+``pyproject.toml``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specchat.bench.suite import DEFAULT_SUITE
 from specchat.engine.drafter_kinds import NGRAM
 from specchat.errors import ModelFileError, UserError
+from specchat.models.presets import PRESET_PREFIX
+from specchat.models.registry import models_dir, resolve_pair
 from specchat.race import RaceResult, record_race
 
 Progress = Callable[[str], None]
+#: writes the demo files into a models directory (:func:`specchat.models.derive.derive_demo`'s signature):
+#: ``derive(models_dir, threads=..., progress=...)`` -> (path, derived or None when it was there already)
+Derive = Callable[..., Iterable[tuple[Path, Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +61,10 @@ def _suite_prompt(name: str) -> str:
     return next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == name)
 
 
-#: the pair of the "helps" scenes: the bundled Q4_1 target + n-gram drafting, until issue 12's Q8_0 re-encoding +
-#: n-gram preset lands (a Q4_1 target has no batched verify kernel here, so n-gram tops out near 1.2-1.4x; a
-#: Q8_0 target verifies 17 rows for ~7 rows' cost)
-HELPS_PAIR = Pair("bundled", NGRAM, "bundled SmolLM2 Q4_1 + n-gram")
+#: the pair of the "helps" scenes: the bundled model's Q8_0 re-encoding + n-gram drafting (``preset:smollm2-q8-ngram``,
+#: derived by ``specchat models derive --demo``). The bundled Q4_1 has no batched verify kernel, so n-gram on it
+#: tops out near 1.2-1.4x; the Q8_0 file verifies a batch far cheaper (README, "The lesson", has the v(K) table)
+HELPS_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", NGRAM, "SmolLM2 Q8_0 + n-gram")
 #: the bundled model drafting for itself: every draft accepted, each costing a whole target decode
 SELF_DRAFT_PAIR = Pair("bundled", "bundled", "bundled SmolLM2 drafting for itself")
 #: a layer-skip self-draft (12 of 30 blocks of the bundled model, ``specchat models derive --demo``)
@@ -137,27 +150,33 @@ def pairs(scenes: Sequence[Scene] = SCENES) -> list[Pair]:
     return out
 
 
-def ensure_pairs(scenes: Sequence[Scene], data_dir: Any, *, threads: int = 1, progress: Progress | None = None) -> list[str]:
-    """Derive the demo files the scenes' pairs need if they are missing (``specchat models derive --demo``'s
-    machinery, with ``progress``); returns the paths written. A pair that still does not resolve afterwards
-    (e.g. a hub preset not downloaded) is a :class:`UserError` naming what to run."""
-    from specchat.models.derive import derive_demo
-    from specchat.models.registry import models_dir, resolve_pair
-
-    say = progress or (lambda _msg: None)
-    written: list[str] = []
+def missing_pairs(scenes: Sequence[Scene], data_dir: Any) -> list[Pair]:
+    """The scenes' pairs whose files are not there (yet)."""
     missing = []
     for pair in pairs(scenes):
         try:
             resolve_pair(pair.target, pair.draft, data_dir)
         except ModelFileError:
             missing.append(pair)
+    return missing
+
+
+def ensure_pairs(
+    scenes: Sequence[Scene], data_dir: Any, *, derive: Derive, threads: int = 1, progress: Progress | None = None
+) -> list[str]:
+    """Derive the demo files the scenes' pairs need if they are missing (``derive``: ``specchat models derive
+    --demo``'s machinery, with ``progress``); returns the paths written. A pair that still does not resolve
+    afterwards (e.g. a hub preset not downloaded) is a :class:`UserError` naming what to run."""
+
+    say = progress or (lambda _msg: None)
+    written: list[str] = []
+    missing = missing_pairs(scenes, data_dir)
     if missing:
         mdir = models_dir(data_dir)
         if mdir is None:
             raise UserError("the demo pairs need a data directory to derive into; give --data-dir")
         say(f"deriving the demo models into {mdir} (once; a few seconds each)")
-        for path, derived in derive_demo(mdir, threads=threads, progress=say):
+        for path, derived in derive(mdir, threads=threads, progress=say):
             if derived is not None:
                 written.append(str(path))
         for pair in missing:
@@ -202,23 +221,21 @@ def run_tour(
     settings: Any,
     scenes: Sequence[Scene] = SCENES,
     *,
+    load: Callable[[Any], Any],
+    derive: Derive,
     n_predict: int | None = None,
     progress: Progress | None = None,
-    load: Callable[[Any], Any] | None = None,
 ) -> list[SceneResult]:
     """Play ``scenes`` headless, one race each (speculation off, then on), and return their results.
 
     ``settings``: a :class:`specchat.config.Settings` (threads, n_ctx, data dir ...; target and draft are the
     scenes'); ``n_predict`` overrides every scene's length (a short CI run); ``load`` builds an engine from
-    settings (default :func:`specchat.loading.load_engine`). Each pair is loaded once.
+    settings (:func:`specchat.loading.load_engine`), ``derive`` writes missing demo files (:func:`ensure_pairs`).
+    Each pair is loaded once.
     """
     say = progress or (lambda _msg: None)
-    if load is None:
-        from specchat.loading import load_engine
-
-        load = load_engine
     data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
-    ensure_pairs(scenes, data_dir, threads=settings.threads, progress=say)
+    ensure_pairs(scenes, data_dir, derive=derive, threads=settings.threads, progress=say)
     sessions: dict[Pair, Any] = {}
     results: list[SceneResult] = []
     try:
@@ -261,6 +278,6 @@ def format_results(results: Sequence[SceneResult]) -> str:
 
 
 __all__ = [
-    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Pair", "Scene", "SceneResult", "ensure_pairs",
-    "format_results", "pairs", "run_tour", "verdict",
+    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene", "SceneResult",
+    "ensure_pairs", "format_results", "missing_pairs", "pairs", "run_tour", "verdict",
 ]  # fmt: skip

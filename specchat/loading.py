@@ -8,6 +8,8 @@ It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
 and always offers the n-gram drafter. ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+The target's weights go where the ``repack`` setting says (:func:`repack_for`),
+and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
-from specchat.engine.model import Model
+from specchat.engine.gguf import read_gguf_info
+from specchat.engine.kernels import AMX_FORMATS
+from specchat.engine.model import Model, extra_buffer_types_safe
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
@@ -61,6 +66,25 @@ def connect_server_b(settings: Settings, progress: Progress | None = None) -> Re
         raise ServerError(f"server B: {exc}") from None
 
 
+def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
+    """Whether to load a target with llama.cpp's extra buffer types, for the ``repack`` setting.
+
+    ``"on"``/``"off"`` say so. ``"auto"`` (None: llama.cpp's default, on) wherever multi-row batches of the
+    extra buffer types are safe; on a CPU where they crash (:func:`specchat.engine.model.extra_buffer_types_safe`) the target
+    then decodes one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), which only pays when
+    nothing is verified in batches and the format has the fast one-row AMX kernels: on for a session that
+    does not speculate (``speculates`` False: ``draft = "none"``, or a fixed K = 0) with weights in
+    :data:`specchat.engine.kernels.AMX_FORMATS`, off otherwise. ``specchat models tune`` measures both for a file.
+    """
+    if setting == "on":
+        return True
+    if setting == "off":
+        return False
+    if extra_buffer_types_safe():
+        return None
+    return (not speculates) and weights.upper() in AMX_FORMATS
+
+
 def load_engine(
     settings: Settings, progress: Progress | None = None, *, auto_k: bool | None = None
 ) -> ChatSession | RemoteSession:
@@ -78,14 +102,21 @@ def load_engine(
             server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=report,
         )  # fmt: skip
-    pair = resolve_pair(settings.target, settings.draft, settings.effective_data_dir())
+    data_dir = settings.effective_data_dir()
+    pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target
     draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
     share = 0.75 if draft_path else 1.0
+    threads_batch = settings.threads_batch
+    auto = settings.auto_k if auto_k is None else auto_k
+    # a session speculates unless it has no drafter, or K = 0 is fixed (0 = plain decoding)
+    speculates = pair.drafter != NONE and (auto or settings.k > 0)
     report(0.0, f"loading {target_path.name}")
+    weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
     target = Model(
-        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
+        repack=repack_for(settings.repack, weights, speculates=speculates),
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
@@ -98,7 +129,7 @@ def load_engine(
             )
         if draft_path is not None:
             draft_model = Model(
-                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
                 progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
             )
             try:
@@ -126,12 +157,13 @@ def load_engine(
         ControlState(
             k=settings.k,
             speculative=selected != NONE,
-            auto_k=settings.auto_k if auto_k is None else auto_k,
+            auto_k=auto,
             drafter=None,
             sampling=sampling_from(settings),
         )
     )
-    decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected)
+    cache = CalibrationCache(data_dir / CALIBRATION_DIR)
+    decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected, calibration_cache=cache)
     report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine
     return ChatSession(
         decoder,

@@ -10,6 +10,13 @@ is stamped with the monotonic time since the run's generation started - the
 so neither counts. The caller's conversation and controls are restored afterwards (the caches follow by
 longest common prefix on the next turn).
 
+**Cancelling** (a UI's Esc, the app quitting): ``cancelled()`` is asked before each run and at each piece; once
+it says yes, the run is asked to stop (``controls.request_stop``: it ends at the next round boundary, caches
+consistent) and :class:`RaceCancelled` is raised after it - as it is when a local run ends ``stopped`` by any
+other stop request. A half-run race compares nothing, so there is no partial result. The per-piece check is
+what makes a cancel reliable: a run clears stop requests when it starts (``ChatSession``), so a request made
+between the two runs alone would be lost.
+
 **Same text.** Greedy speculative decoding keeps exactly the target's argmax, so both texts should be
 identical and only the speed differ. Verified: when the token ids part, :func:`record_race` measures the
 target's preference between the two tokens where they part; a gap within :data:`NEAR_TIE` is the batch-size
@@ -61,6 +68,10 @@ SERVER_TOP_N = 40
 #: logit gaps up to this are near-ties that batch-size numerics can flip (measured up to 0.86 between batch
 #: splits on the bundled SmolLM2: specchat.engine.chat); a larger gap where the texts part would be a defect
 NEAR_TIE = 1.0
+
+
+class RaceCancelled(Exception):
+    """The race was cancelled (or a run was stopped) before both runs ended; the conversation is restored."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +153,10 @@ class RaceResult:
 
 
 def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
-             on_piece: Callable[[Lane, TimedPiece], None] | None, what: str, label: str = "") -> RaceRun:  # fmt: skip
-    """Collect one run's events, timed; ``what`` names the run in an error ("the race's baseline run")."""
+             on_piece: Callable[[Lane, TimedPiece], None] | None, what: str, label: str = "",
+             cancel: Callable[[], None] | None = None) -> RaceRun:  # fmt: skip
+    """Collect one run's events, timed; ``what`` names the run in an error ("the race's baseline run");
+    ``cancel()`` (if given) is called after each piece: it asks the run to stop when the race is cancelled."""
     pieces: list[TimedPiece] = []
     t0: float | None = None
     turn: Turn | None = None
@@ -163,6 +176,8 @@ def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
             pieces.append(piece)
             if on_piece is not None:
                 on_piece(lane, piece)
+            if cancel is not None:
+                cancel()
         elif isinstance(ev, Turn):
             turn = ev
             now = clock()
@@ -175,11 +190,21 @@ def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
 
 
 def _local_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], float],
-               on_piece: Callable[[Lane, TimedPiece], None] | None) -> RaceRun:  # fmt: skip
+               on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:  # fmt: skip
+    if cancelled():
+        raise RaceCancelled
     session.decoder.reset()  # empty caches: both runs decode the prompt alike
     session.reset()
     what = f"the race's {'speculative' if lane == 'on' else 'baseline'} run"
-    return _one_run(session.send(prompt), lane, clock, on_piece, what)
+
+    def cancel() -> None:
+        if cancelled():
+            session.controls.request_stop()
+
+    run = _one_run(session.send(prompt), lane, clock, on_piece, what, cancel=cancel)
+    if run.turn.stop_reason == "stopped" or cancelled():
+        raise RaceCancelled
+    return run
 
 
 def _first_difference(off: RaceRun, on: RaceRun) -> int | None:
@@ -244,11 +269,13 @@ def record_race(
     k: int | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_piece: Callable[[Lane, TimedPiece], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> RaceResult:
     """Run ``prompt`` greedily with speculation off, then on with the fixed ``k`` (None: auto-K), on the
     engine thread; ``on_piece(lane, piece)`` is called as each piece arrives (a UI's progress). The session's
     conversation and controls are as before afterwards. :class:`UserError` when the session cannot speculate
-    (no drafter, a recurrent target) or K is 0."""
+    (no drafter, a recurrent target) or K is 0; :class:`RaceCancelled` once ``cancelled()`` (see the module
+    docstring)."""
     dec = session.decoder
     if dec.drafter is None or not dec.can_speculate:
         why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is loaded"
@@ -263,12 +290,12 @@ def record_race(
     try:
         controls.set_sampling(greedy)
         controls.set_speculative(False)
-        off = _local_run(session, prompt, "off", clock, on_piece)
+        off = _local_run(session, prompt, "off", clock, on_piece, cancelled)
         controls.set_speculative(True)
         controls.set_auto_k(k is None)
         if k is not None:
             controls.set_k(k)
-        on = _local_run(session, prompt, "on", clock, on_piece)
+        on = _local_run(session, prompt, "on", clock, on_piece, cancelled)
         first, difference = local_difference(session, session.template.tokens(session.messages[:-1]), off, on)
     finally:
         controls.set_sampling(saved_state.sampling)
@@ -481,6 +508,6 @@ def play(
 
 
 __all__ = [
-    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "Lane", "RaceResult", "RaceRun", "Replay", "ReplayEvent",
+    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "Lane", "RaceCancelled", "RaceResult", "RaceRun", "Replay", "ReplayEvent",
     "TimedPiece", "local_difference", "play", "record_race", "record_server_race", "server_difference", "server_label", "timeline",
 ]  # fmt: skip

@@ -24,6 +24,7 @@ from specchat.bench.runner import RECORD_FIELDS, BenchRunner, RunStats, make_pla
 from specchat.bench.suite import _COPY_CODE, load_suite
 from specchat.bench.summary import SummaryRow, summarize
 from specchat.cli import build_parser, main
+from specchat.engine.calibration import MEASURE_ROWS
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.telemetry import speedup_curve
 
@@ -232,7 +233,7 @@ def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_pat
     cm = CostModel()
     for rows, ms in targets[len(drafts) :]:
         cm.observe_verify(rows, ms)
-    assert {rows for rows, _ in targets[len(drafts) :]} == set(range(1, K_MAX + 2))
+    assert {rows for rows, _ in targets[len(drafts) :]} == set(MEASURE_ROWS)
     assert ar["target_ms_per_token"] == pytest.approx(cm.target_ms())
     assert [ar["v"][str(k)] for k in range(K_MAX + 1)] == pytest.approx([cm.v(k) for k in range(K_MAX + 1)])
     assert ar["c"] == pytest.approx(ratios[len(ratios) // 2])
@@ -349,6 +350,8 @@ def _bad(capsys, *argv) -> str:
         (["--n-predict", "0"], "--n-predict 0"),
         (["--suite", "/nonexistent/suite.toml"], "does not exist"),
         (["--json", "/nonexistent/dir/out.json"], "does not exist"),
+        (["--formats", "Q9"], "'Q9' is not a weight format llama.cpp can write"),
+        (["--formats", ","], "--formats is empty"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
@@ -446,3 +449,35 @@ def test_noisy_baseline_is_flagged():
     busy = SummaryRow("b", "baseline", 0, 3, 50, 8, 106, None, 1.0, None, 1.0, 0.0, 1.0, 1.0, 1.0, 0)
     warnings = noise_warnings([calm, busy])
     assert len(warnings) == 1 and warnings[0].startswith("warning: b: baseline runs ranged 8.0..106.0")
+
+
+# -- several weight formats in one run (bench --formats) ---------------------------------------------
+
+
+def test_formats_measure_every_re_encoding_in_one_interleaved_run(tmp_path, tiny_target, suite_file):
+    """``--formats F16``: the tiny F32 target and its F16 re-encoding (derived into the data dir) in one run;
+    every round opens with one baseline of the source, every run's x_reference is its tok/s over that
+    round's source baseline, and the cross-format table prints those multiples."""
+    data_dir = tmp_path / "data"
+    out_json = tmp_path / "formats.json"
+    rc, out, err = run_bench(["--data-dir", str(data_dir), *bench_args(
+        tiny_target, "ngram", suite_file, "--k", "0,2", "--runs", "2", "--formats", "F16", "--no-arithmetic",
+        "--json", str(out_json))])  # fmt: skip
+    assert rc == 0, err
+    derived = data_dir / "models" / (tiny_target.stem + ".F16.gguf")
+    assert derived.is_file()
+    data = json.loads(out_json.read_text())
+    labels = [f["label"] for f in data["formats"]]
+    assert labels == ["F32", "F16"] and data["formats"][0]["source"] and data["formats"][1]["lossy"]
+    recs = data["records"]
+    # per prompt and run: the F32 reference baseline, then each target's (baseline, K=2) pair
+    first = [(r["target"], r["mode"]) for r in recs if r["prompt"] == "alpha" and r["run"] == 0]
+    assert first == [("F32", "baseline"), ("F32", "baseline"), ("F32", "spec"), ("F16", "baseline"), ("F16", "spec")]
+    for r in recs:
+        ref = next(x for x in recs if x["prompt"] == r["prompt"] and x["run"] == r["run"] and x["target"] == "F32")
+        assert r["x_reference"] == pytest.approx(r["predicted_per_second"] / ref["predicted_per_second"])
+    summary = {(row["target"], row["prompt"], row["mode"]): row for row in data["summary"]}
+    f16 = [r["x_reference"] for r in recs if (r["target"], r["prompt"], r["mode"]) == ("F16", "beta", "spec")]
+    assert summary[("F16", "beta", "spec")]["x_reference"] == pytest.approx(statistics.median(f16))
+    assert "× F32: each run's tok/s / the same round's F32 baseline run" in out
+    assert "== F16: " in out and "re-quantised: changes the model's output" in out

@@ -205,13 +205,19 @@ def test_sampling_settings_convert_to_engine_params(isolated):
 
 # -- errors -------------------------------------------------------------------------------------------------
 
+#: a K above the largest the engine accepts, whatever K_MAX is
+BIG_K = K_MAX + 1
+
 FILE_ERRORS = [
-    ("k = 40\n", rf"k = 40 in {{path}}: must be an integer in 0\.\.{K_MAX}$"),
-    ("k = -1\n", r"k = -1 in {path}: must be an integer in 0\.\.16$"),
-    ("k = 2.5\n", r"k = 2\.5 in {path}: must be an integer in 0\.\.16$"),
-    ("k = true\n", r"k = true in {path}: must be an integer in 0\.\.16$"),
-    ('k = "three"\n', r'k = "three" in {path}: must be an integer in 0\.\.16$'),
+    (f"k = {BIG_K}\n", rf"k = {BIG_K} in {{path}}: must be an integer in 0\.\.{K_MAX}$"),
+    ("k = -1\n", rf"k = -1 in {{path}}: must be an integer in 0\.\.{K_MAX}$"),
+    ("k = 2.5\n", rf"k = 2\.5 in {{path}}: must be an integer in 0\.\.{K_MAX}$"),
+    ("k = true\n", rf"k = true in {{path}}: must be an integer in 0\.\.{K_MAX}$"),
+    ('k = "three"\n', rf'k = "three" in {{path}}: must be an integer in 0\.\.{K_MAX}$'),
     ("auto_k = 3\n", r"auto_k = 3 in {path}: must be true or false$"),
+    ('repack = "maybe"\n', r'repack = "maybe" in {path}: must be one of "auto", "on", "off"$'),
+    ("repack = true\n", r'repack = true in {path}: must be one of "auto", "on", "off"$'),
+    ("threads_batch = 0\n", r"threads_batch = 0 in {path}: must be an integer in 1\.\.\d+ \(or unset\)$"),
     (
         "threads = 0\n",
         r"threads = 0 in {path}: must be an integer in 1\.\.\d+ \(at most 4 x the \d+ CPUs here: more threads only "
@@ -269,8 +275,8 @@ def test_bad_file_values_name_key_file_and_allowed_values(isolated, text, patter
 
 
 def test_several_bad_values_are_counted_on_one_line(isolated):
-    path = write(isolated.tmp / "bad.toml", "k = 40\nthreads = 0\n")
-    with pytest.raises(ConfigError, match=r"^config error: k = 40 in .*: must be an integer in 0\.\.16 \(and 1 more\)$"):
+    path = write(isolated.tmp / "bad.toml", f"k = {BIG_K}\nthreads = 0\n")
+    with pytest.raises(ConfigError, match=rf"^config error: k = {BIG_K} in .*: must be an integer in 0\.\.{K_MAX} \(and 1 more\)$"):
         load_settings(str(path))
 
 
@@ -284,7 +290,7 @@ def test_file_that_is_not_utf8_or_is_a_directory(isolated):
 
 
 ENV_ERRORS = [
-    ({"SPECCHAT_K": "40"}, r"^config error: k = 40 from environment variable SPECCHAT_K: must be an integer in 0\.\.16$"),
+    ({"SPECCHAT_K": str(BIG_K)}, rf"^config error: k = {BIG_K} from environment variable SPECCHAT_K: must be an integer in 0\.\.{K_MAX}$"),
     ({"SPECCHAT_K": "lots"}, r"k = lots from environment variable SPECCHAT_K: must be an integer"),
     ({"SPECCHAT_AUTO_K": "maybe"}, r"auto_k = maybe from environment variable SPECCHAT_AUTO_K: must be true or false$"),
     (
@@ -309,11 +315,11 @@ def test_bad_env_values_name_the_variable(isolated, monkeypatch, env, pattern):
 
 
 def test_error_names_the_layer_that_supplied_the_bad_value(isolated, monkeypatch):
-    path = write(isolated.tmp / "c.toml", "k = 40\n")
-    monkeypatch.setenv("SPECCHAT_K", "41")
-    with pytest.raises(ConfigError, match=r"k = 41 from environment variable SPECCHAT_K"):
+    path = write(isolated.tmp / "c.toml", f"k = {BIG_K}\n")
+    monkeypatch.setenv("SPECCHAT_K", str(BIG_K + 1))
+    with pytest.raises(ConfigError, match=rf"k = {BIG_K + 1} from environment variable SPECCHAT_K"):
         load_settings(str(path))
-    with pytest.raises(ConfigError, match=r"^config error: k = 99 from the command line: must be an integer in 0\.\.16$"):
+    with pytest.raises(ConfigError, match=rf"^config error: k = 99 from the command line: must be an integer in 0\.\.{K_MAX}$"):
         load_settings(str(path), overrides={"k": 99})
     monkeypatch.delenv("SPECCHAT_K")
     # a good env value hides the bad file value: the effective value is what gets validated
@@ -383,7 +389,7 @@ def test_field_paths_walks_nested_models():
     paths = field_paths()
     assert ("sampling", "temperature") in paths and ("ngram", "max_n") in paths and ("keymap",) in paths
     assert ("sampling",) not in paths
-    assert len(paths) == len(set(paths)) == 19
+    assert len(paths) == len(set(paths)) == 21
 
 
 # -- specchat config show / path ----------------------------------------------------------------------------
@@ -420,10 +426,10 @@ def test_config_show_also_takes_config_after_the_action(isolated, monkeypatch, c
 
 
 def test_config_show_with_a_bad_file_is_one_line_exit_2(isolated, monkeypatch, capsys):
-    path = write(isolated.tmp / "c.toml", "k = 40\n")
+    path = write(isolated.tmp / "c.toml", f"k = {BIG_K}\n")
     code, out, err = run_cli(["--config", str(path), "config", "show"], monkeypatch, capsys)
     assert code == 2 and out == ""
-    assert err == f"specchat: error: config error: k = 40 in {path}: must be an integer in 0..{K_MAX}\n"
+    assert err == f"specchat: error: config error: k = {BIG_K} in {path}: must be an integer in 0..{K_MAX}\n"
 
 
 def test_config_show_with_malformed_toml_is_one_line_exit_2(isolated, monkeypatch, capsys):

@@ -10,7 +10,12 @@ import pytest
 from specchat import demo
 from specchat.cli import main
 from specchat.config import load_settings
+from specchat.loading import load_engine
+from specchat.models.derive import derive_demo
 from specchat.engine.drafter_kinds import NGRAM
+from specchat.engine.gguf import read_gguf_info
+from specchat.models.presets import SMOLLM2_Q8_FILE
+from specchat.models.registry import resolve_pair
 
 
 def test_the_scenes_cover_the_lessons():
@@ -22,6 +27,7 @@ def test_the_scenes_cover_the_lessons():
     assert fixed[1].pair == demo.HELPS_PAIR and fixed[1].prompt == demo.PROSE_PROMPT  # neutral
     assert fixed[2].pair == demo.SELF_DRAFT_PAIR and fixed[3].pair == demo.LAYER_SKIP_PAIR  # hurts, two ways
     assert demo.HELPS_PAIR.draft == NGRAM
+    assert demo.HELPS_PAIR.target == "preset:smollm2-q8-ngram"  # issue 12: a target with a batched verify kernel
     for s in scenes:
         assert s.sentence.endswith(".") and "\n" not in s.sentence and s.expect and s.n_predict > 0
 
@@ -30,9 +36,12 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
     """Every scene, short replies, starting from a data dir without the demo models: they are derived first."""
     settings = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1})
     said: list[str] = []
-    results = demo.run_tour(settings, n_predict=12, progress=said.append)
+    results = demo.run_tour(settings, load=load_engine, derive=derive_demo, n_predict=12, progress=said.append)
     assert any(m.startswith("deriving the demo models") for m in said)
     assert (tmp_path / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29.gguf").is_file()
+    helps = resolve_pair(demo.HELPS_PAIR.target, demo.HELPS_PAIR.draft, tmp_path / "data")
+    assert helps.target == tmp_path / "data" / "models" / SMOLLM2_Q8_FILE and helps.drafter == NGRAM
+    assert read_gguf_info(helps.target).quantization == "Q8_0"
     assert [r.scene for r in results] == list(demo.SCENES)
     figures = [r.figures() for r in results]
     for f, r in zip(figures, results):
@@ -69,7 +78,7 @@ def test_specchat_demo_lists_its_scenes(capsys):
     [
         (["--headless", "--scene", "9"], "--scene 9: there are scenes 1..8"),
         (["--headless", "--n-predict", "0"], "--n-predict 0 must be a positive number"),
-        ([], "the tour screen in the app is not in this build yet; run 'specchat demo --headless'"),
+        (["--json"], "--json prints the figures of a headless tour: add --headless"),
     ],
 )
 def test_specchat_demo_bad_input_is_one_line(capsys, isolated_config, args, message):

@@ -147,7 +147,7 @@ def test_incompatible_draft_names_the_rule(capsys, tiny_target, make_tiny_gguf):
 
 def test_subprocess_error_has_no_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "specchat.cli", "generate", "--prompt", "x", "--k", "40"],
+        [sys.executable, "-m", "specchat.cli", "generate", "--prompt", "x", "--k", str(K_MAX + 1)],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2

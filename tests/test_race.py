@@ -13,7 +13,7 @@ from specchat.engine.chat import ChatSession
 from specchat.engine.controls import SamplingParams
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
-from specchat.race import RaceResult, RaceRun, Replay, TimedPiece, play, record_race, timeline
+from specchat.race import RaceCancelled, RaceResult, RaceRun, Replay, TimedPiece, play, record_race, timeline
 
 COPY = "Repeat this line exactly, twice: the quick brown fox jumps over the lazy dog near the river bank."
 
@@ -117,6 +117,49 @@ def test_a_race_on_the_bundled_model(bundled_model):
         assert session.messages == earlier
         st = session.controls.snapshot()
         assert (st.k, st.speculative, st.auto_k, st.sampling.temperature) == (4, True, False, 0.8)
+    finally:
+        session.close()
+
+
+def test_a_cancelled_race_stops_within_a_round_and_restores_the_conversation(bundled_model):
+    """Cancelled at every kind of moment - before the first run, during the baseline, on the speculative run's
+    first piece (right after the baseline ended: a stop request made between the runs alone would be cleared
+    when the second run starts), during the speculative run, and by a plain stop request (Esc in the app) -
+    the race raises RaceCancelled within one round of the request, and the conversation and the controls are as
+    before. The session then answers a normal message as usual."""
+    dec = build_decoder(bundled_model, drafter="ngram", k=4, n_ctx=1024)
+    session = ChatSession(dec, n_predict=24)
+    try:
+        earlier = [Message("user", "Hi"), Message("assistant", "Hello!", tokens=[19556, 17], kinds=["plain", "plain"])]
+        session.load(earlier)
+        # (lane, piece index) at which the cancel is asked for; None: before anything ran
+        for at in [None, ("off", 0), ("off", 5), ("on", 0), ("on", 3)]:
+            seen: list[tuple[str, int]] = []
+            flag = {"cancel": at is None}
+
+            def on_piece(lane, piece, at=at, seen=seen, flag=flag):
+                seen.append((lane, sum(1 for s in seen if s[0] == lane)))
+                if seen[-1] == at:
+                    flag["cancel"] = True
+
+            with pytest.raises(RaceCancelled):
+                record_race(session, COPY, k=4, on_piece=on_piece, cancelled=lambda flag=flag: flag["cancel"])
+            if at is None:
+                assert seen == []
+            else:
+                lane, i = at
+                after = [s for s in seen if s[0] == lane and s[1] > i]
+                assert len(after) <= 4 + 1  # the round in flight (at most K drafts + 1) ends, then the run stops
+                assert "on" not in [s[0] for s in seen] or lane == "on"  # a cancelled baseline starts no second run
+            assert session.messages == earlier
+            st = session.controls.snapshot()
+            assert (st.k, st.speculative, st.auto_k, st.sampling.temperature) == (4, True, False, 0.0)
+        # a stop request during a run (Esc) cancels too, rather than racing a stopped baseline
+        with pytest.raises(RaceCancelled):
+            record_race(session, COPY, k=4, on_piece=lambda lane, p: session.controls.request_stop())
+        assert session.messages == earlier
+        events = list(session.send("Say hello."))
+        assert events[-1].stop_reason in ("eos", "length") and session.messages[-1].role == "assistant"
     finally:
         session.close()
 

@@ -3,8 +3,9 @@ measurements, and the recommended K (Leviathan et al. 2023, §3.3-3.4, with a me
 
 * the engine's own calibration (:mod:`specchat.engine.calibration`) on a fresh
   :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt: the same functions and the
-  same fit as auto-K and the sidebar, with every verify size 1..K_MAX+1 timed ``reps`` times (each right
-  after a single-row decode). So the bench's c and v(K) are the engine's:
+  same fit as auto-K and the sidebar, with the verify sizes of ``MEASURE_ROWS`` (every K up to 16, then
+  20, 24, 32, 48, 64) timed ``reps`` times (each right after a single-row decode). So the bench's c and
+  v(K) are the engine's:
 * target alone: the cost model's single-row decode time (median);
 * draft alone: a draft model's single-row decode, timed against the target's with both caches empty
   (c = draft / target per token); a drafter that runs no model (n-gram) costs c = 0 until rounds time it -
@@ -33,9 +34,9 @@ from typing import Any
 
 from specchat.bench.progress import Progress
 from specchat.bench.summary import SummaryRow, alpha_mle
-from specchat.engine.calibration import calibrate_draft_cost, calibrate_verify_cost, draft_cost_ratios
+from specchat.engine.calibration import MEASURE_ROWS, calibrate_draft_cost, calibrate_verify_cost, draft_cost_ratios
 from specchat.engine.drafter_kinds import K_MAX, NONE
-from specchat.engine.events import CostEstimate
+from specchat.engine.events import CostEstimate, VerifyCurve
 from specchat.engine.protocol import Message
 from specchat.engine.telemetry import (
     CostModel,
@@ -62,6 +63,12 @@ class Calibration:
     draft_kind: str  # MODEL | NGRAM | NONE (specchat.engine.drafter_kinds)
     context_n: int  # tokens in the target's KV while timing
     reps: int  # repetitions of the verify timings
+    weights: str = "?"  # the target's weight format
+    row_by_row: bool = False  # the target decodes every batch one row at a time (Model.row_by_row)
+
+    def verify_curve(self) -> VerifyCurve:
+        """v(K) with its reason in words, as the engine states it (:meth:`VerifyCost.curve`)."""
+        return self.cost_model.verify.curve(self.weights, "measured", row_by_row=self.row_by_row)
 
     @property
     def target_ms(self) -> float:
@@ -86,9 +93,10 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
     The functions and the order of :meth:`SpeculativeDecoder.generate`'s first turn
     (:mod:`specchat.engine.calibration`): the draft timed against the target with both KVs empty, then the
     chat-formatted ``prompt`` (minus its last token) decoded into the target, then v(K). The bench times
-    every verify size 1..K_MAX+1 (the engine only a few), ``reps`` times over, each right after a
-    single-row batch so drift hits both; the cost model's fit turns the timings into v(K) and c - the same
-    estimator the sidebar and auto-K read, so the bench cannot disagree with them.
+    the verify sizes of :data:`~specchat.engine.calibration.MEASURE_ROWS` (every K up to 16, then up to
+    K_MAX; the engine only a few), ``reps`` times over, each right after a single-row batch so drift hits
+    both; the cost model's fit turns the timings into v(K) and c - the same estimator the sidebar and auto-K
+    read, so the bench cannot disagree with them.
     """
     dec = session.decoder
     target = dec.target
@@ -102,7 +110,7 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
     ratios = draft_cost_ratios(target, drafters, int(ctx[0]))
     target.decode(ctx[:-1], logits_last=0)
     last = int(ctx[-1])
-    pairs = [rows for k in range(1, K_MAX + 1) for rows in (1, k + 1)]
+    pairs = [rows for r in MEASURE_ROWS[1:] for rows in (1, r)]
     for r in range(reps):
         if progress:
             progress(r, reps, "verify cost v(K)")
@@ -113,6 +121,7 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
     return Calibration(
         cost_model=cm, drafter=drafter.name if drafter is not None else NONE,
         draft_kind=drafter.kind if drafter is not None else NONE, context_n=len(ctx), reps=reps,
+        weights=target.weights, row_by_row=target.row_by_row,
     )  # fmt: skip
 
 
@@ -147,6 +156,9 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
         "draft_tok_s": 1000.0 / draft_ms if draft_ms > 0 else None,
         "c": c,
         "v": {str(k): v for k, v in enumerate(vt)},
+        "timed_k": [r - 1 for r in MEASURE_ROWS if r > 1],
+        "weights": cal.weights,
+        "verify_reason": cal.verify_curve().reason,
         "context_n": cal.context_n,
         "reps": cal.reps,
         "prompts": [],

@@ -12,18 +12,27 @@ from typing import Any, TextIO
 
 from specchat.bench.arithmetic import Calibration, arithmetic, calibrate
 from specchat.bench.progress import ProgressLine
-from specchat.bench.report import build_report, format_arithmetic, format_plot, format_table, noise_warnings, write_json
+from specchat.bench.report import (
+    build_report,
+    format_arithmetic,
+    format_formats,
+    format_plot,
+    format_table,
+    noise_warnings,
+    write_json,
+)
 from specchat.bench.runner import BenchRunner
 from specchat.bench.suite import load_suite
 from specchat.bench.remote import BenchServer, ab_plan, ab_ratios, format_ratios, remote_plan, run_ab, run_remote_once
 from specchat.bench.summary import summarize
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
+from specchat.models.formats import parse_formats
 
 DEFAULT_KS = "0,1,2,3,5,8"
 #: the bench's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
-                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"))  # fmt: skip
 DEFAULT_N_PREDICT = 256
 
 
@@ -91,6 +100,41 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def load_targets(settings: Any, formats: list[str] | None, progress: ProgressLine) -> dict[str, tuple[Any, Any]]:
+    """``{label: (session, variant)}``: the configured pair alone (variant None), or with ``formats`` the
+    target's re-encodings (:func:`specchat.models.formats.variants_for`: derived when missing; the source's
+    one-row-kernel variant on a CPU whose AMX batch kernels crash), each loaded with the configured drafter."""
+    from specchat.loading import load_engine
+
+    def load(s: Any, what: str) -> Any:
+        return load_engine(s, lambda f, w: progress(int(f * 100), 100, f"{what}: {w}" if what else w), auto_k=False)
+
+    if not formats:
+        return {"": (load(settings, ""), None)}
+    from specchat.engine.model import extra_buffer_types_safe
+    from specchat.models.formats import variants_for
+    from specchat.models.registry import models_dir, resolve_model
+
+    data_dir = settings.effective_data_dir()
+    source = resolve_model(settings.target, data_dir)
+    mdir = models_dir(data_dir)
+    assert mdir is not None
+    variants = variants_for(
+        source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "source", threads=settings.threads,
+        progress=lambda msg: progress(0, 1, msg),
+    )  # fmt: skip
+    out: dict[str, tuple[Any, Any]] = {}
+    try:
+        for v in variants:
+            s = settings.model_copy(update={"target": str(v.path), "repack": v.repack})
+            out[v.label] = (load(s, v.label), v)
+    except BaseException:
+        for session, _ in out.values():
+            session.close()
+        raise
+    return out
+
+
 def main(
     args: Any,
     out: TextIO = sys.stdout,
@@ -100,6 +144,7 @@ def main(
 ) -> int:
     """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
     ks, suite = validate_args(args)
+    formats = parse_formats(args.formats) if getattr(args, "formats", None) else None
     from specchat.config import load_settings, refuse_local_flags, server_pair
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
@@ -107,7 +152,7 @@ def main(
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     from specchat.engine.llama_server import ServerError
-    from specchat.loading import connect_server_b, load_engine
+    from specchat.loading import connect_server_b
 
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)
@@ -115,7 +160,7 @@ def main(
     session_b = None
     try:
         try:
-            session = load_engine(settings, lambda f, what: progress(int(f * 100), 100, what), auto_k=False)
+            targets = load_targets(settings, formats, progress)
         except ServerError as exc:
             if servers:
                 raise ServerError(f"server A: {exc}") from None
@@ -124,7 +169,8 @@ def main(
             try:
                 session_b = connect_server_b(settings, lambda f, what: progress(int(f * 100), 100, what))
             except BaseException:
-                session.close()
+                for session, _ in targets.values():
+                    session.close()
                 raise
     except KeyboardInterrupt:
         progress.close()
@@ -133,11 +179,18 @@ def main(
     finally:
         progress.close()
     if session_b is not None:
+        ((session, _),) = targets.values()
         return _main_servers(args, session, session_b, suite, settings, progress, out, err, on_record)
     if settings.server_url:
+        ((session, _),) = targets.values()
         return _main_remote(args, session, suite, settings, progress, out, err, on_record)
+    sessions = {label: session for label, (session, _v) in targets.items()}
+    variants = {label: v for label, (_s, v) in targets.items() if v is not None}
+    reference = next((label for label, v in variants.items() if v.source), None)
+    baseline_only = [label for label, v in variants.items() if v.one_row]
     try:
-        dec = session.decoder
+        first = next(iter(sessions.values()))
+        dec = first.decoder
         drafter = dec.drafter_name
         speculative_modes = any(k > 0 for k in ks) or args.auto
         if speculative_modes and (dec.drafter is None or not dec.can_speculate):
@@ -153,9 +206,16 @@ def main(
             "temperature": settings.sampling.temperature,
             "seed": settings.sampling.seed,
             "threads": settings.threads,
+            "threads_batch": settings.threads_batch,
             "n_ctx": settings.n_ctx,
             "suite": [p["name"] for p in suite],
+            "formats": [
+                {"label": label, "file": v.path.name, "weights": v.weights, "repack": v.repack, "source": v.source,
+                 "lossy": v.lossy, "one_row": v.one_row, "note": v.note}
+                for label, v in variants.items()
+            ],  # fmt: skip
         }
+        many = len(sessions) > 1
         print(
             f"specchat bench: target {dec.target.name}, drafter {drafter}, K {','.join(map(str, ks))}"
             f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
@@ -163,40 +223,57 @@ def main(
             f"threads {settings.threads}",
             file=out,
         )
+        if many:
+            print(f"formats: {', '.join(f'{label} ({v.path.name}; {v.note})' for label, v in variants.items())}; "
+                  f"every round opens with one {reference} baseline run, the unit of '× {reference}'", file=out)  # fmt: skip
         out.flush()
-        cal: Calibration | None = None
+        cals: dict[str, Calibration] = {}
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             try:
-                cal = calibrate(session, suite[0]["prompt"], progress=progress)
+                for label, session in sessions.items():
+                    prog = progress if not many else (lambda i, n, what, label=label: progress(i, n, f"{label} {what}"))
+                    cals[label] = calibrate(session, suite[0]["prompt"], progress=prog)
             except KeyboardInterrupt:
                 interrupted = True
         records: list[dict[str, Any]] = []
         if not interrupted:
-            runner = BenchRunner(session, suite, ks, args.runs, auto=bool(args.auto), progress=progress, on_record=on_record)
+            runner = BenchRunner(
+                sessions if many else first, suite, ks, args.runs, auto=bool(args.auto), progress=progress,
+                on_record=on_record, reference=reference, baseline_only=baseline_only,
+            )  # fmt: skip
             records = runner.run()
             interrupted = runner.interrupted
         progress.close()
         rows = summarize(records)
-        arith = arithmetic(cal, rows) if cal is not None else None
+        ariths = {label: arithmetic(cal, [r for r in rows if r.target == label]) for label, cal in cals.items()}
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
-        if rows:
-            print("", file=out)
-            print(format_table(rows), file=out)
-            print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
-            for w in noise_warnings(rows):
-                print(w, file=out)
-        if arith is not None:
-            print(format_arithmetic(arith), file=out)
-        if args.plot and rows:
-            print(format_plot(rows), file=out)
+        for label in sessions:
+            mine = [r for r in rows if r.target == label]
+            if many:
+                v = variants[label]
+                print(f"\n== {label}: {v.path.name} ({v.note}) ==", file=out)
+            if mine:
+                print("", file=out)
+                print(format_table(mine), file=out)
+                print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
+                for w in noise_warnings(mine):
+                    print(w, file=out)
+            if label in ariths:
+                print(format_arithmetic(ariths[label]), file=out)
+            if args.plot and mine:
+                print(format_plot(mine), file=out)
+        if many and rows and reference is not None:
+            print(format_formats(rows, list(sessions), reference), file=out)
         if args.json:
+            arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
             print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)
         out.flush()
     finally:
         progress.close()
-        session.close()
+        for session in sessions.values():
+            session.close()
     return 130 if interrupted else 0
 
 
@@ -324,4 +401,4 @@ def _main_servers(
         b.close()
 
 
-__all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "main", "parse_k_list", "settings_overrides", "validate_args"]
+__all__ = ["DEFAULT_KS", "DEFAULT_N_PREDICT", "load_targets", "main", "parse_k_list", "settings_overrides", "validate_args"]

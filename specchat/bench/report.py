@@ -71,11 +71,13 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
         lines.append(f"  draft alone:  {ar['draft']} runs no model: c = 0 until rounds time its lookups ('in the runs' below)")
     lines.append(f"  cost ratio c = draft / target per token = {ar['c']:.4f}")
     v = ar["v"]
-    ks = [k for k in sorted(int(k) for k in v) if k > 0]
+    ks = [k for k in ar.get("timed_k") or sorted(int(k) for k in v) if k > 0 and str(k) in v]
     lines.append(f"  verify cost v(K) = t(K+1 rows) / t(1 row), the engine's fit of {ar['reps']} timings per size (as auto-K reads it):")
     for chunk in range(0, len(ks), 8):
         part = ks[chunk : chunk + 8]
-        lines.append("    " + "  ".join(f"K={k:<2d} {v[str(k)]:.2f}" for k in part))
+        lines.append("    " + "  ".join(f"K={k:<2d} {v[str(k)]:5.2f}" for k in part))
+    if ar.get("verify_reason"):
+        lines.append(f"    {ar['verify_reason']}")
     for p in ar["prompts"]:
         if p["alpha"] is None:
             continue
@@ -148,6 +150,31 @@ def format_plot(rows: Sequence[SummaryRow], width: int = 40) -> str:
     return "\n".join(lines)
 
 
+def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference: str) -> str:
+    """Every target's modes as multiples of the reference's baseline, per prompt: "× the bundled Q4_1
+    baseline" across formats, from one interleaved run (each ratio against the same round's reference run)."""
+    def col(r: SummaryRow) -> str:
+        return "base" if r.mode == "baseline" else _mode_label(r) if r.mode == "auto" else f"K={r.k}"
+
+    cols = sorted({col(r) for r in rows}, key=lambda c: (c != "base", c == "auto", int(c[2:]) if c.startswith("K=") else 0))
+    prompts = list(dict.fromkeys(r.prompt for r in rows))
+    w_p = max([10, *(len(p) for p in prompts)])
+    w_t = max([8, *(len(t) for t in targets)])
+    head = f"{'prompt':<{w_p}} {'target':<{w_t}} " + " ".join(f"{c:>7}" for c in cols)
+    lines = ["", f"× {reference}: each run's tok/s / the same round's {reference} baseline run, median over rounds", head,
+             "-" * len(head)]  # fmt: skip
+    for prompt in prompts:
+        first = True
+        for t in targets:
+            cells = {col(r): r.x_reference for r in rows if r.prompt == prompt and r.target == t}
+            if not cells:
+                continue
+            name = prompt if first else ""
+            first = False
+            lines.append(f"{name:<{w_p}} {t:<{w_t}} " + " ".join(f"{_fmt(cells.get(c), '.2f') + ('×' if cells.get(c) is not None else ''):>7}" for c in cols))
+    return "\n".join(lines)
+
+
 def build_report(
     *,
     meta: dict[str, Any],
@@ -176,4 +203,4 @@ def write_json(path: str, report: dict[str, Any]) -> None:
         raise UserError(f"cannot write --json {p}: {exc.strerror or exc}; choose a writable path") from None
 
 
-__all__ = ["build_report", "format_arithmetic", "format_plot", "format_table", "noise_warnings", "write_json"]
+__all__ = ["build_report", "format_arithmetic", "format_formats", "format_plot", "format_table", "noise_warnings", "write_json"]

@@ -8,12 +8,19 @@ is speculation off (plain single-row decodes) on the very same loaded models. Be
 conversation is reset and both KV caches and the drafter's state are cleared, so each run decodes its
 prompt the same way and the measured generation starts from the same state. A KeyboardInterrupt stops
 the runs and keeps what was measured.
+
+**Several targets** (``bench --formats``, ``models tune``: re-encodings of one model, each its own loaded
+session, keyed by a label). Every round (prompt, run index) starts with one baseline run of the
+*reference* target (the file the others were derived from), then every target's pairs follow, so each
+run also gets ``x_reference`` = its tok/s / that round's reference baseline tok/s: "× the bundled Q4_1
+baseline", measured in the same round. A target in ``baseline_only`` (one whose verify batches cannot pay,
+e.g. one-row kernels) runs baselines only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -26,7 +33,7 @@ RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
     "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
-    "round_log",
+    "round_log", "target", "x_reference",
 )  # fmt: skip
 
 
@@ -37,11 +44,18 @@ class PlanItem:
     k: int | None  # fixed K (0 for baseline), None for auto
     run: int  # run index 0..runs-1
     pair: int  # the A/B pair this run belongs to (baseline and its partner share it)
+    target: str = ""  # the loaded target it runs on ("" = the only one)
+    reference: bool = False  # the round's reference baseline (several targets: its tok/s is the round's unit)
 
 
-def make_plan(suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, auto: bool) -> list[PlanItem]:
+def make_plan(
+    suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, auto: bool, *,
+    targets: Sequence[str] = ("",), reference: str | None = None, baseline_only: Collection[str] = (),
+) -> list[PlanItem]:  # fmt: skip
     """The order of the runs: per prompt, per run index, each speculative mode right after its own
-    baseline run (A B A C ... A B A C ...). With no speculative mode, baselines only."""
+    baseline run (A B A C ... A B A C ...). With no speculative mode, baselines only. With several
+    ``targets``, each round opens with one baseline of ``reference`` and every target's runs follow
+    (``baseline_only`` targets: one baseline each)."""
     modes: list[tuple[str, int | None]] = [("spec", k) for k in ks if k > 0]
     if auto:
         modes.append(("auto", None))
@@ -49,13 +63,18 @@ def make_plan(suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, aut
     pair = 0
     for item in suite:
         for r in range(runs):
-            if not modes:
-                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
+            if reference is not None:
+                plan.append(PlanItem(item["name"], "baseline", 0, r, pair, reference, reference=True))
                 pair += 1
-            for mode, k in modes:
-                plan.append(PlanItem(item["name"], "baseline", 0, r, pair))
-                plan.append(PlanItem(item["name"], mode, k, r, pair))
-                pair += 1
+            for target in targets:
+                own = [] if target in baseline_only else modes
+                if not own:
+                    plan.append(PlanItem(item["name"], "baseline", 0, r, pair, target))
+                    pair += 1
+                for mode, k in own:
+                    plan.append(PlanItem(item["name"], "baseline", 0, r, pair, target))
+                    plan.append(PlanItem(item["name"], mode, k, r, pair, target))
+                    pair += 1
     return plan
 
 
@@ -148,18 +167,27 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "stop_reason": turn.stop_reason,
         "drafter": drafter if item.mode != "baseline" else NONE,
         # the cost model's view after the last round (auto-K's α, c, v, best K); None for fixed K
-        # (an infinite break-even α - nothing pays - is not JSON: null)
-        "estimate": (
-            {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(stats.last_cost).items()}
-            if item.mode == "auto" and stats.last_cost is not None else None
-        ),
+        "estimate": _estimate(stats.last_cost) if item.mode == "auto" else None,
+        "target": item.target,
+        "x_reference": None,  # several targets: tok/s / the round's reference baseline tok/s
     }
 
 
+def _estimate(cost: Any) -> dict[str, Any] | None:
+    """A CostEstimate as JSON, its v(K) curve reduced to the reason line (the arithmetic has the curve); an
+    infinite break-even α (nothing pays) is not JSON: null."""
+    if cost is None:
+        return None
+    out = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(cost).items()}
+    verify = out.pop("verify", None)
+    out["verify_reason"] = verify["reason"] if verify else None
+    return out
+
 
 class BenchRunner:
-    """Runs a plan on a loaded session; ``on_record(record)`` is called after every record (a hook for
-    tests and for live output); a KeyboardInterrupt anywhere stops the runs and keeps what was measured."""
+    """Runs a plan on a loaded session (or on several, ``{label: session}``, with a ``reference`` label);
+    ``on_record(record)`` is called after every record (a hook for tests and for live output); a
+    KeyboardInterrupt anywhere stops the runs and keeps what was measured."""
 
     def __init__(
         self,
@@ -172,37 +200,52 @@ class BenchRunner:
         progress: Progress | None = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         run_fn: Callable[..., tuple[Any, RunStats]] | None = None,
+        reference: str | None = None,
+        baseline_only: Collection[str] = (),
         plan: list[PlanItem] | None = None,
         drafter: str | None = None,
     ) -> None:
-        self.session = session
+        self.sessions: dict[str, Any] = dict(session) if isinstance(session, Mapping) else {"": session}
         self.suite = list(suite)
         self.prompts = {p["name"]: p["prompt"] for p in self.suite}
-        self.plan = plan if plan is not None else make_plan(self.suite, ks, runs, auto)
+        self.plan = plan if plan is not None else make_plan(
+            self.suite, ks, runs, auto, targets=list(self.sessions), baseline_only=baseline_only,
+            reference=reference,
+        )  # fmt: skip
         self.progress = progress
         self.on_record = on_record
         self.run_fn = run_fn or (lambda *a: run_once(*a))  # looked up at call time
         self.records: list[dict[str, Any]] = []
         self.interrupted = False
-        dec = getattr(session, "decoder", None)
-        self.drafter = drafter or getattr(dec, "drafter_name", None) or NONE
+        self.drafters = {
+            label: drafter or getattr(getattr(s, "decoder", None), "drafter_name", None) or NONE
+            for label, s in self.sessions.items()
+        }  # fmt: skip
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
         baseline_of: dict[int, dict[str, Any]] = {}
+        reference_of: dict[tuple[str, int], float] = {}  # (prompt, run) -> the reference baseline's tok/s
         try:
             for i, item in enumerate(self.plan):
                 if self.progress:
                     what = "baseline" if item.mode == "baseline" else ("auto-K" if item.mode == "auto" else f"K={item.k}")
-                    self.progress(i, total, f"{item.prompt} {what} run {item.run + 1}")
-                turn, stats = self.run_fn(self.session, self.prompts[item.prompt], item.mode, item.k)
-                rec = make_record(item, turn, stats, self.drafter)
+                    where = f"{item.target} " if item.target else ""
+                    self.progress(i, total, f"{where}{item.prompt} {what} run {item.run + 1}")
+                session = self.sessions[item.target]
+                turn, stats = self.run_fn(session, self.prompts[item.prompt], item.mode, item.k)
+                rec = make_record(item, turn, stats, self.drafters[item.target])
                 if item.mode == "baseline":
                     baseline_of[item.pair] = rec
                 else:
                     base = baseline_of.get(item.pair)
                     if base is not None and base["predicted_per_second"] > 0:
                         rec["speedup"] = rec["predicted_per_second"] / base["predicted_per_second"]
+                if item.reference:
+                    reference_of[(item.prompt, item.run)] = rec["predicted_per_second"]
+                ref = reference_of.get((item.prompt, item.run))
+                if ref:
+                    rec["x_reference"] = rec["predicted_per_second"] / ref
                 self.records.append(rec)
                 if self.on_record:
                     self.on_record(rec)

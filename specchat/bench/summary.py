@@ -1,9 +1,11 @@
-"""The bench's summary: one row per (prompt, mode) from the run records.
+"""The bench's summary: one row per (target, prompt, mode) from the run records.
 
-Per (prompt, mode): median / min / max of ``predicted_per_second``, acceptance (Σ accepted / Σ drafted over
-the runs), mean len (1 + Σ accepted / Σ verify steps with a draft, llama.cpp's figure) and the speedup =
-the **median of the per-pair ratios** spec tok/s / baseline tok/s (not a ratio of medians: each ratio is
-measured under the same conditions). The ``baseline`` row (K = 0) pools all baseline runs of the prompt.
+Per (target, prompt, mode): median / min / max of ``predicted_per_second``, acceptance (Σ accepted / Σ
+drafted over the runs), mean len (1 + Σ accepted / Σ verify steps with a draft, llama.cpp's figure) and the
+speedup = the **median of the per-pair ratios** spec tok/s / baseline tok/s (not a ratio of medians: each
+ratio is measured under the same conditions). The ``baseline`` row (K = 0) pools all baseline runs of the
+prompt on that target (the reference's round-opening baselines included). With several targets,
+``x_reference`` is the median over rounds of tok/s / the round's reference baseline tok/s.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class SummaryRow:
     accepted: int = 0  # Σ draft_n_accepted (with ``rejections``: the counts α came from)
     rejections: int = 0  # Σ rounds with a rejection
     round_log: list[list[int | None]] = field(default_factory=list)  # the runs' round logs, concatenated
+    target: str = ""  # the loaded target ("" = the only one)
+    x_reference: float | None = None  # several targets: median of tok/s / the round's reference baseline
 
 
 def alpha_mle(accepted: int, rejections: int) -> float | None:
@@ -49,31 +53,35 @@ def alpha_mle(accepted: int, rejections: int) -> float | None:
 
 
 def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
-    """One row per (prompt, mode, K), in the order the records first appear (baseline first per prompt)."""
-    groups: dict[tuple[str, str, int | None], list[dict[str, Any]]] = {}
+    """One row per (target, prompt, mode, K), in the order the targets and prompts first appear (baseline
+    first per prompt)."""
+    groups: dict[tuple[str, str, str, int | None], list[dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["prompt"], r["mode"], r["k"]), []).append(r)
+        groups.setdefault((r.get("target") or "", r["prompt"], r["mode"], r["k"]), []).append(r)
+    targets = list(dict.fromkeys(r.get("target") or "" for r in records))
+    prompts = list(dict.fromkeys(r["prompt"] for r in records))
     order = sorted(
         groups,
         key=lambda g: (
-            next(i for i, r in enumerate(records) if r["prompt"] == g[0]),
-            {"baseline": 0, "spec": 1, "auto": 2}[g[1]],
-            g[2] if g[2] is not None else 99,
+            targets.index(g[0]), prompts.index(g[1]), {"baseline": 0, "spec": 1, "auto": 2}[g[2]],
+            g[3] if g[3] is not None else 10**6,
         ),
     )
     rows = []
     for key in order:
         rs = groups[key]
+        xs = [r["x_reference"] for r in rs if r.get("x_reference") is not None]
         tps = [r["predicted_per_second"] for r in rs]
         drafted = sum(r["draft_n"] for r in rs)
         acc = sum(r["draft_n_accepted"] for r in rs)
         spec_steps = sum(r["n_spec_steps"] for r in rs)
         steps = sum(r["n_steps"] for r in rs)
         ratios = [r["speedup"] for r in rs if r["speedup"] is not None]
-        is_base = key[1] == "baseline"
+        is_base = key[2] == "baseline"
         rows.append(
             SummaryRow(
-                prompt=key[0], mode=key[1], k=key[2], runs=len(rs),
+                target=key[0], prompt=key[1], mode=key[2], k=key[3], runs=len(rs),
+                x_reference=statistics.median(xs) if xs else None,
                 tps_median=statistics.median(tps), tps_min=min(tps), tps_max=max(tps),
                 acceptance=acc / drafted if drafted else None,
                 mean_len=1.0 + acc / spec_steps if spec_steps else 1.0,

@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto", action="store_true", help="also measure auto-K (the cost model chooses K each step)")
     p.add_argument("--json", metavar="FILE", help="write every record, the summary and the arithmetic as JSON")
     p.add_argument("--plot", action="store_true", help="draw speedup vs K in the terminal")
+    p.add_argument("--formats", metavar="LIST",
+                   help="also measure the target re-encoded in these weight formats (e.g. F16,Q8_0; derived into "
+                        "<data dir>/models when missing), interleaved in one run, with each run's tok/s as a multiple "
+                        "of the target's own baseline in the same round (× the bundled Q4_1 baseline)")
     p.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     p.add_argument("--n-ctx", type=int, dest="n_ctx", help="context size (default 4096)")
     p.add_argument("--no-arithmetic", action="store_true", dest="no_arithmetic",

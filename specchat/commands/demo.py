@@ -2,7 +2,8 @@
 the app (:mod:`specchat.demo`): every scene's pair, K, speeds with and without speculation, acceptance and
 ghosts, and the sentence it teaches. Derives the demo models first if they are missing (with progress).
 
-The tour screen inside the app is not part of this command yet: without ``--headless`` it says so.
+Without ``--headless`` the app opens on its tour screen (:mod:`specchat.tui.screens.tour`): the same scenes,
+each raced and replayed side by side with its sentence on screen; closing the tour leaves the chat.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "The guided tour of when speculation helps and when it hurts, on the offline models: each scene answers "
         "its prompt with speculation off, then on, and prints both speeds, acceptance and ghost drafts."
     )
-    p.add_argument("--headless", action="store_true", help="play the tour in the terminal, no app (prints the figures)")
+    p.add_argument("--headless", action="store_true",
+                   help="play the tour without the app (prints the figures); without it the app opens on the tour")
     p.add_argument("--scene", action="append", metavar="N", type=int,
                    help="play only scene N (1-based; repeat for several; default: all)")
     p.add_argument("--n-predict", type=int, dest="n_predict", help="tokens per reply for every scene (default: each scene's)")
@@ -47,15 +49,24 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be at least 1, not {args.threads}")
     if not args.headless:
-        raise UserError("the tour screen in the app is not in this build yet; run 'specchat demo --headless'")
+        if args.json:
+            raise UserError("--json prints the figures of a headless tour: add --headless")
+        from specchat.commands import tui
+
+        extra = {"threads": args.threads} if args.threads is not None else {}
+        return tui.run(args, tour_at_start=True, tour_scenes=tuple(scenes), tour_n_predict=args.n_predict, extra=extra)
 
     from specchat.config import load_settings
 
     overrides = {k: v for k, v in (("threads", args.threads), ("data_dir", getattr(args, "data_dir", None))) if v is not None}
     settings = load_settings(getattr(args, "config", None), overrides)
+    from specchat.loading import load_engine
+    from specchat.models.derive import derive_demo
+
     results = demo.run_tour(
-        settings, scenes, n_predict=args.n_predict, progress=lambda msg: print(f"  {msg}", file=sys.stderr)
-    )
+        settings, scenes, load=load_engine, derive=derive_demo, n_predict=args.n_predict,
+        progress=lambda msg: print(f"  {msg}", file=sys.stderr),
+    )  # fmt: skip
     if args.json:
         print(json.dumps([r.figures() for r in results], indent=2, ensure_ascii=False))
     else:

@@ -1,10 +1,12 @@
-"""``specchat models list | derive | pull``: the models a user needs, one command away.
+"""``specchat models list | derive | tune | pull``: the models a user needs, one command away.
 
 * ``list``   bundled, configured, derived and downloaded models (size, architecture, quantisation, vocabulary,
              blocks, read from GGUF headers without loading llama.cpp), the presets and whether they are on
              disk, and which pairs can serve as target + draft (llama.cpp's vocabulary rules).
 * ``derive`` write another quantisation (``--quant``) and/or a layer-skip self-draft (``--keep-layers``) of a
              GGUF into ``<data dir>/models/``; ``--demo`` writes the files of the two offline demo presets.
+* ``tune``   measure which weight format of a target verifies cheapest on this machine, and recommend one per
+             workload (:mod:`specchat.bench.tune`; the command is in :mod:`specchat.commands.tune`).
 * ``pull``   download a hub preset's target and draft into ``<data dir>/models/`` (resumable, verified).
 """
 
@@ -50,9 +52,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_derive.add_argument("-o", "--output", metavar="NAME",
                           help="output name in <data dir>/models/ (or a path); default: derived from the source")
     p_derive.add_argument("--demo", action="store_true",
-                          help="write the demo presets' files (F16 target; layer-skip draft) from the bundled model")
+                          help="write the demo presets' files (F16 and Q8_0 targets; layer-skip draft) from the bundled model")
     p_derive.add_argument("--threads", type=int, metavar="N", help="threads for quantising (default: settings.threads)")
     p_derive.add_argument("--force", action="store_true", help="overwrite an existing output file")
+
+    p_tune = actions.add_parser(
+        "tune",
+        help="measure which weight format verifies cheapest here and recommend one per workload",
+        description="Derive the lossless-direction re-encodings of a target (F16, Q8_0; lower-bit formats only "
+        "with --formats, flagged as changing the output), measure each one's single-row time and verify cost v(K) "
+        "at the configured threads (and with the verify batch on every core), run plain chat and copy-heavy "
+        "prompts with the configured drafter and auto-K, and recommend a target per workload. Results are saved "
+        "in <data dir>/tune and shown by 'specchat models list'; the timings warm the app's calibration cache.",
+    )
+    add_location_arguments(p_tune, data_dir=True)
+    p_tune.add_argument("model", nargs="?", metavar="MODEL",
+                        help="the source GGUF: a path, 'bundled' or a name from 'specchat models list' (default: the configured target)")
+    p_tune.add_argument("--formats", metavar="LIST",
+                        help="weight formats to measure besides the source (default: F16,Q8_0, those with more bits than it)")
+    p_tune.add_argument("--threads", type=int, metavar="N", help="threads for single rows (default: settings.threads)")
+    p_tune.add_argument("--runs", type=int, default=2, metavar="N", help="runs per (format, workload, mode); default 2")
+    p_tune.add_argument("--n-predict", type=int, dest="n_predict", default=128, metavar="N",
+                        help="tokens per run (default 128)")
+    p_tune.add_argument("--reps", type=int, default=3, metavar="N",
+                        help="interleaved repetitions of the verify-cost timings (default 3)")
+    p_tune.add_argument("--no-runs", action="store_true", dest="no_runs",
+                        help="only time the verify cost: recommend from predictions, no generation runs")
+    p_tune.add_argument("--json", action="store_true", help="print the saved result as JSON instead of the report")
+    prog = p_tune.add_mutually_exclusive_group()
+    prog.add_argument("--progress", action="store_true", help="draw the progress line on stderr even when it is not a terminal")
+    prog.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress line on stderr")
 
     p_pull = actions.add_parser(
         "pull",
@@ -81,7 +110,11 @@ def run(args: argparse.Namespace) -> int:
         return _run_derive(args)
     if command == "pull":
         return _run_pull(args)
-    raise UserError(f"unknown models action {command!r}; use list, derive or pull")  # pragma: no cover
+    if command == "tune":
+        from specchat.commands.tune import run_tune
+
+        return run_tune(args)
+    raise UserError(f"unknown models action {command!r}; use list, derive, tune or pull")  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------------------------ list
@@ -105,14 +138,19 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
 
 def _run_list(args: argparse.Namespace) -> int:
     from specchat.models.inventory import build_inventory, leftover_parts
-    from specchat.models.presets import DerivedFile, HubFile, missing_file_note
+    from specchat.models.presets import DerivedFile, HubFile, NgramDraft, missing_file_note
 
     settings = _settings(args)
     data_dir = settings.effective_data_dir()
     inv = build_inventory(data_dir, settings.target, settings.draft)
     parts = leftover_parts(data_dir)
     if args.json:
-        print(json.dumps(_inventory_json(inv, parts), indent=2))
+        from dataclasses import asdict
+
+        data = _inventory_json(inv, parts)
+        data["verify_cost"] = _verify_curves(inv, data_dir)
+        data["tuned"] = [asdict(t) for t in _tune_results(data_dir)]
+        print(json.dumps(data, indent=2))
         return 0
 
     out: list[str] = [f"Models (data dir: {data_dir})", ""]
@@ -127,6 +165,23 @@ def _run_list(args: argparse.Namespace) -> int:
             str(i.vocab_size), str(i.block_count if i.block_count is not None else "?"), str(e.path),
         ])
     out += ["  " + line for line in _table(rows, ["FILE", "SOURCE", "SIZE", "ARCH", "QUANT", "VOCAB", "BLOCKS", "PATH"])]
+    curves = _verify_curves(inv, data_dir)
+    if curves:
+        out += ["", "Verify cost on this machine: v(K) = t(K+1 rows) / t(1 row), from the cached calibrations"]
+        for c in curves:
+            vs = " ".join(f"v({k})={c['v'][str(k)]:.1f}" for k in VERIFY_KS if str(k) in c["v"])
+            out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}: "
+                       f"1 row {c['target_ms']:.1f} ms, {vs}")  # fmt: skip
+            out.append(f"      {c['reason']}")
+    tuned = _tune_results(data_dir)
+    if tuned:
+        out += ["", "Tuned (specchat models tune): the target to use per workload"]
+        for t in tuned:
+            out.append(f"  {t.source} (threads {t.threads}, drafter {t.drafter}, {_when(t.measured_at)}):")
+            for ch in t.choices:
+                mode = "speculation off" if ch.mode == "plain" else f"{t.drafter} + auto-K"
+                x = f", {ch.x_source:.2f}× the source baseline" if ch.x_source else ""
+                out.append(f"      {ch.workload}: {ch.label}, {mode} ({ch.tok_s:.1f} tok/s{x})")
     out += ["", f"Configured: target = {inv.configured[0]!r}, draft = {inv.configured[1]!r}: {inv.configured_state}"]
 
     out += ["", "Presets (use one with target = \"preset:NAME\")", ""]
@@ -134,6 +189,9 @@ def _run_list(args: argparse.Namespace) -> int:
         p = st.preset
         out.append(f"  {p.name:<20} {p.kind:<6} {st.state}")
         for role, file, chk in (("target", p.target, st.target_check), ("draft", p.draft, st.draft_check)):
+            if isinstance(file, NgramDraft):
+                out.append(f"      {role:<6} {file.kind} (n-gram lookup over the conversation: no file)")
+                continue
             if isinstance(file, HubFile):
                 size = f"{file.size:,} bytes" if file.size is not None else "size checked against the hub"
                 where = f"{file.repo}, {size}"
@@ -164,6 +222,52 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the K whose verify cost ``models list`` shows
+VERIFY_KS = (1, 4, 16, 64)
+
+
+def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
+    """The cached calibrations of the listed files as they are now (newest first per file, threads, kernels),
+    fitted by the engine's verify-cost model (:meth:`specchat.engine.telemetry.VerifyCost.curve`)."""
+    from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
+    from specchat.engine.telemetry import VerifyCost
+
+    cache = CalibrationCache(data_dir / CALIBRATION_DIR)
+    out: list[dict[str, Any]] = []
+    for e in inv.models:
+        if not e.usable:
+            continue
+        seen: set[tuple[int, int, bool]] = set()
+        for entry in cache.for_file(e.path):
+            k = entry.key
+            if (k.threads, k.threads_batch, k.repack) in seen:
+                continue
+            seen.add((k.threads, k.threads_batch, k.repack))
+            vc = VerifyCost()
+            for rows, ms in entry.timings:
+                vc.observe(rows, ms)
+            curve = vc.curve(entry.weights, "cache", row_by_row=k.row_by_row)
+            out.append({
+                "file": e.name, "threads": k.threads, "threads_batch": k.threads_batch, "repack": k.repack,
+                "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
+                "v": {str(i): curve.at(i) for i in range(len(curve.v))}, "reason": curve.reason,
+                "measured_rows": curve.measured_rows, "measured_at": entry.measured_at,
+            })  # fmt: skip
+    return out
+
+
+def _tune_results(data_dir: Path) -> list[Any]:
+    from specchat.bench.tune import load_results
+
+    return load_results(data_dir)
+
+
+def _when(t: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
+
+
 def _inventory_json(inv, parts: list[Path]) -> dict[str, Any]:
     models = []
     for e in inv.models:
@@ -178,7 +282,8 @@ def _inventory_json(inv, parts: list[Path]) -> dict[str, Any]:
     for st in inv.presets:
         presets.append({
             "name": st.preset.name, "kind": st.preset.kind, "state": st.state, "ready": st.ready,
-            "target": str(st.target), "draft": str(st.draft), "demonstrates": st.preset.demonstrates,
+            "target": str(st.target), "draft": str(st.draft) if st.draft is not None else st.preset.draft.kind,  # type: ignore[union-attr]
+            "demonstrates": st.preset.demonstrates,
             "compat": None if st.compat is None else {"ok": st.compat.ok, "rule": st.compat.rule},
         })
     return {
@@ -218,7 +323,8 @@ def _run_derive(args: argparse.Namespace) -> int:
             else:
                 print(f"{path}: {human_size(derived.size)}, {derived.quantization}, {derived.block_count} blocks")
         print("demo pairs: target = \"preset:smollm2-f16-q41\" (high acceptance), "
-              "target = \"preset:smollm2-layerskip\" (low acceptance)")
+              "target = \"preset:smollm2-layerskip\" (low acceptance), "
+              "target = \"preset:smollm2-q8-ngram\" (n-gram drafts on a target with a batched verify kernel)")
         return 0
 
     if not args.quant and not args.keep_layers:

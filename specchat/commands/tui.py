@@ -151,13 +151,32 @@ def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
     environ.setdefault("ESCDELAY", str(ESCAPE_DELAY_MS))
 
 
-def run(args: argparse.Namespace) -> int:
+def derive_demo_models(models_dir: Path, *, threads: int = 1, progress: Callable[[str], None] | None = None) -> Any:
+    """The tour's deriver of the demo files (:func:`specchat.models.derive.derive_demo`), imported when it runs
+    (on the app's engine thread), like the engine factory's loader."""
+    from specchat.models.derive import derive_demo
+
+    return derive_demo(models_dir, threads=threads, progress=progress)
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    tour_at_start: bool = False,
+    tour_scenes: tuple[Any, ...] | None = None,
+    tour_n_predict: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """The app; ``specchat demo`` opens it on the tour (``tour_at_start``, its scenes and reply length) with
+    ``extra`` settings on top of the flags."""
     set_escape_delay()
     from specchat.config import load_settings, refuse_local_flags, server_pair
+    from specchat.demo import SCENES
     from specchat.tui.app import SpecChatApp
+    from specchat.tui.screens.tour import TourOptions
 
     config_path = getattr(args, "config", None)
-    settings = load_settings(config_path, overrides_from_args(args))
+    settings = load_settings(config_path, {**overrides_from_args(args), **(extra or {})})
     server_pair(settings)  # server B (kept in settings for the race screen) needs server A
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
@@ -174,6 +193,10 @@ def run(args: argparse.Namespace) -> int:
         state_path=state_file,
         state_note=state_note,
         stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
+        tour=TourOptions(
+            derive=derive_demo_models, n_predict=tour_n_predict, open_at_start=tour_at_start,
+            scenes=tour_scenes or SCENES,
+        ),
     )
     try:
         app.run()

@@ -9,7 +9,8 @@ a line, made monotone) turns them into v(K) and c - so the bench's figures and t
 same estimator. The rounds then keep refining the same model.
 
 Why measure at all: Leviathan et al.'s speedup E(α, K) / (c·K + v(K)) assumes v = 1, and on a CPU v is far
-from flat (README, "Auto-K": the bundled SmolLM2 here measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10).
+from flat and depends on the weight format (README, "The lesson": ``specchat models tune`` measured v(16) ≈ 6.7
+for the bundled SmolLM2 Q4_1 here, 2.6 for its F16 re-encoding).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from specchat.engine.calibration_cache import CalibrationCache, CalibrationKey
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.telemetry import CostModel
 
@@ -24,25 +26,69 @@ if TYPE_CHECKING:  # only annotations: the bench imports this module before it l
     from specchat.engine.drafters import Drafter
     from specchat.engine.model import Model
 
-#: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX
+#: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX (the cost
+#: model interpolates between them). With K_MAX = 64 that is 1, 3, 5, 9, 17, 33, 65 rows, 133 rows a
+#: repetition: twice over 4.5 s for the bundled Q4_1 on one thread on this machine under load (median of
+#: 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
+#: threads and CPU, not once per session
 CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
+#: the denser set ``specchat bench`` and ``specchat models tune`` time: every K up to 16, where auto-K
+#: mostly chooses and the curve bends, then 20, 24, 32, 48, 64 for the long n-gram drafts
+MEASURE_ROWS: tuple[int, ...] = tuple(
+    sorted({1, *(k + 1 for k in range(1, min(16, K_MAX) + 1)), *(k + 1 for k in (20, 24, 32, 48, K_MAX) if k <= K_MAX)})
+)
+
+#: one timing: (rows of the batch, ms)
+Timing = tuple[int, float]
 
 
 def calibrate_verify_cost(
     target: Model, cost_model: CostModel, last: int, rows: Sequence[int] = CALIBRATION_ROWS, reps: int = 2
-) -> None:
-    """Time verify batches of ``rows`` rows, ``reps`` times over, into ``cost_model`` (v(K) = t(K+1 rows) / t(1 row)).
+) -> list[Timing]:
+    """Time verify batches of ``rows`` rows, ``reps`` times over, into ``cost_model`` (v(K) = t(K+1 rows) / t(1 row));
+    returns the timings (for the cache).
 
     Each batch is ``last`` repeated, decoded after the target's KV with logits on every row (as a verify
     batch asks) and removed again, so the KV is unchanged and every batch sees the same context length.
     A repetition stops at the first batch the context has no room for.
     """
+    out: list[Timing] = []
     for _ in range(reps):
         for r in rows:
             ms = target.time_scratch_decode([last] * r)
             if ms != ms:  # NaN: no room left in the context for this batch
                 break
             cost_model.observe_verify(r, ms)
+            out.append((r, ms))
+    return out
+
+
+def replay_timings(cost_model: CostModel, timings: Sequence[Timing]) -> None:
+    """Feed stored timings (a cached calibration) to ``cost_model`` as if they had just been measured."""
+    for r, ms in timings:
+        cost_model.observe_verify(r, ms)
+
+
+def load_cached_verify_cost(target: Model, cost_model: CostModel, cache: CalibrationCache) -> bool:
+    """Replay this target's cached calibration into ``cost_model`` (same file, threads, kernels, CPU and
+    llama.cpp: :class:`~specchat.engine.calibration_cache.CalibrationKey`); False when there is none."""
+    entry = cache.load(CalibrationKey.for_model(target))
+    if entry is None:
+        return False
+    replay_timings(cost_model, entry.timings)
+    return True
+
+
+def verify_cost_for(target: Model, cost_model: CostModel, last: int, cache: CalibrationCache | None = None) -> str:
+    """Give ``cost_model`` the target's v(K): from ``cache`` when it holds this target's calibration
+    (:func:`load_cached_verify_cost`), else by timing :data:`CALIBRATION_ROWS` (:func:`calibrate_verify_cost`)
+    and storing the result. Returns where it came from: ``"cache"`` or ``"measured"``."""
+    if cache is not None and load_cached_verify_cost(target, cost_model, cache):
+        return "cache"
+    timings = calibrate_verify_cost(target, cost_model, last)
+    if cache is not None and timings:
+        cache.save(CalibrationKey.for_model(target), timings, target.weights)
+    return "measured"
 
 
 def draft_cost_ratios(target: Model, drafters: Mapping[str, Drafter], token: int, reps: int = 5) -> dict[str, float]:
@@ -94,4 +140,7 @@ def calibrate_draft_cost(
             cost_model.observe_draft_cost(name, d.time_one_token(last))
 
 
-__all__ = ["CALIBRATION_ROWS", "calibrate_draft_cost", "calibrate_verify_cost", "draft_cost_ratios"]
+__all__ = [
+    "CALIBRATION_ROWS", "MEASURE_ROWS", "Timing", "calibrate_draft_cost", "calibrate_verify_cost", "draft_cost_ratios",
+    "load_cached_verify_cost", "replay_timings", "verify_cost_for",
+]

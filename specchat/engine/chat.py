@@ -139,6 +139,8 @@ class ChatSession(Conversation):
             k_max=K_MAX,
             can_speculate=d.can_speculate,
             note="" if d.can_speculate else f"{d.target.name} is recurrent/hybrid: speculation is off",
+            verify=d.verify if d.can_speculate else None,
+            weights=d.target.weights,
             chat_template=self.template.has_template,
         )
 

@@ -48,13 +48,42 @@ class Piece:
     token: int
 
 
+VerifySource = Literal["prior", "cache", "measured"]
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyCurve:
+    """The target's verify cost v(K) as the cost model fits it now, and what it means in words.
+
+    ``v[K]`` = time of a (K+1)-row verify batch / time of one single-row decode, for K = 0..K_MAX
+    (``v[0]`` = 1); ``target_ms`` = that single-row time; ``measured_rows`` = the largest batch timed (v
+    beyond it is extrapolated); ``weights`` = the target's weight format (GGUF ``general.file_type``);
+    ``source``: ``prior`` (nothing timed yet: v = 1), ``cache`` (this file's stored calibration, see
+    :mod:`specchat.engine.calibration_cache`) or ``measured`` (timed in this session); rounds refine both.
+    ``reason`` is one line derived from the format and the measured curve, e.g. ``Q4_1: no batched kernel
+    on this CPU; verifying 17 rows costs 11 rows`` (:func:`specchat.engine.telemetry.verify_reason`).
+    """
+
+    weights: str
+    v: tuple[float, ...]
+    target_ms: float
+    measured_rows: int
+    source: VerifySource
+    reason: str
+
+    def at(self, k: int) -> float:
+        """v(K), clamped to the curve's range."""
+        return self.v[max(0, min(k, len(self.v) - 1))]
+
+
 @dataclass(frozen=True, slots=True)
 class CostEstimate:
     """The cost model's current view (see :mod:`specchat.engine.telemetry`).
 
     ``c`` = draft cost per drafted token / target cost of one single-row decode;
     ``v`` = verify cost of K+1 rows / one row, for the current K; ``alpha`` = estimated per-position
-    acceptance; ``best_k`` = argmax of the predicted speedup over 0..K_max (0 = do not draft).
+    acceptance; ``best_k`` = argmax of the predicted speedup over 0..K_max (0 = do not draft);
+    ``verify`` = the whole v(K) curve and its reason in words (None where no target is known).
     """
 
     alpha: float
@@ -64,6 +93,7 @@ class CostEstimate:
     predicted_speedup: float
     target_ms_per_token: float
     draft_ms_per_token: float
+    verify: VerifyCurve | None = None
     #: the smallest α at which some K up to the drafter's cap is predicted to beat plain decoding (S > 1):
     #: ``math.inf`` when none does even at α = 1, None when not computed
     #: (:func:`specchat.engine.telemetry.speedup.break_even_alpha`)

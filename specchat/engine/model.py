@@ -40,20 +40,30 @@ def ensure_backend() -> None:
         _BACKEND_READY = True
 
 
+def system_info() -> str:
+    """llama.cpp's ``llama_print_system_info()``: the CPU features this build uses (``AVX512 = 1 | AMX_INT8 = 1 | ...``)."""
+    ensure_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
+
+
 def extra_buffer_types_safe() -> bool:
-    """Whether weights may go into llama.cpp's extra CPU buffer types (AMX, repacked layouts).
+    """Whether weights may go into llama.cpp's extra CPU buffer types (AMX, repacked layouts) *and* be decoded
+    in batches of several rows.
 
     Not on a CPU where this build uses Intel AMX: llama.cpp's AMX matrix multiply segfaults in
     ``ggml_backend_amx_mul_mat`` on the first batch of more than one row (reproduced here on a Xeon with
-    ``AMX_INT8 = 1`` in the system info: the bundled SmolLM2 Q4_1, any prompt of a few tokens; the high-level
-    ``llama_cpp.Llama`` crashes the same way). Upstream: ggml-org/llama.cpp#20824 (closed stale, unfixed);
-    stanfordnlp/dspy#10079 hit it on Sapphire Rapids CI runners. The extra buffer types are all or nothing
-    (``llama_model_params.use_extra_bufts``), so on such a CPU the repacked Q4_0/Q4_K layouts are off too;
-    F16 and Q8_0 keep their batched (llamafile sgemm) kernels, which do not use an extra buffer.
+    ``AMX_INT8 = 1`` in the system info, for every AMX format tried: Q4_1, Q4_0, Q8_0, at 2, 3 and 17 rows;
+    the high-level ``llama_cpp.Llama`` crashes the same way). Under gdb the faulting instruction is
+    ``ldtilecfg``, the tile-configuration load of the multi-row AMX path: the CPU advertises AMX but loading
+    a tile configuration faults in this (virtualised) environment. One-row batches take the AVX512-VNNI
+    path of the same buffer and work, with logits as close to the F16 re-encoding's as the plain kernels'
+    (:attr:`Model.row_by_row` relies on exactly that). Upstream: ggml-org/llama.cpp#20824
+    (closed stale, unfixed); stanfordnlp/dspy#10079 hit it on Sapphire Rapids CI runners. The extra buffer
+    types are all or nothing (``llama_model_params.use_extra_bufts``), so on such a CPU the repacked
+    Q4_0/Q4_K layouts go too; F16 and Q8_0 keep their batched (llamafile sgemm) kernels, which use no extra
+    buffer.
     """
-    ensure_backend()
-    info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
-    return "AMX_INT8 = 1" not in info
+    return "AMX_INT8 = 1" not in system_info()
 
 
 class DecodeError(RuntimeError):
@@ -65,6 +75,15 @@ class Model:
 
     ``n_batch`` must be at least K_max + 1 so a whole verify batch fits in one decode.
     Logits are requested per row (``batch.logits[i]``), never for all rows: no n_ctx x n_vocab buffer.
+
+    ``threads`` decode single rows and ``threads_batch`` (default: ``threads``) decode batches of several
+    rows (llama.cpp's ``n_threads`` / ``n_threads_batch``).
+
+    ``repack``: put the weights in llama.cpp's extra CPU buffer types (AMX, repacked layouts; llama.cpp's
+    ``--repack``); None = wherever that is safe (:func:`extra_buffer_types_safe`). Asked for on a CPU where
+    multi-row batches of those kernels crash, every batch is decoded one row at a time
+    (:attr:`row_by_row`): plain decoding gets the fast one-row kernels, and a verify batch of K+1 rows
+    costs K+1 decodes, which the cost model measures like any other v(K).
     """
 
     def __init__(
@@ -74,34 +93,48 @@ class Model:
         n_ctx: int = 4096,
         n_batch: int = 512,
         threads: int = 2,
+        threads_batch: int | None = None,
+        repack: bool | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
         self.path = Path(path)
-        gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
+        parsed = gguf_check.validate_gguf(self.path)  # exists, magic, version, not truncated: before llama.cpp sees it
         self.model = None
         self.ctx = None
         self._batch = None
         try:
             with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
-                self._load(n_ctx, n_batch, threads, progress, interrupted)
+                self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, progress, interrupted)
         except BaseException:
             self.close()
             raise
 
     def _load(
         self,
+        parsed: gguf_check.GGUFFile,
         n_ctx: int,
         n_batch: int,
         threads: int,
+        threads_batch: int | None,
+        repack: bool | None,
         progress: Callable[[float], None] | None,
         interrupted: Callable[[], bool],
     ) -> None:
         ensure_backend()
         self.name = self.path.name
+        #: the weight format (GGUF ``general.file_type``), e.g. "Q4_1", "Q8_0", "F16"
+        self.weights = gguf_check.info_from_parsed(parsed).quantization
         self.threads = threads
+        self.threads_batch = threads_batch or threads
+        safe = extra_buffer_types_safe()
+        #: weights in llama.cpp's extra buffer types (AMX / repacked layouts)
+        self.repack = safe if repack is None else bool(repack)
+        #: every decode is split into one-row batches: the extra buffer types are on where their multi-row
+        #: kernels crash (see :func:`extra_buffer_types_safe`)
+        self.row_by_row = self.repack and not safe
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = 0
-        mparams.use_extra_bufts = extra_buffer_types_safe()
+        mparams.use_extra_bufts = self.repack
 
         def _on_progress(fraction: float, _user: ctypes.c_void_p) -> bool:
             if progress is not None:
@@ -127,7 +160,7 @@ class Model:
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = 1
         cparams.n_threads = threads
-        cparams.n_threads_batch = threads
+        cparams.n_threads_batch = self.threads_batch
         cparams.no_perf = True
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
@@ -216,6 +249,8 @@ class Model:
             raise ValueError("logits requested for more rows than one batch holds")
         if len(self.tokens) + n > self.n_ctx:
             raise DecodeError(f"context full: {len(self.tokens)} + {n} tokens > n_ctx {self.n_ctx}")
+        if self.row_by_row and n > 1:
+            return self._decode_row_by_row(tokens, logits_last)
         out = None
         start = 0
         batch = self._batch
@@ -243,6 +278,18 @@ class Model:
                 out = np.ctypeslib.as_array(ptr, shape=(logits_last, self.n_vocab)).copy()
         return out
 
+    def _decode_row_by_row(self, tokens: Sequence[int], logits_last: int) -> np.ndarray | None:
+        """:meth:`decode` as one one-row batch per token (:attr:`row_by_row`): no multi-row batch ever reaches
+        llama.cpp. The logits rows are gathered into the same ``(logits_last, n_vocab)`` array."""
+        n = len(tokens)
+        out = np.empty((logits_last, self.n_vocab), dtype=np.float32) if logits_last > 0 else None
+        first = n - logits_last
+        for i, tok in enumerate(tokens):
+            row = self.decode([tok], logits_last=1 if i >= first else 0)
+            if out is not None and row is not None:
+                out[i - first] = row[0]
+        return out
+
     def trim(self, n_keep: int) -> None:
         """Remove KV positions ``n_keep..`` (``llama_memory_seq_rm(mem, 0, n_keep, -1)``)."""
         if n_keep >= len(self.tokens):
@@ -267,6 +314,12 @@ class Model:
         ms = (time.perf_counter() - t0) * 1000.0
         self.trim(n)
         return ms
+
+    def set_threads(self, threads: int, threads_batch: int | None = None) -> None:
+        """Decode single rows with ``threads`` and batches with ``threads_batch`` (default ``threads``) from now on
+        (``llama_set_n_threads``)."""
+        self.threads, self.threads_batch = threads, threads_batch or threads
+        llama_cpp.llama_set_n_threads(self.ctx, self.threads, self.threads_batch)
 
     def sync_prefix(self, tokens: Sequence[int]) -> int:
         """Keep the longest common prefix of the KV and ``tokens``; return its length."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from specchat.engine.controls import Controls
-from specchat.engine.events import Event, Turn
+from specchat.engine.events import Event, Turn, VerifyCurve
 
 Role = Literal["system", "user", "assistant"]
 
@@ -74,7 +74,15 @@ class EngineInfo:
     k_max: int
     can_speculate: bool  # False for recurrent/hybrid targets
     note: str = ""  # e.g. why speculation is unavailable
+    #: the target's verify cost v(K) and its reason in words, as known now (from this file's cached
+    #: calibration before the first turn; Step.cost.verify carries the live curve after every round)
+    verify: VerifyCurve | None = None
+    #: the target's weight format (GGUF general.file_type), e.g. "Q4_1"
+    weights: str = ""
     chat_template: bool = True  # False: the model has none, the plain '### Role:' fallback format is used
+    #: False: the engine cannot time its drafter (a llama-server reports no draft time; its Steps say 0 ms), so
+    #: it has no draft cost and no cost model; a UI says "not reported" instead of showing 0
+    draft_timing: bool = True
 
 
 @runtime_checkable

@@ -75,6 +75,7 @@ from specchat.engine.llama_server import Chunk, LlamaServer, ServerError, SpecMe
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.server_rounds import Round, RoundTracker
 from specchat.engine.telemetry import TurnCounters
+from specchat.engine.telemetry.figures import k_status, reply_figures
 from specchat.errors import UserError
 
 #: why the K keys, speculation on/off, auto-K and the drafter do not apply to a remote engine
@@ -191,6 +192,7 @@ class RemoteSession(Conversation):
             k_max=self._k or 0,
             can_speculate=st.speculative,
             note=self._note(st.speculative),
+            draft_timing=False,
         )
 
     def server_k(self, longest_draft: int = 0) -> int:
@@ -448,6 +450,10 @@ class _StreamedReply:
             t_draft_ms=0.0, t_verify_ms=r.t_ms, t_overhead_ms=0.0, t_step_ms=r.t_ms,
             speculative=st.speculative, auto_k=False, drafter=self.session.drafter_label,
             n_past=self.prompt_len + len(self.tokens),
+            # the server's K is fixed by its flags; the reply's figures from the same counters as the Turn (no
+            # recent window: there is no cost model without a draft time)
+            status=k_status(speculative=st.speculative, k_control=k, k_round=k, k_cap=k),
+            reply=reply_figures(self.counters, self.counters.step_ms),
         )  # fmt: skip
 
     def finish(self) -> Iterator[Event]:

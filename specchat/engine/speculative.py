@@ -37,12 +37,15 @@ from specchat.engine.calibration import (
     calibrate_draft_cost,
     calibrate_verify_cost,
     draft_cost_ratios,
+    load_cached_verify_cost,
+    verify_cost_for,
 )
+from specchat.engine.calibration_cache import CalibrationCache
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter
-from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason
+from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, KDecision, TurnCounters
@@ -66,6 +69,7 @@ class SpeculativeDecoder:
         drafter: str | None = None,
         cost_model: CostModel | None = None,
         auto_k: AutoK | None = None,
+        calibration_cache: CalibrationCache | None = None,
     ) -> None:
         self.target = target
         self.drafters = drafters
@@ -73,10 +77,24 @@ class SpeculativeDecoder:
         self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
         self.cost_model = cost_model or CostModel()
         self.auto_k = auto_k or AutoK(k_max=K_MAX)
+        #: where the target's v(K) timings are kept between sessions (None: time them every session)
+        self.calibration_cache = calibration_cache
+        #: where the cost model's v(K) came from: nothing yet, this file's cached calibration, or timed here
+        self.verify_source: VerifySource = "prior"
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
         self.can_speculate = not target.is_recurrent
+        if calibration_cache is not None and self.can_speculate:  # start warm: v(K) known before the first turn
+            if load_cached_verify_cost(target, self.cost_model, calibration_cache):
+                self.verify_source = "cache"
+        #: the latest v(K) curve in words, refreshed on the engine thread (so another thread, e.g. the UI's
+        #: EngineInfo, reads a finished value and never makes the cost model refit under the engine)
+        self.verify = self._verify_curve()
         #: (drafter, drafting) as last told to the user by an AutoKNotice (auto-K starts a drafter drafting)
         self._announced: tuple[str, bool] | None = None
+
+    def _verify_curve(self) -> VerifyCurve:
+        """The target's v(K) curve as the cost model fits it now, with its reason in words."""
+        return self.cost_model.verify.curve(self.target.weights, self.verify_source, row_by_row=self.target.row_by_row)
 
     @property
     def drafter(self) -> Drafter | None:
@@ -147,11 +165,13 @@ class SpeculativeDecoder:
     # -- the named steps ---------------------------------------------------------------------------
     def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
         """Decode what the target KV is missing of ``context``, all but its last token (the first verify
-        batch carries it); yield :class:`PromptDone`. When auto-K will choose and v(K) was never measured,
-        time the drafts before the prompt (on equal footing with an empty KV) and v(K) and c after it
-        (:mod:`specchat.engine.calibration`); with a fixed K, only the unit of v and c - the single-row target
-        decode - and c, once (without it the cost model's c and v were ratios to an extrapolated unit: the
-        first turn of a new pair read c = 0.2 where it then measured 0.9). That time is not the prompt's."""
+        batch carries it); yield :class:`PromptDone`. When speculating, the cost model needs v(K) and c first
+        (:mod:`specchat.engine.calibration`): with auto-K and v(K) never measured, from this target's cached
+        calibration or timed after the prompt (every :data:`CALIBRATION_ROWS`, then cached); with a fixed K,
+        only the unit of v and c - the single-row target decode - once (without it the cost model's c and v
+        were ratios to an extrapolated unit: the first turn of a new pair read c = 0.2 where it then measured
+        0.9); a model drafter's c, if still unknown then, is timed before the prompt (on equal footing with an
+        empty KV). That time is not the prompt's."""
         target = self.target
         t0 = time.perf_counter()
         keep = min(target.sync_prefix(context), len(context) - 1)
@@ -164,16 +184,26 @@ class SpeculativeDecoder:
         speculating = st.speculative and self.can_speculate and self.drafter is not None
         calibrate = speculating and st.auto_k and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
         unit = speculating and not calibrate and cm.steps_since_single_row is None
+        # c with the unit, and whenever auto-K is to choose without it (v(K) may come from the cache)
+        draft = (unit or (speculating and st.auto_k)) and any(
+            not d.free and not cm.has_draft_cost(name) for name, d in self.drafters.items()
+        )
         ratios: dict[str, float] = {}
-        if (calibrate or unit) and not target.tokens:
+        if draft and not target.tokens:
             t_ratio = time.perf_counter()
             ratios = draft_cost_ratios(target, self.drafters, int(context[0]))
             t0 += time.perf_counter() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (time.perf_counter() - t0) * 1000.0
+        last = int(context[-1])
+        if calibrate:
+            self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
+        elif unit:
+            calibrate_verify_cost(target, cm, last, rows=(1,), reps=3)
+            self.verify_source = "measured"
         if calibrate or unit:
-            last = int(context[-1])
-            calibrate_verify_cost(target, cm, last, **({} if calibrate else {"rows": (1,), "reps": 3}))
+            self.verify = self._verify_curve()
+        if draft:
             calibrate_draft_cost(cm, self.drafters, last, ratios)
         # after the calibration: the reply's generation starts right after this event (a race's clock, a UI's
         # rolling rate count from it)
@@ -288,8 +318,9 @@ class SpeculativeDecoder:
             )  # fmt: skip
         else:
             cm.observe_plain(t_verify + overhead)
+        self.verify = self._verify_curve()
         cap = drafter.k_cap if drafter is not None else K_MAX
-        cost = cm.estimate(name, k, cap)
+        cost = cm.estimate(name, k, cap, verify=self.verify)
         recent = recent_figures(cm.window(name)) if drafter is not None else None
         status = k_status(
             speculative=speculative, k_control=st.k, k_round=k, k_cap=cap,

@@ -433,7 +433,8 @@ def derive(
 
 def derive_demo(models_dir: Path, *, threads: int = 1, force: bool = False,
                 progress: Callable[[str], None] | None = None) -> list[tuple[Path, Derived | None]]:
-    """Write the files of every local preset (``smollm2-f16-q41``, ``smollm2-layerskip``) into ``models_dir``.
+    """Write the files of every local preset (``smollm2-f16-q41``, ``smollm2-q8-ngram``, ``smollm2-layerskip``) into
+    ``models_dir``.
 
     A file that already exists and validates is kept (returned with ``None``) unless ``force``.
     """

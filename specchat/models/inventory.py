@@ -16,7 +16,7 @@ from specchat.engine.drafter_kinds import NGRAM, NONE
 from specchat.engine.gguf import GGUFInfo, info_from_parsed, validate_gguf
 from specchat.errors import ModelFileError
 from specchat.models.hub import PART_SUFFIX, FileCheck, check_file
-from specchat.models.presets import PRESETS, HubFile, Preset, how_to_get, local_path
+from specchat.models.presets import PRESETS, HubFile, NgramDraft, Preset, how_to_get, local_path
 from specchat.models.bundled import BUNDLED, bundled_model_path
 from specchat.models.registry import models_dir, resolve_pair
 
@@ -44,13 +44,15 @@ class ModelEntry:
 class PresetStatus:
     preset: Preset
     target: Path
-    draft: Path
+    draft: Path | None  # None: the preset drafts with n-gram lookup (no file)
     target_check: FileCheck
     draft_check: FileCheck
     compat: CompatResult | None = None  # only when both files are usable
 
     @property
     def ready(self) -> bool:
+        if self.draft is None:
+            return self.target_check.ok
         return self.target_check.ok and self.draft_check.ok and bool(self.compat)
 
     @property
@@ -63,6 +65,8 @@ class PresetStatus:
             else:
                 what = "incomplete " + " and ".join(missing)
             return f"{what}: run {how_to_get(self.preset)}"
+        if self.draft is None:
+            return "ready"
         if self.compat is None:
             return "unreadable"
         if not self.compat:
@@ -155,8 +159,14 @@ def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str 
     compat = _Compat()
     presets: list[PresetStatus] = []
     for preset in PRESETS.values():
-        t_path, d_path = local_path(preset.target, mdir), local_path(preset.draft, mdir)
+        t_path = local_path(preset.target, mdir)
         t_chk = check_file(t_path, getattr(preset.target, "size", None))
+        if isinstance(preset.draft, NgramDraft):
+            presets.append(PresetStatus(preset, t_path, None, t_chk, FileCheck("ok", 0, "n-gram lookup: no file")))
+            if t_chk.ok:
+                add(t_path, None)
+            continue
+        d_path = local_path(preset.draft, mdir)
         d_chk = check_file(d_path, getattr(preset.draft, "size", None))
         status = PresetStatus(preset, t_path, d_path, t_chk, d_chk)
         if t_chk.ok and d_chk.ok:

@@ -8,7 +8,9 @@ Hub presets name a repository and file on the Hugging Face Hub and, where it is 
 header, and that the tensor table fits inside the file (:func:`specchat.engine.gguf.validate_gguf`).
 
 Local presets are written by ``specchat models derive --demo`` from the bundled SmolLM2-135M-Instruct Q4_1
-into ``<data dir>/models/``; nothing needs a network.
+into ``<data dir>/models/``; nothing needs a network. A preset's draft may be no file at all: ``smollm2-q8-ngram``
+pairs the Q8_0 re-encoding (the format that measured best on the copy-heavy prompt here, ``specchat models
+tune``) with the n-gram drafter (:class:`NgramDraft`).
 
 Sources of the pinned sizes: the Qwen2.5 1.5B / 0.5B Q4_K_M sizes come from the project brief (the original
 pair); the Llama-3.2-1B-Instruct Q4_K_M size (807,694,464 bytes) is the published size of bartowski's file.
@@ -20,10 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specchat.engine.drafter_kinds import NGRAM
 from specchat.models.bundled import BUNDLED, BUNDLED_FILE, bundled_model_path
 
 # Derived demo files (names inside <data dir>/models/)
 SMOLLM2_F16_FILE = "SmolLM2-135M-Instruct.F16.gguf"
+SMOLLM2_Q8_FILE = "SmolLM2-135M-Instruct.Q8_0.gguf"
 SMOLLM2_SKIP_LAYERS = "0-5,24-29"  # first 6 and last 6 of SmolLM2-135M's 30 blocks
 SMOLLM2_SKIP_FILE = "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29.gguf"
 
@@ -79,10 +83,20 @@ ModelFile = HubFile | DerivedFile | BundledFile
 
 
 @dataclass(frozen=True)
+class NgramDraft:
+    """A preset's draft that is no file: prompt-lookup drafting over the conversation (``draft = "ngram"``)."""
+
+    kind: str = NGRAM
+
+
+Draft = ModelFile | NgramDraft
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     target: ModelFile
-    draft: ModelFile
+    draft: Draft
     demonstrates: str
 
     @property
@@ -91,6 +105,9 @@ class Preset:
         return "hub" if isinstance(self.target, HubFile) or isinstance(self.draft, HubFile) else "local"
 
     def files(self) -> tuple[tuple[str, ModelFile], ...]:
+        """The preset's files by role (a draft that is no file, :class:`NgramDraft`, is not among them)."""
+        if isinstance(self.draft, NgramDraft):
+            return (("target", self.target),)
         return (("target", self.target), ("draft", self.draft))
 
 
@@ -131,6 +148,17 @@ PRESETS: dict[str, Preset] = {
             demonstrates=(
                 "high acceptance, offline: the bundled Q4_1 drafting for its own F16 conversion accepts almost "
                 "everything; whether it pays depends on the cost ratio (see 'specchat bench')"
+            ),
+        ),
+        Preset(
+            name="smollm2-q8-ngram",
+            target=DerivedFile(SMOLLM2_Q8_FILE, quant="Q8_0"),
+            draft=NgramDraft(),
+            demonstrates=(
+                "speculation that pays on this CPU, offline: the bundled model re-encoded in Q8_0 (same weights, a "
+                "batched verify kernel: 17 rows cost ~2-4 single rows, not ~5-7 as in Q4_1) drafted by free n-gram "
+                "lookup; on copy-heavy replies ~2x the bundled Q4_1 baseline (measure: specchat bench --formats Q8_0 "
+                "--auto, or specchat models tune)"
             ),
         ),
         Preset(

@@ -36,6 +36,7 @@ from specchat.models.presets import (
     PRESETS,
     BundledFile,
     ModelFile,
+    NgramDraft,
     Preset,
     get_preset,
     how_to_get,
@@ -52,7 +53,12 @@ def _looks_like_path(spec: str) -> bool:
     return "/" in spec or "\\" in spec or spec.endswith(".gguf") or spec.startswith("~")
 
 
-def _preset_file(preset: Preset, role: str, file: ModelFile, data_dir: Path | None) -> Path:
+def _preset_file(preset: Preset, role: str, file: ModelFile | NgramDraft, data_dir: Path | None) -> Path:
+    if isinstance(file, NgramDraft):
+        raise ModelFileError(
+            f"preset {preset.name!r} has no {role} file: it drafts with n-gram lookup; use draft = \"{NGRAM}\" "
+            f"with target = \"preset:{preset.name}\""
+        )
     mdir = models_dir(data_dir)
     if mdir is None:
         mdir = Path("models")  # only reached without a data dir; the path below then names what is missing
@@ -78,9 +84,11 @@ def _resolve(spec: str, data_dir: Path | None, role: str) -> Path:
     preset = get_preset(spec)
     if preset is not None and not spec.startswith(PRESET_PREFIX):
         own = preset.draft if role == "draft" else preset.target
+        alone = (f"'{NGRAM}' for its drafter alone (n-gram lookup: no file)" if isinstance(own, NgramDraft)
+                 else f"the file's name ({_file_name(own)!r}) for its {role} alone")  # fmt: skip
         raise ModelFileError(
             f"{spec!r} names a preset, a target + draft pair: give target = '{PRESET_PREFIX}{preset.name}' for the "
-            f"pair, or the file's name ({_file_name(own)!r}) for its {role} alone"
+            f"pair, or {alone}"
         )
     if preset is not None and role == "draft":
         raise ModelFileError(
@@ -129,6 +137,8 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     if draft_spec.lower() == NONE:
         return ResolvedPair(target, NONE, None, preset.name if preset else None)
     if draft_spec.lower() == NGRAM:
+        if preset is not None and isinstance(preset.draft, NgramDraft):
+            return ResolvedPair(target, NGRAM, None, preset.name)
         if preset is not None:
             draft = _preset_file(preset, "draft", preset.draft, data_dir)
             return ResolvedPair(target, MODEL, draft, preset.name)

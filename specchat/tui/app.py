@@ -50,6 +50,7 @@ from specchat.tui.engine_host import EngineFactory, EngineHost
 from specchat.tui.generation import pump_turn
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
 from specchat.tui.messages import (
+    DraftingOff,
     EngineFailed,
     EngineReady,
     LoadProgress,
@@ -62,12 +63,15 @@ from specchat.tui.sanitize import sanitize, sanitize_line
 from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen
+from specchat.tui.screens.race import RaceScreen
+from specchat.tui.screens.tour import FIXED_K, TourOptions, TourScreen
 from specchat.tui.stats import LiveStats
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.state import UiState, save_state
 from specchat.tui.widgets.sidebar import Sidebar
+from specchat.tui.widgets.token_view import GHOST, kind_style
 
 #: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
 #: see SpecChatApp.ui_needs_to_yield)
@@ -93,9 +97,9 @@ class EditInProgress:
 def legend_content(show_ghosts: bool) -> Content:
     parts: list[Content] = []
     for kind in ("accepted", "corrected", "bonus", "plain"):
-        parts.append(Content.styled(f"\u25a0 {kind}", f"$token-{kind}"))
+        parts.append(Content.styled(f"\u25a0 {kind}", kind_style(kind)))
         parts.append(Content("  "))
-    ghost = Content.styled("ghost", "$token-rejected strike dim")
+    ghost = Content.styled("ghost", kind_style(GHOST))
     parts.append(ghost)
     parts.append(Content(" = refused draft" + ("" if show_ghosts else " (hidden)")))
     return Content.assemble(*parts)
@@ -125,9 +129,12 @@ class SpecChatApp(App[None]):
         state_path: Path | None = None,
         state_note: str | None = None,
         stop_signals: bool = False,
+        tour: TourOptions | None = None,
     ) -> None:
         super().__init__()
         self.stop_signals = stop_signals
+        #: what the tour needs (the demo files' deriver, its reply length; None: no tour in this session)
+        self.tour = tour
         self._signals_added: list[int] = []
         self._exit_code = 0
         self._running_in_terminal = False
@@ -279,6 +286,8 @@ class SpecChatApp(App[None]):
         if self.history_note:
             self.chat.mount(ChatNotice(self.history_note))
         self._start_load(self.engine_factory)
+        if self.tour is not None and self.tour.open_at_start:
+            self.open_tour()
 
     def _setup_themes(self) -> None:
         result = load_themes(theme_dirs(self.user_theme_dir))
@@ -639,6 +648,11 @@ class SpecChatApp(App[None]):
             self._current.append(message.pieces)
         for notice in message.notices:
             self.chat.mount(ChatNotice(notice), before=self._current)
+        for line in message.auto_k_notices:  # the engine says each change once: one line, one toast each
+            notice = ChatNotice(line)
+            notice.add_class("auto-k")
+            self.chat.mount(notice, before=self._current)
+            self.notify(line, title="auto-K", timeout=8)
 
     def on_stats_updated(self, message: StatsUpdated) -> None:
         if not self._ui_gone():
@@ -1067,6 +1081,81 @@ class SpecChatApp(App[None]):
         self.sidebar.show_controls(None)
         self.notify(f"Loading {label}\u2026")
         self._start_load(factory, close_first=old)
+
+    # -- the race, the tour, fixed K (specchat.tui.screens.race, specchat.tui.screens.tour) --------------------
+    def race_text(self) -> str | None:
+        """What the race key races: the prompt's text if there is any (what you are about to send), else your
+        last message; None when there is neither."""
+        if self.prompt.text.strip():
+            return self.prompt.text
+        engine = self.engine
+        last = next((m for m in reversed(engine.messages) if m.role == "user"), None) if engine else None
+        return last.content if last is not None else None
+
+    def action_race(self) -> None:
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if engine.controls.fixed:
+            self.notify("A race turns speculation off and on with local models; this session uses a llama-server, "
+                        "whose own flags set speculation.", severity="warning", timeout=8)  # fmt: skip
+            return
+        if self.host.generating:
+            self.notify("A reply is still being generated: press Esc first, then race.", severity="warning")
+            return
+        text = self.race_text()
+        if text is None:
+            self.notify("Nothing to race yet: type a message in the prompt, or send one first.")
+            return
+        state = engine.controls.snapshot()
+        info = engine.info()
+        if not info.can_speculate or (state.drafter or info.draft_name) == NONE:
+            why = info.note or "no drafter is selected: choose one with ctrl+p \u2192 Drafter"
+            self.notify(f"Nothing to race against: {why}.", severity="warning", timeout=8)
+            return
+        k = None if state.auto_k else state.k
+        if k == 0:
+            self.notify("K is 0, so nothing would be drafted: raise K or turn auto-K on, then race.", severity="warning")
+            return
+        self.push_screen(RaceScreen(text, self._clock, record=(self.host, engine, k)))
+
+    def open_tour(self) -> None:
+        """The guided tour (:class:`TourScreen`); it loads the demo pairs itself, next to the chat's models."""
+        if self.tour is None or self.make_factory is None:
+            self.notify("The tour is not available in this session.", severity="warning")
+            return
+        if self.settings.server_url:
+            self.notify("The tour runs on the offline models; this session uses a llama-server.", severity="warning")
+            return
+        if self.host.generating:
+            self.notify("A reply is still being generated: press Esc first, then open the tour.", severity="warning")
+            return
+        self.push_screen(TourScreen(self.tour, self.host, self.make_factory, self.settings, self._clock))
+
+    def on_drafting_off(self, message: DraftingOff) -> None:
+        """Auto-K turned drafting off in a reply: offer fixed K (the notice itself is in the chat)."""
+        if self._ui_gone():
+            return
+        self.notify(
+            f"Auto-K judged drafting with {message.drafter} unprofitable and turned it off. To see its colours "
+            f"anyway: ctrl+p → Use fixed K (K {self._fixed_k()}, auto-K off).", title="auto-K", timeout=12,
+        )  # fmt: skip
+
+    def _fixed_k(self) -> int:
+        state = self.control_state()
+        return state.k if state is not None and state.k > 0 else FIXED_K
+
+    def use_fixed_k(self) -> None:
+        """Auto-K off, K fixed (the K set, or :data:`FIXED_K` if it is 0): the drafter drafts every round."""
+        engine = self._speculation_engine()
+        if engine is None:
+            return
+        k = self._fixed_k()
+        engine.controls.set_auto_k(False)
+        engine.controls.set_k(k)
+        if not engine.controls.snapshot().speculative and engine.info().can_speculate:
+            engine.controls.set_speculative(True)
+        self._controls_changed(f"K = {k} fixed, auto-K off")
 
     # -- shutdown -----------------------------------------------------------------------------------------
     async def _shutdown_engine(self) -> None:

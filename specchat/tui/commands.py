@@ -44,6 +44,10 @@ class PaletteActions(Protocol):
 
     def set_temperature(self, temperature: float) -> None: ...
 
+    def use_fixed_k(self) -> None: ...
+
+    def open_tour(self) -> None: ...
+
 
 def model_choices() -> list[tuple[str, str, str, str]]:
     """(label, target, draft, help) for the palette: the bundled pair and every preset pair.
@@ -87,11 +91,14 @@ class SpecChatCommands(Provider):
             out.append((f"K = {k}", partial(app.set_k, k), "draft length (0 = no drafting); next step"))
         for t in TEMPERATURES:
             out.append((f"Temperature = {t:g}", partial(app.set_temperature, t), "sampling temperature (0 = greedy)"))
+        out.append(("Use fixed K", app.use_fixed_k, "auto-K off, K fixed: the drafter drafts every round (its colours show)"))
+        out.append(("Tour: when speculation helps and when it hurts", app.open_tour,
+                    "scene by scene on the offline models, each a race with one sentence of explanation"))
         return [(sanitize_line(text), callback, sanitize_line(help_text)) for text, callback, help_text in out]
 
     async def discover(self) -> Hits:
         for text, callback, help_text in self._commands():
-            if text.startswith(("Drafter:", "Model:", "Theme: specchat")):
+            if text.startswith(("Drafter:", "Model:", "Theme: specchat", "Tour:")):
                 yield DiscoveryHit(Content(text), callback, text=text, help=Content(help_text))
 
     async def search(self, query: str) -> Hits:

@@ -206,6 +206,12 @@ class EngineHost:
         self._turn_done.wait(timeout=timeout)
         return True
 
+    def submit(self, work: Callable[[], Any], *, name: str, description: str) -> None:
+        """Run ``work`` on the engine thread, not as a turn: nothing waits for its end but quitting (e.g. the
+        tour closing the models it loaded). Not once the app is closing (shutdown closes what it knows)."""
+        if not self.closing:
+            self._run(work, group="engine-work", name=name, description=description)
+
     # -- saved replies ---------------------------------------------------------------------------------
     def detokenize(self, jobs: list[tuple[T, list[int]]], done: Callable[[list[tuple[T, list[str]]]], None]) -> None:
         """Split each job's token ids into their pieces' text on the engine thread

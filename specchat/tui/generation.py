@@ -11,7 +11,9 @@ Stats go out at most every :data:`STATS_INTERVAL_S` (~4 Hz): redrawing the sideb
 part of a frame, and on a 2-core machine every millisecond the UI thread spends is taken from llama.cpp.
 The exception is a Step whose K, speculation, auto-K or drafter differs from the last one posted: it is
 posted at once, so a change made mid-reply shows in the sidebar at the very step it takes effect.
-A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
+An :class:`~specchat.engine.events.AutoKNotice` (auto-K turned drafting off or on: the engine says each change
+once) goes out in the batch's ``auto_k_notices``, apart from other notices, so the app shows each one once as
+a chat line and a toast. A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
 batch waits at most one round plus the interval. An exception from the engine ends the turn with an error
 message (the chat shows it); it never propagates into Textual.
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from specchat.engine.events import (
+    AutoKNotice,
     ContextTrimmed,
     EngineError,
     Event,
@@ -32,7 +35,7 @@ from specchat.engine.events import (
     Turn,
 )
 from specchat.errors import describe_exception
-from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
+from specchat.tui.messages import DraftingOff, PiecesBatch, StatsUpdated, TurnFinished
 from specchat.tui.stats import LiveStats
 
 #: Each batch costs a frame (a partial render, and a layout pass when the reply grows a line). Under load
@@ -64,6 +67,7 @@ def pump_turn(
     """
     pieces: list[tuple[str, str]] = []
     notices: list[str] = []
+    auto_k_notices: list[str] = []
     stats_dirty = False
     turn: Turn | None = None
     error: str | None = None
@@ -72,11 +76,12 @@ def pump_turn(
     post(StatsUpdated(stats.snapshot()))
 
     def flush(with_stats: bool) -> None:
-        nonlocal pieces, notices, stats_dirty
-        if pieces or notices:
-            post(PiecesBatch(turn_id, pieces, notices))
+        nonlocal pieces, notices, auto_k_notices, stats_dirty
+        if pieces or notices or auto_k_notices:
+            post(PiecesBatch(turn_id, pieces, notices, auto_k_notices))
             pieces = []
             notices = []
+            auto_k_notices = []
         if stats_dirty and with_stats:
             post(StatsUpdated(stats.snapshot()))
             stats_dirty = False
@@ -109,6 +114,10 @@ def pump_turn(
                     f"The conversation no longer fit the context ({event.n_ctx} tokens): "
                     f"the oldest {event.dropped_messages} message(s) were dropped for the model."
                 )
+            elif isinstance(event, AutoKNotice):  # said once by the engine: passed on once, as it is
+                auto_k_notices.append(event.message)
+                if not event.drafting:
+                    post(DraftingOff(event.drafter, event.message))  # the app offers fixed K
             elif isinstance(event, Notice):
                 notices.append(event.message)
             if force or now - last_flush >= interval:

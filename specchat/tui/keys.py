@@ -38,7 +38,8 @@ class KeySpec:
 #: for the display toggles (terminals send alt+x as ESC x; macOS Terminal needs "Use Option as Meta key").
 #: ctrl letters the prompt (a TextArea) uses for editing (a e w d x c v u k z y) are left to it.
 APP_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("help", "ctrl+g,f1", "help", "Help", "this help: keys, colours, binding ids"),
+    KeySpec("help", "ctrl+g,f1", "help", "Help & glossary",
+            "glossary (acceptance, \u03b1, K, costs, colours), then keys and binding ids"),
     KeySpec("toggle_sidebar", "ctrl+b,f2", "toggle_sidebar", "Sidebar",
             "show / hide the statistics sidebar (hidden by itself when the terminal is narrow)"),
     KeySpec("k_down", "f3,ctrl+down", "k_down", "K\u2212", "draft length K down (applies at the next step)", show=False),
@@ -74,7 +75,25 @@ APP_KEYS: tuple[KeySpec, ...] = (
             show=False, priority=False),
     KeySpec("reply_next", "right,alt+n", "reply_next", "Next version",
             "show the next version of the last reply (right: in an empty prompt)", show=False, priority=False),
+    # alt+r: r for race; ctrl+r is regenerate. Also in the palette under its description.
+    KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
+            "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "
+            "side by side", show=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
+)
+
+#: the race screen's keys (:mod:`specchat.tui.screens.race`): no text input there, so a letter is a key
+RACE_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("race.close", "escape", "close", "Close", "close the race (while recording: cancel it)"),
+    KeySpec("race.replay", "r", "replay", "Replay", "play the recorded race again from the start"),
+)
+
+#: the tour screen's keys (:mod:`specchat.tui.screens.tour`)
+TOUR_KEYS: tuple[KeySpec, ...] = (
+    KeySpec("tour.close", "escape", "close", "Close", "close the tour (a scene being recorded is cancelled)"),
+    KeySpec("tour.next", "n,right", "next", "Next scene", "the next scene"),
+    KeySpec("tour.previous", "p,left", "previous", "Previous", "the previous scene"),
+    KeySpec("tour.replay", "r", "replay", "Replay", "play this scene's race again"),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
@@ -91,6 +110,14 @@ def app_bindings() -> list[Binding]:
     return [
         Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
         for spec in APP_KEYS
+    ]
+
+
+def screen_bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
+    """A screen's bindings from its table (not remappable: the keymap's ids are the app's and the prompt's)."""
+    return [
+        Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
+        for spec in specs
     ]
 
 

@@ -46,13 +46,17 @@ class EngineFailed(Message):
 
 
 class PiecesBatch(Message):
-    """Pieces (and notices) of one turn gathered over ~33 ms."""
+    """Pieces (and notices) of one turn gathered over ~67 ms; ``auto_k_notices``: the lines of the
+    :class:`~specchat.engine.events.AutoKNotice` events among them (auto-K turned drafting off or on)."""
 
-    def __init__(self, turn_id: int, pieces: list[tuple[str, str]], notices: list[str]) -> None:
+    def __init__(
+        self, turn_id: int, pieces: list[tuple[str, str]], notices: list[str], auto_k_notices: list[str] | None = None
+    ) -> None:
         super().__init__()
         self.turn_id = turn_id
         self.pieces = pieces
         self.notices = notices
+        self.auto_k_notices = auto_k_notices or []
 
 
 class StatsUpdated(Message):
@@ -72,6 +76,16 @@ class TurnFinished(Message):
         self.turn_id = turn_id
         self.turn = turn
         self.error = error
+
+
+class DraftingOff(Message):
+    """Auto-K turned drafting off (its :class:`~specchat.engine.events.AutoKNotice`, which the chat shows as a
+    notice too): the app offers fixed K."""
+
+    def __init__(self, drafter: str, notice: str) -> None:
+        super().__init__()
+        self.drafter = drafter
+        self.notice = notice
 
 
 class SavedRepliesDetokenized(Message):

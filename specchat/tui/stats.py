@@ -3,8 +3,10 @@
 :class:`LiveStats` is fed by the turn's pump (one turn at a time) and hands out immutable
 :class:`StatsSnapshot` objects, which the pump posts to the UI. Definitions follow llama.cpp:
 
-- acceptance = accepted / drafted (tokens the target kept / tokens proposed, llama.cpp PR #14104);
-- mean accepted length = 1 + accepted / (steps that verified a draft) (``server_slot::print_timings``);
+- acceptance, α and mean accepted length are not computed here: the engine sends them with every Step, each
+  over a named window (:class:`~specchat.engine.events.Figures`: this reply, auto-K's recent rounds), and the
+  sidebar shows those, so no figure has two definitions;
+- per-round acceptance (the sparkline) = accepted / drafted of each round that drafted;
 - acceptance per draft position i = share of the steps that drafted >= i tokens whose i-th token was kept
   (llama.cpp PR #24536);
 - rolling tok/s = tokens emitted by the steps of the last :data:`WINDOW_S` seconds of wall clock / the time
@@ -38,8 +40,6 @@ class StatsSnapshot:
     tok_s: float | None = None
     tokens: int = 0
     steps: int = 0
-    acceptance: float | None = None
-    mean_len: float | None = None
     draft_ms: float | None = None
     verify_ms: float | None = None
     k: int | None = None
@@ -57,7 +57,8 @@ class StatsSnapshot:
     last_turn: Turn | None = None
     #: the engine's own view of the last round (issue 11): how K was chosen, with its label and why two K
     #: figures differ; the reply's figures and the recent window's (the cost model's rounds), each from the
-    #: same rounds, with the notes that explain differing numbers. None before the first round.
+    #: same rounds, with the notes that explain differing numbers. None before the first round; ``reply`` is
+    #: None again from the start of the next turn until its first round (it is that reply's window).
     status: KStatus | None = None
     reply: Figures | None = None
     recent: Figures | None = None
@@ -73,14 +74,13 @@ class LiveStats:
     _acc_hist: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     _tokens: int = 0
     _steps: int = 0
-    _drafted: int = 0
-    _accepted: int = 0
     _spec_steps: int = 0
     _draft_ms: float = 0.0
     _verify_ms: float = 0.0
     _pos_drafted: list[int] = field(default_factory=list)
     _pos_accepted: list[int] = field(default_factory=list)
     _last_step: Step | None = None
+    _reply: Figures | None = None  # this reply's figures (the last Step's, reset at the start of a turn)
     _cost: CostEstimate | None = None
     #: this session's finished replies, in order, and the A/B rows over them
     _turns: list[Turn] = field(default_factory=list)
@@ -94,10 +94,11 @@ class LiveStats:
         """Reset the per-turn figures (the sparklines and the A/B table carry over)."""
         self._window.clear()
         self._last_t = now
-        self._tokens = self._steps = self._drafted = self._accepted = self._spec_steps = 0
+        self._tokens = self._steps = self._spec_steps = 0
         self._draft_ms = self._verify_ms = 0.0
         self._pos_drafted = []
         self._pos_accepted = []
+        self._reply = None
         self._prompt = None
         self._generating = True
 
@@ -118,8 +119,6 @@ class LiveStats:
             self._tok_hist.append(step.emitted * 1000.0 / step.t_step_ms)
         if step.drafted > 0:
             self._spec_steps += 1
-            self._drafted += step.drafted
-            self._accepted += step.accepted
             self._draft_ms += step.t_draft_ms
             self._acc_hist.append(step.accepted / step.drafted)
             while len(self._pos_drafted) < step.drafted:
@@ -132,6 +131,7 @@ class LiveStats:
         if step.cost is not None:
             self._cost = step.cost
         self._last_step = step
+        self._reply = step.reply
 
     def finish_turn(self, turn: Turn | None) -> None:
         self._generating = False
@@ -162,8 +162,6 @@ class LiveStats:
             tok_s=self.rolling_tok_s() if self._generating else None,  # afterwards: the turn's own rate
             tokens=self._tokens,
             steps=self._steps,
-            acceptance=(self._accepted / self._drafted) if self._drafted else None,
-            mean_len=(1.0 + self._accepted / self._spec_steps) if self._spec_steps else None,
             draft_ms=(self._draft_ms / self._spec_steps) if self._spec_steps else None,
             verify_ms=(self._verify_ms / self._steps) if self._steps else None,
             k=step.k if step else None,
@@ -180,6 +178,6 @@ class LiveStats:
             cached_n=self._prompt.cached_n if self._prompt else None,
             last_turn=self._last_turn,
             status=step.status if step else None,
-            reply=step.reply if step else None,
+            reply=self._reply,
             recent=step.recent if step else None,
         )

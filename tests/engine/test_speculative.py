@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from enginekit import build_decoder, pieces, run_turn, steps
+from enginekit import build_decoder, pieces, plain_then_speculative, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.events import Piece, Step
 from specchat.engine.model import Model
@@ -456,3 +456,32 @@ def test_model_drafter_limited_catch_up_restarts_on_a_window_and_stays_exact(tin
             d.draft = real
     finally:
         dec.close()
+
+
+def test_ngram_at_k_64_drafts_past_16_and_equals_plain_decoding(bundled_model):
+    """K = K_MAX = 64 with the free n-gram drafter on the bundled model asked to repeat code: rounds draft more
+    than the old cap of 16 (up to 64 rows in one verify batch), and the greedy reply is exactly plain decoding's.
+    A model drafter asked for 64 is held to its kind's cap of 16 in the same session."""
+    from specchat.bench.suite import DEFAULT_SUITE
+    from specchat.engine.chat import ChatSession
+    from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL
+
+    assert K_MAX == 64
+    prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
+    dec = build_decoder(bundled_model, bundled_model, drafter="ngram", k=64, n_ctx=2048)
+    session = ChatSession(dec, n_predict=160)
+    try:
+        plain, events = plain_then_speculative(session, prompt)
+        st = steps(events)
+        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
+        assert max(s.drafted for s in st) > 16 and max(s.drafted for s in st) <= 64
+        # the model drafter in the same session: K = 64 asked, at most its cap drafted
+        session.reset()
+        session.n_predict = 24
+        dec.controls.set_drafter("model")
+        events = list(session.send("Name three colours."))
+        drafted = [s.drafted for s in steps(events) if s.drafted]
+        assert drafted and max(drafted) <= DRAFTER_KINDS[MODEL].k_cap == 16
+        assert all(s.k <= 16 for s in steps(events))
+    finally:
+        session.close()

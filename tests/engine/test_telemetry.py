@@ -29,7 +29,9 @@ from specchat.engine.telemetry import (
     expected_tokens,
     predicted_speedup,
     speedup_curve,
+    verify_reason,
 )
+from specchat.engine.telemetry.verify_cost import VerifyCost
 
 FLAT = [1.0] * (K_MAX + 1)
 
@@ -910,6 +912,61 @@ def test_rolling_tok_per_s_is_time_weighted_over_a_window() -> None:
     assert r.tok_per_s == pytest.approx(2.0)
     r.reset()
     assert r.tok_per_s is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# the verify cost in words (issue 12)
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weights, v16, row_by_row, want",
+    [
+        ("Q4_1", 11.4, False, "Q4_1: no batched kernel on this CPU; verifying 17 rows costs 11 rows"),
+        ("Q4_1", 7.1, False, "Q4_1: no batched kernel, but a batch shares the weight reads on this CPU; verifying 17 rows costs 7.1 rows"),
+        ("Q8_0", 4.1, False, "Q8_0: batched kernel (llamafile sgemm); verifying 17 rows costs 4.1 rows"),
+        ("F16", 12.0, False, "F16: its batched kernel does not pay on this CPU; verifying 17 rows costs 12 rows"),
+        ("Q4_1", 16.4, True, "Q4_1: one row at a time (AMX kernels, whose batches crash on this CPU); verifying 17 rows costs 16 rows"),
+    ],
+)
+def test_the_verify_reason_comes_from_the_measurement_and_the_format(weights, v16, row_by_row, want) -> None:
+    """The issue's sentence: the headline from the measured v(16) (an extra row costing half a decode or more
+    means batching does not pay), the why from the format (llama.cpp's batched x86 kernels)."""
+    assert verify_reason(weights, lambda k: v16, measured=True, row_by_row=row_by_row) == want
+    assert verify_reason(weights, lambda k: v16, measured=False).endswith("not measured yet (v = 1 assumed until the first timings)")
+
+
+def test_the_verify_curve_carries_the_fit_and_its_source() -> None:
+    vc = VerifyCost()
+    prior = vc.curve("Q4_1", "cache")
+    assert prior.source == "prior" and set(prior.v) == {1.0} and len(prior.v) == K_MAX + 1 and prior.measured_rows == 0
+    for rows in (1, 3, 5, 9, 17, 33, 65):
+        vc.observe(rows, 10.0 + 6.0 * (rows - 1))
+    curve = vc.curve("Q4_1", "measured")
+    assert curve.source == "measured" and curve.measured_rows == 65 and curve.target_ms == pytest.approx(10.0)
+    assert curve.at(16) == pytest.approx(vc.v(16)) == pytest.approx(10.6) and curve.at(0) == 1.0
+    assert curve.reason == "Q4_1: no batched kernel on this CPU; verifying 17 rows costs 11 rows"
+
+
+def test_auto_k_does_not_jump_past_twice_the_largest_verify_batch_it_timed() -> None:
+    """Only 1- and 2-row decodes timed and every draft accepted: the extrapolated curve says K_MAX, but auto-K
+    ramps (at most twice the largest timed K per move), timing each size before going further."""
+    cm = CostModel()
+    auto = AutoK()
+    for _ in range(4):
+        cm.observe_plain(10.0)
+    seen = []
+    for _ in range(40):
+        k = auto.choose(cm, "m").k
+        seen.append(k)
+        if k:
+            cm.observe_step("m", k, k, k, 0.1 * k, 10.0 + 1.0 * k, k + 1)
+        else:
+            cm.observe_plain(10.0)
+        assert k <= max(1, 2 * (cm.largest_measured_rows() - 1)) or k <= max(seen[:-1], default=1)
+    ramps = [b for a, b in zip(seen, seen[1:]) if b > a]
+    assert ramps and all(b <= 2 * max(1, a) for a, b in zip(seen, seen[1:]) if b > a), seen
+    assert max(seen) > 8  # it does get there, step by step
 
 
 def test_draft_cost_c_is_the_ratio_of_its_moment_not_the_draft_over_a_later_t1():

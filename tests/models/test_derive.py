@@ -204,7 +204,7 @@ def test_layer_skip_copies_metadata(readers, skip_path: Path) -> None:
 def test_derive_demo_keeps_existing_files(demo_data_dir: Path) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in (demo_data_dir / "models").glob("*.gguf")}
     results = derive_demo(demo_data_dir / "models", threads=2)
-    assert [d for _p, d in results] == [None, None]
+    assert [d for _p, d in results] == [None, None, None]  # F16, Q8_0, layer-skip
     assert before == {p.name: p.stat().st_mtime_ns for p in (demo_data_dir / "models").glob("*.gguf")}
 
 

@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE
 from specchat.models.bundled import BUNDLED_FILE
+from specchat.models.presets import SMOLLM2_F16_FILE, SMOLLM2_Q8_FILE, SMOLLM2_SKIP_FILE
 
 from .clirun import run_cli
 
@@ -32,6 +32,8 @@ def test_list_shows_bundled_derived_presets_and_pairs(capsys, isolated_config: P
     assert skip[1] == "derived" and "12" in skip and "llama" in skip  # 12 of 30 blocks
     assert "smollm2-f16-q41      local  ready" in out
     assert "smollm2-layerskip    local  ready" in out
+    assert "smollm2-q8-ngram     local  ready" in out
+    assert "draft  ngram (n-gram lookup over the conversation: no file)" in out
     assert "qwen2.5-1.5b         hub    not downloaded: run specchat models pull qwen2.5-1.5b" in out
     assert f"  {SMOLLM2_F16_FILE} <- {BUNDLED_FILE}" in out
     assert f"  {BUNDLED_FILE} <- {SMOLLM2_SKIP_FILE}" in out
@@ -111,7 +113,7 @@ def test_the_printed_derive_command_writes_exactly_the_preset_file(bundled_model
 
     blocks = read_gguf_info(bundled_model).block_count
     derived = {f for p in PRESETS.values() for _, f in p.files() if isinstance(f, DerivedFile)}
-    assert {f.filename for f in derived} == {SMOLLM2_F16_FILE, SMOLLM2_SKIP_FILE}
+    assert {f.filename for f in derived} == {SMOLLM2_F16_FILE, SMOLLM2_Q8_FILE, SMOLLM2_SKIP_FILE}
     for f in derived:
         assert f.source == "bundled" and "--from" not in f.derive_command  # derive's default source
         keep = parse_layers(f.keep_layers, blocks) if f.keep_layers else None

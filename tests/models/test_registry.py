@@ -87,3 +87,24 @@ def test_preset_table() -> None:
     for preset in PRESETS.values():
         assert preset.demonstrates
         assert preset.kind == ("local" if preset.name.startswith("smollm2") else "hub")
+
+
+def test_the_q8_ngram_demo_pair_is_the_q8_re_encoding_with_the_ngram_drafter(demo_data_dir: Path) -> None:
+    """The demo pair that helps: target = "preset:smollm2-q8-ngram" is the bundled model's Q8_0 re-encoding
+    (derived by models derive --demo) drafted by n-gram lookup; it has no draft file to get or name."""
+    from specchat.engine.gguf import read_gguf_info
+    from specchat.models.presets import SMOLLM2_Q8_FILE, NgramDraft
+
+    preset = PRESETS["smollm2-q8-ngram"]
+    assert isinstance(preset.draft, NgramDraft) and [role for role, _ in preset.files()] == ["target"]
+    pair = resolve_pair("preset:smollm2-q8-ngram", "ngram", demo_data_dir)
+    assert (pair.target, pair.drafter, pair.draft, pair.preset) == (
+        demo_data_dir / "models" / SMOLLM2_Q8_FILE, "ngram", None, "smollm2-q8-ngram")
+    assert read_gguf_info(pair.target).quantization == "Q8_0"
+    assert resolve_pair("preset:smollm2-q8-ngram", "none", demo_data_dir).drafter == "none"
+    # its name alone is refused like every bare preset name (issue 11), and says how to get its drafter alone
+    with pytest.raises(ModelFileError, match=r"give target = 'preset:smollm2-q8-ngram' for the pair, or 'ngram' for "
+                                             r"its drafter alone \(n-gram lookup: no file\)$"):
+        resolve_pair("bundled", "smollm2-q8-ngram", demo_data_dir)
+    with pytest.raises(ModelFileError, match="names a pair: choose it as the target"):
+        resolve_pair("bundled", "preset:smollm2-q8-ngram", demo_data_dir)

@@ -46,6 +46,7 @@ KEYS = {
     "up": b"\x1b[A",
     "down": b"\x1b[B",
     "f1": b"\x1bOP",
+    "pagedown": b"\x1b[6~",
 }
 
 

@@ -11,6 +11,15 @@ Test hooks:
   mid-way and exactly where.
 - ``fail_at_step``: raise ``RuntimeError`` at round N (an engine crash mid-reply).
 - ``steps_seen``: every Step emitted, in order (to assert what the engine did after a control change).
+- ``auto_k_script``: with auto-K on, round i's auto-K state is ``auto_k_script[i]`` (the last one repeats): a
+  :class:`AutoKRound` (reason, auto-K's regime K, the round's K, the cost model's best K). Its
+  :class:`KStatus` is built by the engine's own :func:`k_status`, so the sidebar shows the engine's words.
+- ``auto_k_notices``: {round: drafting on?}: an :class:`AutoKNotice` before that round, built by the engine's
+  own :func:`auto_k_notice`.
+
+Every Step carries the figures of the reply (the engine's :func:`reply_figures` over a real
+:class:`TurnCounters`) and of the recent window (:func:`recent_figures` over a real :class:`CostModel` fed
+every drafting round), as the real engine's do.
 
 Token ids come from a vocabulary of the pieces of the engine's own replies and ghosts (sorted, so two fake
 engines with the same replies are "the same model" and one with other replies is not), and
@@ -21,7 +30,10 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import replace
 from collections.abc import Iterator, Sequence
+
+from typing import NamedTuple
 
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.drafter_kinds import K_MAX
@@ -35,6 +47,22 @@ from specchat.engine.events import (
     Turn,
 )
 from specchat.engine.protocol import EngineInfo, Message
+from specchat.engine.telemetry import AutoK, CostModel, KDecision, KReason, TurnCounters
+from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_figures, reply_figures
+
+
+class AutoKRound(NamedTuple):
+    """One round of a scripted auto-K: why it chose its K, its regime K, the K this round drafts, the best K."""
+
+    reason: KReason
+    regime: int
+    k_round: int
+    best_k: int
+
+
+
+#: the drafter's cap the scripted auto-K rounds report
+AUTO_K_CAP = 16
 
 DEFAULT_REPLY = (
     "Speculative decoding lets a cheap drafter guess the next tokens; the target model checks them all "
@@ -59,6 +87,21 @@ DEFAULT_COST = CostEstimate(
     alpha=0.62, c=0.04, v=1.05, best_k=5, predicted_speedup=1.9, target_ms_per_token=10.0, draft_ms_per_token=0.4
 )
 
+#: a drafter that costs almost a target token: no K pays below 97 % acceptance per position (auto-K: off)
+COSTLY_COST = CostEstimate(
+    alpha=0.62, c=0.98, v=1.8, best_k=0, predicted_speedup=1.0, target_ms_per_token=10.0, draft_ms_per_token=9.8,
+    alpha_to_pay=0.97,
+)
+
+#: the four states a reader sees with auto-K on, each as a script of one repeated round, and the cost model's
+#: view that goes with it (the best K auto-K holds against is the cost model's)
+AUTO_K_STATES: dict[str, tuple[AutoKRound, CostEstimate]] = {
+    "warming up": (AutoKRound(KReason.WARM_UP, 1, 1, DEFAULT_COST.best_k), DEFAULT_COST),
+    "holding": (AutoKRound(KReason.HOLD, 16, 16, DEFAULT_COST.best_k), DEFAULT_COST),
+    "off for cost": (AutoKRound(KReason.CANNOT_PAY, 0, 0, 0), COSTLY_COST),
+    "probing": (AutoKRound(KReason.PROBE, 0, 3, 0), COSTLY_COST),
+}
+
 
 class FakeEngine:
     """Scripted engine. ``replies`` are used in turn (the last one repeats)."""
@@ -76,6 +119,9 @@ class FakeEngine:
         fail_at_step: int | None = None,
         cost: CostEstimate | None = DEFAULT_COST,
         notice: str | None = None,
+        auto_k_script: tuple[AutoKRound, ...] = (),
+        auto_k_notices: dict[int, bool] | None = None,
+        accept_pattern: tuple[int, ...] = ACCEPT_PATTERN,
     ) -> None:
         self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))
         self._messages: list[Message] = []
@@ -87,6 +133,10 @@ class FakeEngine:
         self.fail_at_step = fail_at_step
         self.cost = cost
         self.notice = notice
+        self.auto_k_script = auto_k_script
+        self.auto_k_notices = dict(auto_k_notices or {})
+        self.accept_pattern = accept_pattern  # accepted count per round, cycled
+        self.cost_model = CostModel()  # the recent window: this session's drafting rounds, as the real engine's
         self._release = threading.Semaphore(0)
         self._hold_cond = threading.Condition()
         self.holds_reached = 0
@@ -225,11 +275,17 @@ class FakeEngine:
         finally:
             self.generating.clear()
 
+    def _auto_round(self, round_no: int) -> AutoKRound | None:
+        if not self.auto_k_script:
+            return None
+        return self.auto_k_script[min(round_no, len(self.auto_k_script) - 1)]
+
     def _rounds(self, tokens: list[str]) -> Iterator[Event]:
         if self.notice:
             yield Notice(self.notice)
         prompt_n = sum(len(tokenize(m.content)) for m in self._messages)
         yield PromptDone(prompt_n=prompt_n, prompt_ms=5.0 * prompt_n / 10, cached_n=0)
+        counters = TurnCounters(prompt_n=prompt_n, prompt_ms=5.0)
         out: list[str] = []
         ids: list[int] = []
         kinds: list[str] = []
@@ -248,15 +304,22 @@ class FakeEngine:
                 raise RuntimeError("llama_decode returned -3 (fake failure)")
             state = self.controls.snapshot()
             spec_on += state.speculative
-            k = state.k
-            speculate = state.speculative and k > 0
             drafter = state.drafter or self._drafters[0]
-            if speculate and drafter == "none":
-                speculate = False
+            can_draft = state.speculative and drafter != "none"
+            auto = self._auto_round(round_no) if state.auto_k and can_draft else None
+            k = auto.k_round if auto is not None else state.k
+            speculate = can_draft and k > 0
+            if round_no in self.auto_k_notices and auto is not None:
+                drafting = self.auto_k_notices[round_no]
+                yield auto_k_notice(
+                    drafting=drafting, drafter=drafter, decision=KDecision(auto.k_round, auto.reason),
+                    estimate=self.cost or DEFAULT_COST, alpha=self.cost_model.window(drafter).alpha,
+                    k=auto.regime if drafting else 0,
+                )  # fmt: skip
             emitted_pieces: list[Piece] = []
             drafted = accepted = 0
             if speculate:
-                want = ACCEPT_PATTERN[round_no % len(ACCEPT_PATTERN)]
+                want = self.accept_pattern[round_no % len(self.accept_pattern)]
                 remaining = len(tokens) - pos
                 drafted = min(k, remaining)
                 accepted = min(want, drafted)
@@ -284,6 +347,27 @@ class FakeEngine:
             pos += emitted
             t_draft = 0.4 * drafted if speculate else 0.0
             t_verify = 10.0 + 0.1 * drafted
+            t_step = t_draft + t_verify + 0.5
+            counters.add_step(
+                drafted=drafted, accepted=accepted, emitted=emitted, t_draft_ms=t_draft, t_verify_ms=t_verify,
+                t_overhead_ms=0.5, t_step_ms=t_step, k=k if speculate else 0, speculative=can_draft,
+            )  # fmt: skip
+            if speculate:
+                self.cost_model.observe_step(drafter, k, drafted, accepted, t_draft, t_verify, drafted + 1)
+            recent = recent_figures(self.cost_model.window(drafter)) if can_draft else None
+            if auto is not None:
+                policy = AutoK()
+                policy.k = auto.regime
+                status = k_status(
+                    speculative=True, k_control=state.k, k_round=auto.k_round, k_cap=AUTO_K_CAP, auto_k=policy,
+                    decision=KDecision(auto.k_round, auto.reason), best_k=auto.best_k,
+                    k_used=recent.k_used if recent is not None else None,
+                )  # fmt: skip
+            else:
+                status = k_status(speculative=can_draft, k_control=state.k, k_round=k if can_draft else 0, k_cap=K_MAX)
+            cost = self.cost
+            if cost is not None and recent is not None and recent.alpha is not None:
+                cost = replace(cost, alpha=recent.alpha)  # the break-even line's α is the recent window's
             step = Step(
                 k=k if speculate else 0,
                 drafted=drafted,
@@ -292,12 +376,15 @@ class FakeEngine:
                 t_draft_ms=t_draft,
                 t_verify_ms=t_verify,
                 t_overhead_ms=0.5,
-                t_step_ms=t_draft + t_verify + 0.5,
+                t_step_ms=t_step,
                 speculative=speculate,
-                auto_k=state.auto_k,
+                auto_k=state.auto_k and can_draft,
                 drafter=drafter if speculate else "none",
                 n_past=prompt_n + pos,
-                cost=self.cost,
+                cost=cost,
+                status=status,
+                reply=reply_figures(counters, counters.step_ms),
+                recent=recent,
             )
             steps.append(step)
             self.steps_seen.append(step)

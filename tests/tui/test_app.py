@@ -34,7 +34,8 @@ from specchat.tui.widgets.token_view import TokenView
 
 
 def _figures(app) -> str:
-    return str(app.sidebar.query_one("#figures").render())
+    """How K was chosen, then this reply's figures, as the sidebar shows them."""
+    return app.sidebar.text_of("k-status") + "\n" + app.sidebar.text_of("reply-figures")
 
 
 async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(make_app):
@@ -123,21 +124,21 @@ async def test_k_change_and_speculation_toggle_mid_reply_show_in_the_next_steps(
         await send(pilot, "go")
         await wait_hold(pilot, engine, 1)
         assert [s.k for s in engine.steps_seen] == [3, 3, 3]
-        assert "last step   K=3" in _figures(app)
+        assert _figures(app).startswith("K 3 (fixed)\n")
         await pilot.press("f4")  # K 3 -> 4, mid-reply
         assert engine.controls.snapshot().k == 4
-        assert "K           4" in _figures(app)
+        assert _figures(app).startswith("K 3 (fixed)\nnext round: K 4 (fixed)\n")  # the key's effect, and when
         engine.release()
         await wait_hold(pilot, engine, 2)
         assert [s.k for s in engine.steps_seen[3:6]] == [4, 4, 4]  # the very next step used K = 4
-        assert "last step   K=4" in _figures(app)
+        assert _figures(app).startswith("K 4 (fixed)\nthis reply")
         await pilot.press("f5")  # speculation off, mid-reply
-        assert "speculation off" in _figures(app)
+        assert "next round: speculation off" in _figures(app)
         engine.release()
         await settle(pilot)
         after = engine.steps_seen[6:]
         assert after and all(not s.speculative and s.drafted == 0 and s.k == 0 for s in after)
-        assert "last step   plain" in _figures(app)
+        assert _figures(app).startswith("speculation off\nlast reply")
         reply = app.assistant_messages()[-1]
         assert reply.reply_text == engine.turns[-1].text
         tail_kinds = [k for _, k in reply.tokens.kinds_text()][-len(after) :]
@@ -145,7 +146,9 @@ async def test_k_change_and_speculation_toggle_mid_reply_show_in_the_next_steps(
         await pilot.press("f3", "f3")
         assert engine.controls.snapshot().k == 2
         await pilot.press("f6")
-        assert engine.controls.snapshot().auto_k is True and "auto" in _figures(app)
+        assert engine.controls.snapshot().auto_k is True and "next round" not in _figures(app)  # still off
+        await pilot.press("f5")
+        assert "next round: K auto" in _figures(app)
 
 
 async def test_escape_stops_and_keeps_the_partial_reply(make_app):
@@ -536,6 +539,7 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         assert app.settings.target == "bundled"
         labels = [label for label, *_ in model_choices()]
         assert "preset smollm2-f16-q41" in labels
+        assert ("preset smollm2-q8-ngram", "preset:smollm2-q8-ngram", "ngram") in [c[:3] for c in model_choices()]
 
 
 async def test_palette_lists_every_key_action(make_app):
@@ -574,7 +578,7 @@ async def test_theme_switch_recolours_finished_tokens_and_sidebar_shows_the_last
         app.set_theme("specchat-high-contrast")
         await pilot.pause()
         assert accepted_colour() == app.get_theme("specchat-high-contrast").variables["token-accepted"]
-        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s (last reply)"
+        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s of the last reply"
         assert app.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
 
 

@@ -57,7 +57,7 @@ def test_bad_config_value_is_one_user_error(tmp_path, monkeypatch):
     from specchat.errors import UserError
 
     config = tmp_path / "config.toml"
-    config.write_text("k = 40\n")
+    config.write_text("k = 999\n")  # above any K_MAX
     args = build_parser().parse_args(["--config", str(config)])
     with pytest.raises(UserError, match="k"):
         tui_command.run(args)

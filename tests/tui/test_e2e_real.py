@@ -146,7 +146,7 @@ async def test_tiny_pair_send_k_change_and_speculation_toggle_mid_reply(tmp_path
         engine.release()
         await _wait_hold(pilot, engine, 2)
         assert [s.k for s in engine.steps[3:6]] == [4, 4, 4]
-        assert "K=4" in str(app.sidebar.query_one("#figures").render())
+        assert app.sidebar.text_of("k-status").startswith("K 4 (fixed)")
         await pilot.press("f5")  # speculation off mid-reply
         engine.release()
         await settle(pilot)
@@ -159,7 +159,7 @@ async def test_tiny_pair_send_k_change_and_speculation_toggle_mid_reply(tmp_path
         assert turn.draft_n > 0 and turn.predicted_n == len(turn.tokens)
         tail = [k for _, k in reply.tokens.kinds_text() if k][-len(after) :]
         assert set(tail) == {"plain"}
-        assert "plain" in str(app.sidebar.query_one("#figures").render())
+        assert app.sidebar.text_of("k-status").startswith("speculation off")
 
 
 async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_pair, greedy_prompts):

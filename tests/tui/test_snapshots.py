@@ -8,7 +8,7 @@ does not blink. Update the SVGs with ``pytest tests/tui/test_snapshots.py --snap
 from __future__ import annotations
 
 import pytest
-from fake_engine import FakeClock, FakeEngine
+from fake_engine import AUTO_K_STATES, FakeClock, FakeEngine
 from tuikit import fake_settings, send, wait_hold, wait_ready
 
 from specchat.tui.app import SpecChatApp
@@ -96,3 +96,48 @@ def test_small_screens(snap_compare, size, screen, tmp_path):
             await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+# -- issue 11: the sidebar in each auto-K state, and the glossary ----------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(AUTO_K_STATES))
+def test_sidebar_in_each_auto_k_state(snap_compare, state):
+    """The fake engine's Steps carry the engine's own KStatus for the state (built by ``k_status``), its
+    reply and recent-window Figures: the sidebar shows ``K 16 (auto: holding, best now 4)`` and its note,
+    ``K 0 (auto: off for cost)``, ``K 0 (auto: probing with K 3)`` ..., each window's figures under its name."""
+    script, cost = AUTO_K_STATES[state]
+    # off for cost: auto-K's notice that drafting went off, once, before the first round (chat line + toast)
+    notices = {0: False} if state == "off for cost" else None
+    engine = FakeEngine(
+        hold_at_steps=(9,), auto_k=True, auto_k_script=(script,), cost=cost, auto_k_notices=notices
+    )
+    app = SpecChatApp(lambda progress: engine, fake_settings(auto_k=True), clock=FakeClock())
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).cursor_blink = False
+        await send(pilot, "How does speculative decoding work?")
+        await wait_hold(pilot, engine)
+        assert engine.steps_seen[-1].status.state == state
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(110, 60), run_before=run_before)
+
+
+@pytest.mark.parametrize("page", [0, 1])
+def test_glossary_on_f1_at_60x20(snap_compare, page, tmp_path):
+    """F1 opens the glossary (above the keys; ctrl+g: test_small_screens[help-*]); page 1: scrolled down one
+    page with the key people press, to the colours drawn in the reply's own styles."""
+    app, _ = _small_app(tmp_path)
+
+    async def run_before(pilot) -> None:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).cursor_blink = False
+        await pilot.press("f1")
+        await pilot.pause()
+        for _ in range(page):
+            await pilot.press("pagedown")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(60, 20), run_before=run_before)

@@ -29,7 +29,7 @@ from specchat.tui.themes import (
 from specchat.tui.widgets.ab_table import format_ab
 from specchat.tui.widgets.sidebar import (
     break_even_text,
-    format_figures,
+    format_k,
     format_positions,
 )
 from specchat.tui.widgets.token_view import TokenView, wrap_offsets
@@ -144,7 +144,7 @@ def _turn(n, ms, spec=True):
                 text="", speculative=spec)
 
 
-def test_live_stats_acceptance_mean_len_positions_and_rolling_rate():
+def test_live_stats_positions_acceptance_history_and_rolling_rate():
     stats = LiveStats()
     stats.start_turn(0.0)
     stats.observe_prompt(PromptDone(prompt_n=10, prompt_ms=5, cached_n=2), 0.1)
@@ -152,8 +152,6 @@ def test_live_stats_acceptance_mean_len_positions_and_rolling_rate():
     stats.observe_step(_step(drafted=3, accepted=1, emitted=2), 0.3)
     stats.observe_step(_step(k=0, drafted=0, accepted=0, emitted=1, spec=False, drafter="none"), 0.4)
     snap = stats.snapshot()
-    assert snap.acceptance == pytest.approx(4 / 6)
-    assert snap.mean_len == pytest.approx(1 + 4 / 2)
     assert snap.per_position == pytest.approx((1.0, 0.5, 0.5))
     assert snap.tok_s == pytest.approx(7 / 0.3)  # 7 tokens between the prompt (t=0.1) and t=0.4
     assert snap.tokens == 7 and snap.steps == 3 and snap.prompt_n == 10 and snap.cached_n == 2
@@ -212,10 +210,10 @@ def test_sidebar_text_helpers():
     from specchat.engine.controls import ControlState
     from specchat.tui.stats import StatsSnapshot
 
-    rows = dict(format_figures(StatsSnapshot(k=5), ControlState(k=5, auto_k=True)))
-    assert rows["K"] == "5 auto"
-    rows = dict(format_figures(StatsSnapshot(), ControlState(k=4, speculative=False)))
-    assert rows["K"] == "4" and rows["speculation"] == "off"
+    # before any round, K is what the controls say, in the engine's words
+    assert format_k(None, ControlState(k=5, auto_k=True)) == ["K auto (no round yet)"]
+    assert format_k(None, ControlState(k=4, speculative=False)) == ["speculation off"]
+    assert format_k(None, ControlState(k=4)) == ["K 4 (fixed)"]
 
 
 # -- the pump (worker side) -------------------------------------------------------------------------------

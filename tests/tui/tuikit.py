@@ -116,3 +116,13 @@ def screen_text(app) -> str:
     """The characters on the terminal now (every layer composited), one line per row: what a user reads."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(segment.text for segment in strip).rstrip() for strip in strips)
+
+
+async def palette(pilot, query: str) -> None:
+    """Open the command palette, type ``query`` and run the first entry it finds (as a user does)."""
+    await pilot.press("ctrl+p")
+    await pilot.pause()
+    await pilot.press(*query)
+    await pilot.pause()
+    await pilot.press("enter")
+    await pilot.pause()

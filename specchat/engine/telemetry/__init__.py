@@ -33,7 +33,7 @@ from specchat.engine.telemetry.speedup import (
     predicted_speedup,
     speedup_curve,
 )
-from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
+from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost, verify_reason
 
 __all__ = [
     "MAX_ROWS",
@@ -53,4 +53,5 @@ __all__ = [
     "predicted_speedup",
     "replay_speedups",
     "speedup_curve",
+    "verify_reason",
 ]

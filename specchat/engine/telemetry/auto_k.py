@@ -81,7 +81,10 @@ class AutoK:
       chooses its own length the dwell is ``free_dwell``: a cap that is too high costs little (it
       drafts only what it trusts), one that is too low loses the long copies, so it may come back up
       sooner. Near the optimum S(K) is
-      flat, so estimation noise does not make K flap. Speculation is switched on only when some K is
+      flat, so estimation noise does not make K flap. A move up reaches at most twice the largest verify
+      batch the cost model has timed: beyond it v is a line's extrapolation, and with K up to 64 one lucky
+      warm-up (α̂ ≈ 1) would otherwise jump from K = 1 straight to 64 on a guessed v (the engine times
+      every batch size up to K_MAX + 1 before the first round, so this only binds without calibration). Speculation is switched on only when some K is
       predicted to beat plain decoding by ``margin``, and off when none beats it by ``margin / 2`` (a
       band, so it does not flap at the break-even point either);
     * **probing** - at K = 0 no new acceptance evidence arrives (the old evidence keeps ageing in the
@@ -249,7 +252,9 @@ class AutoK:
             return KDecision(0, KReason.CALIBRATE)
 
         curve = cm.speedups(drafter, self._cap)
-        best = best_k(curve)
+        # ramp: never jump past twice the largest verify batch ever timed (its v is a line's extrapolation)
+        reach = max(1, self.k, 2 * (cm.largest_measured_rows() - 1))
+        best = best_k(curve[: reach + 1])
         gain = 1.0 + self.margin
 
         if self._probe_pending:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.events import CostEstimate
+from specchat.engine.events import CostEstimate, VerifyCurve
 from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
 from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
@@ -354,8 +354,9 @@ class CostModel:
         self._curve_key, self._curve = key, curve
         return curve
 
-    def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX) -> CostEstimate:
-        """The current view for ``drafter`` at K = ``k_current``, and the best K over 0..``k_max``."""
+    def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX, *, verify: VerifyCurve | None = None) -> CostEstimate:
+        """The current view for ``drafter`` at K = ``k_current``, and the best K over 0..``k_max``; ``verify``
+        (the target's v(K) curve in words, see :meth:`VerifyCost.curve`) is passed through."""
         curve = self.speedups(drafter, k_max)
         b = best_k(curve)
         t1 = self.target_ms()
@@ -367,6 +368,7 @@ class CostModel:
             predicted_speedup=curve[b],
             target_ms_per_token=t1 or 0.0,
             draft_ms_per_token=self.draft_ms_per_token(drafter),
+            verify=verify,
             alpha_to_pay=self.break_even_alpha(drafter, k_max),
             alpha_is_prior=self.spec_steps(drafter) == 0,
         )

@@ -10,8 +10,9 @@ costs one target step":
 
 where α is the per-position acceptance, c = draft ms per drafted token / target ms of a single-row
 decode, and v(K) = target ms of a (K+1)-row verify batch / target ms of a single-row decode. v must be
-measured, not assumed (:mod:`specchat.engine.telemetry.verify_cost`): on this machine the bundled
-SmolLM2 measured v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). A draft that costs about as
+measured, not assumed (:mod:`specchat.engine.telemetry.verify_cost`): on this machine ``specchat models tune``
+measured v(16) ≈ 6.7 for the bundled SmolLM2 Q4_1 and 2.6 / 3.9 for its F16 / Q8_0 re-encodings (README, "The
+lesson", has the table). A draft that costs about as
 much as the target (c ≈ 1) can never pay, whatever v and α are: S(K) ≤ (K+1) / (K+1).
 """
 

@@ -3,20 +3,61 @@
 Fitted online from timings of target decodes by row count - the engine's calibration batches
 (:mod:`specchat.engine.calibration`), every round's verify batch, and plain single-row rounds. Leviathan et
 al. 2023 assume v = 1 (a verify call costs one target step); on a CPU it is far from flat and depends on the
-weight format: measured here with one thread on re-encodings of the bundled SmolLM2, v(16) ≈ 11 for Q4_1
-(no batched kernel), 7 for Q4_0 and Q8_0, 4 for F16; the bundled Q4_1 on this machine's build gave
-v(1) ≈ 1.8, v(8) ≈ 5.6, v(16) ≈ 9-10 (README, "Auto-K"). So v is measured, never assumed.
+weight format (:mod:`specchat.engine.kernels`): the bundled SmolLM2 Q4_1 has no batched x86 kernel, its F16
+and Q8_0 re-encodings have one, and ``specchat models tune`` measures them side by side (README, "The
+lesson", has this machine's table). So v is measured, never assumed, and :meth:`VerifyCost.curve` says what
+the measurement means in words (:func:`verify_reason`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.events import VerifyCurve, VerifySource
+from specchat.engine.kernels import SGEMM_FORMATS
 from specchat.engine.telemetry.recent import RecentMedian
 
 #: verify batches have 1..K_MAX+1 rows ([last, d1..dK])
 MAX_ROWS = K_MAX + 1
+
+#: the verify batch the reason sentence quotes: K = 16, the model drafter's cap and the old K_MAX
+REASON_K = 16
+#: an extra row costing at least this share of a single-row decode means batching does not pay
+NO_BATCH_SHARE = 0.5
+
+
+def _rows_text(x: float) -> str:
+    return f"{x:.1f}" if x < 9.95 else f"{x:.0f}"
+
+
+def verify_reason(weights: str, v: Callable[[int], float], *, measured: bool, row_by_row: bool = False,
+                  k: int = REASON_K) -> str:
+    """One line on what verifying costs with this target, from its weight format and its measured v(K).
+
+    The headline comes from the measurement: each extra row of a (k+1)-row batch costs
+    (v(k) − 1) / k single-row decodes; at :data:`NO_BATCH_SHARE` or more, batching does not pay
+    ("no batched kernel on this CPU"). The format says why: llama.cpp has a batched x86 kernel for
+    :data:`specchat.engine.kernels.SGEMM_FORMATS`; a format outside them whose batches still share weight reads is said to, and a
+    format inside them whose kernel does not pay here is called out. ``row_by_row``: the target decodes every
+    batch one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), so v(k) ≈ k + 1 by design.
+    """
+    rows = k + 1
+    if not measured:
+        return f"{weights}: verify cost not measured yet (v = 1 assumed until the first timings)"
+    cost = max(1.0, float(v(k)))
+    tail = f"verifying {rows} rows costs {_rows_text(cost)} rows"
+    if row_by_row:
+        return f"{weights}: one row at a time (AMX kernels, whose batches crash on this CPU); {tail}"
+    share = (cost - 1.0) / k
+    has_kernel = weights.upper() in SGEMM_FORMATS
+    if share >= NO_BATCH_SHARE:
+        what = "its batched kernel does not pay on this CPU" if has_kernel else "no batched kernel on this CPU"
+    elif has_kernel:
+        what = "batched kernel (llamafile sgemm)"
+    else:
+        what = "no batched kernel, but a batch shares the weight reads on this CPU"
+    return f"{weights}: {what}; {tail}"
 
 
 class VerifyCost:
@@ -88,6 +129,16 @@ class VerifyCost:
         if self._dirty:
             self._refresh()
         return self._v_by_k
+
+    def curve(self, weights: str, source: VerifySource, *, row_by_row: bool = False) -> VerifyCurve:
+        """The fitted v(K) for K = 0..max_rows − 1 with the reason in words (:func:`verify_reason`)."""
+        table = tuple(self.table())
+        measured = self.largest_measured_rows() > 1
+        return VerifyCurve(
+            weights=weights, v=table, target_ms=self.target_ms() or 0.0, measured_rows=self.largest_measured_rows(),
+            source=source if measured else "prior",
+            reason=verify_reason(weights, self.v, measured=measured, row_by_row=row_by_row),
+        )  # fmt: skip
 
     def v(self, k: int) -> float:
         """v(K): predicted verify cost of K+1 rows relative to one row (v(0) = 1)."""
@@ -174,4 +225,4 @@ def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
     return out
 
 
-__all__ = ["MAX_ROWS", "VerifyCost"]
+__all__ = ["MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "VerifyCost", "verify_reason"]

@@ -1,4 +1,13 @@
-"""F1: keys (with the keys in effect after the config keymap), what the colours mean, binding ids."""
+"""F1 / ctrl+g: the glossary first (the sidebar's terms and the colours), then the keys (with the keys in effect
+after the config keymap) and their binding ids.
+
+One screen for both, on the help key of the one key table (:data:`specchat.tui.keys.APP_KEYS`): a newcomer
+who presses F1 is asking what the screen means, and the glossary is short enough to sit above the keys. The
+colours are drawn with :func:`specchat.tui.widgets.token_view.kind_style`, the styles replies are drawn
+with, so the glossary cannot show a colour the chat does not use. The terms follow the definitions of
+:mod:`specchat.engine.telemetry.figures` (acceptance, α) and :mod:`specchat.engine.telemetry.speedup`
+(E, S(K), v(K), c, break-even).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +19,28 @@ from textual.widgets import Static
 
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
 from specchat.tui.sanitize import sanitize_line
+from specchat.tui.widgets.token_view import kind_style
 
+#: (term, one or two lines): what the sidebar's words mean
+GLOSSARY = (
+    ("acceptance", "accepted ÷ drafted: the share of the drafter's tokens the target kept."),
+    ("α (alpha)", "acceptance per draft position: accepted ÷ (accepted + rejections). A rejection ends a "
+     "round, so the tokens after it were never judged: α ≥ acceptance. The cost model predicts with α."),
+    ("mean len", "mean accepted length: tokens a drafting round adds, 1 + accepted ÷ rounds with a draft."),
+    ("K", "draft length: the most tokens the drafter may propose per round (a cap). Auto-K picks it every "
+     "round; fixed K is the K keys' value."),
+    ("v(K)", "verify cost: the target's time to check K drafted tokens + 1 in one batch, in single-token "
+     "decodes (measured, ≥ 1)."),
+    ("c", "draft cost: the drafter's time per drafted token, in single-token target decodes (n-gram ≈ 0)."),
+    ("break-even", "the smallest α at which some K beats plain decoding. A round yields E = 1 + α + … + α^K "
+     "tokens for c·K + v(K) target decodes; with c ≥ 1 nothing pays."),
+    ("windows", "this reply: every round of the reply so far. recent rounds: auto-K's window, this "
+     "drafter's recent rounds weighted by age (α, break-even). A/B: finished turns since load."),
+    ("auto-K", "warming up: first rounds of a drafter; holding: keeps K until another K is clearly better; "
+     "off for cost: no K pays; probing: one round drafts to test again."),
+)
+
+#: (kind, meaning) of the reply's colours, in the order the legend shows them
 COLOURS = (
     ("accepted", "a draft token the target kept (free speed)"),
     ("corrected", "the target's own token where it refused the draft"),
@@ -20,18 +50,26 @@ COLOURS = (
 )
 
 
+def glossary_text() -> Content:
+    parts: list[Content] = [Content.styled("Glossary\n", "bold")]
+    for term, meaning in GLOSSARY:
+        parts.append(Content.styled(term, "bold"))  # not indented: a wrapped meaning lines up with its term
+        parts.append(Content(f"  {meaning}\n"))
+    parts.append(Content.styled("\nColours\n", "bold"))
+    for kind, meaning in COLOURS:
+        parts.append(Content("  "))
+        parts.append(Content.styled(f"{kind:<10}", kind_style(kind)))
+        parts.append(Content(f" {meaning}\n"))
+    return Content.assemble(*parts)
+
+
 def help_text(effective_keys: dict[str, str]) -> Content:
-    parts: list[Content | str] = []
-    parts.append(Content.styled("Keys\n", "bold"))
+    parts: list[Content | str] = [glossary_text()]
+    parts.append(Content.styled("\nKeys\n", "bold"))
     for spec in (*PROMPT_KEYS, *APP_KEYS):
         keys = effective_keys.get(spec.id, spec.keys)
         parts.append(Content(f"  {sanitize_line(keys):<22} {spec.help}  [{spec.id}]\n"))
-    parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n\n"))
-    parts.append(Content.styled("Colours\n", "bold"))
-    for kind, meaning in COLOURS:
-        parts.append(Content("  "))
-        parts.append(Content.styled(f"{kind:<10}", f"$token-{kind}" + (" strike dim" if kind == "rejected" else "")))
-        parts.append(Content(f" {meaning}\n"))
+    parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n"))
     parts.append(
         Content(
             "\nRemap keys in config.toml, e.g.\n  [keymap]\n  k_up = \"alt+up\"      # binding id = keys\n"
@@ -54,7 +92,9 @@ class HelpScreen(ModalScreen[None]):
             yield Static(help_text(self._keys), id="help-text")
 
     def on_mount(self) -> None:
-        self.query_one("#help-box").border_title = "specchat help"
+        box = self.query_one("#help-box")
+        box.border_title = "specchat help \u00b7 glossary and keys"
+        box.focus()  # page up / down, arrows and home / end scroll it (at 60x20 most of it is below)
 
     async def action_dismiss(self, result: None = None) -> None:
         self.dismiss(result)

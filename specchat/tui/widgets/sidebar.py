@@ -1,35 +1,58 @@
-"""The live sidebar: speed, acceptance, K, the pair, sparklines, per-position acceptance, A/B, break-even.
+"""The live sidebar: speed, how K was chosen, the reply's and auto-K's figures, break-even, A/B, the pair,
+sparklines, per-position acceptance.
 
 It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
 pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
 pure ``format_*`` functions below, which the tests call directly; the A/B table (one section per pair) is
 :class:`~specchat.tui.widgets.ab_table.ABTable`.
+
+Every figure says what it is and over which window (issue 11): the big number is tok/s over the last
+:data:`~specchat.tui.stats.WINDOW_S` s of the reply (or the last reply's own rate once it ended); "this reply"
+and "recent rounds" are the engine's two :class:`~specchat.engine.events.Figures` windows, each computed from
+its own rounds, shown as separate blocks (the cost model's α and break-even line sit with the recent rounds
+they come from, never beside the reply's acceptance); K is the engine's
+:class:`~specchat.engine.events.KStatus` words (``K 16 (auto: holding, best now 4)``) with its note. A figure
+that does not exist yet is a dash or words, never 0 (no ``0.0 tok/s`` before the first reply). The sparklines
+have fixed scales (:func:`bars`): Textual's ``Sparkline`` scales each series to its own min..max, so a
+reply with every round at 100 % drew a flat bottom row that read as 0 %.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.widgets import Digits, ProgressBar, Sparkline, Static
+from textual.widgets import Digits, ProgressBar, Static
 
 from specchat.engine.controls import ControlState
-from specchat.engine.events import CostEstimate
+from specchat.engine.events import CostEstimate, Figures, KStatus
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.sanitize import sanitize
-from specchat.tui.stats import StatsSnapshot
+from specchat.tui.stats import WINDOW_S, StatsSnapshot
 from specchat.tui.widgets.ab_table import ABTable
 
 DASH = "\u2013"
 TIMES = "\u00d7"
 MAX_POSITIONS = 8
+LABEL_WIDTH = 12
+#: sparkline columns (one round each, the newest on the right): the sidebar's text width (36 columns less
+#: its border, padding and scrollbar: 32) less the scale labels on the right (" 100 %")
+SPARK_WIDTH = 26
+#: sparkline rows: 2 rows of eighth blocks = 16 levels
+SPARK_ROWS = 2
+BLOCKS = " \u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+NO_REPLY = "no reply yet"
+#: the K states in which auto-K chooses K (the others: fixed K, speculation off)
+AUTO_STATES = ("warming up", "holding", "off for cost", "probing")
 
 
-def break_even_text(cost: CostEstimate | None) -> str:
+def break_even_text(cost: CostEstimate | None, info: EngineInfo | None = None) -> str:
     """The cost model's verdict (:func:`specchat.engine.telemetry.break_even_line`), or what it waits for."""
     if cost is None:
+        if info is not None and not info.draft_timing:
+            return "break-even: not computed (this engine reports no draft time)"
         return "break-even: waiting for the cost model (a few speculative steps)"
     from specchat.engine.telemetry import break_even_line  # numpy: not at start-up, the window comes first
 
@@ -40,54 +63,178 @@ def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:
     return DASH if value is None else f"{value:{fmt}}{suffix}"
 
 
-def format_tok_s(snapshot: StatsSnapshot) -> str:
+def _pct(value: float | None) -> str:
+    return DASH if value is None else f"{value * 100:.0f} %"
+
+
+def tok_s_value(snapshot: StatsSnapshot) -> float | None:
+    """The big number: tok/s over the last second of the reply, the last reply's rate once it ended, or None
+    before any reply (nothing is shown, not 0)."""
     if snapshot.tok_s is not None:
-        return f"{snapshot.tok_s:.1f}"
+        return snapshot.tok_s
     if snapshot.last_turn is not None:
-        return f"{snapshot.last_turn.predicted_per_second:.1f}"
-    return "0.0"
+        return snapshot.last_turn.predicted_per_second
+    return None
 
 
-def format_figures(snapshot: StatsSnapshot, state: ControlState | None) -> list[tuple[str, str]]:
-    """(label, value) rows: acceptance, mean len, K, speculation, draft/verify ms per step, last step."""
+def tok_s_caption(snapshot: StatsSnapshot) -> str:
+    """What the big number is, and over which window."""
+    if snapshot.tok_s is not None:
+        return f"tok/s over the last {WINDOW_S:g} s of this reply"
+    if snapshot.last_turn is not None:
+        return "tok/s of the last reply"
+    if snapshot.generating:
+        return "tok/s: waiting for the first round"
+    return f"tok/s: {NO_REPLY}"
+
+
+def controls_label(state: ControlState) -> str:
+    """The K the next round will use, from the controls (before a round has said how it chose its K)."""
+    if not state.speculative or state.drafter == "none":
+        return "speculation off"
+    if state.auto_k:
+        return "K auto (no round yet)"
+    return f"K {state.k} (fixed)"
+
+
+def _next_round(status: KStatus, state: ControlState) -> str | None:
+    """The K of the next round when the controls changed since ``status``'s round, else None."""
+    off = not state.speculative or state.drafter == "none"
+    if off:
+        return None if status.state == "speculation off" else "speculation off"
+    if state.auto_k:
+        return None if status.state in AUTO_STATES else "K auto"
+    if status.state != "fixed K" or status.k != state.k:
+        return f"K {state.k} (fixed)"
+    return None
+
+
+def format_k(status: KStatus | None, state: ControlState | None) -> list[str]:
+    """How K is chosen: the last round's :class:`KStatus` label, and the next round's K when a key changed it
+    since; before any round, what the controls say. (The status's note, why two K figures differ, is shown
+    under it: :func:`k_note`.)"""
+    if status is None:
+        return [f"K: {DASH}" if state is None else controls_label(state)]
+    lines = [status.label]
+    nxt = _next_round(status, state) if state is not None else None
+    if nxt is not None:
+        lines.append(f"next round: {nxt}")
+    return lines
+
+
+def k_note(status: KStatus | None) -> str:
+    """Why two K figures differ, in words (:attr:`KStatus.note`), or nothing."""
+    return status.note if status is not None else ""
+
+
+def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
+    return [f"{label:<{LABEL_WIDTH}}{value}" for label, value in rows]
+
+
+def reply_window(snapshot: StatsSnapshot) -> str:
+    """The reply window's name: "this reply" while it is generated, "last reply" once it ended."""
+    return "this reply" if snapshot.generating or snapshot.last_turn is None else "last reply"
+
+
+def format_reply(snapshot: StatsSnapshot, info: EngineInfo | None) -> list[str]:
+    """The reply's window: acceptance, mean accepted length, tokens drafted per round, draft and verify time
+    per round (the draft time is "not reported" by an engine that cannot time its drafter: a llama-server),
+    the prompt. Every figure over the rounds of this reply (the last reply's once it ended)."""
+    fig = snapshot.reply
+    which = reply_window(snapshot)
+    if fig is None:
+        return [f"{which}: {'waiting for the first round' if snapshot.generating else NO_REPLY}"]
+    n = int(fig.drafting_rounds)
+    head = f"{which} \u00b7 {n} drafting round{'s' if n != 1 else ''}" if n else f"{which} \u00b7 no drafts"
+    acceptance = DASH
+    if fig.acceptance is not None:
+        acceptance = f"{fig.acceptance * 100:.0f} % ({fig.accepted:.0f} of {fig.drafted:.0f})"
     rows: list[tuple[str, str]] = []
-    rows.append(("acceptance", _fmt(None if snapshot.acceptance is None else snapshot.acceptance * 100, ".1f", " %")))
-    rows.append(("mean len", _fmt(snapshot.mean_len, ".2f")))
-    if state is not None:
-        if state.auto_k:
-            k_now = snapshot.k if snapshot.k is not None else state.k
-            rows.append(("K", f"{k_now} auto"))
+    if fig.drafted:  # without a draft there is no acceptance, length or draft time to show
+        rows += [
+            ("acceptance", acceptance),
+            ("mean len", _fmt(fig.mean_len, ".2f", " tok/round")),
+            ("drafted", _fmt(fig.k_used, ".1f", " per round")),
+        ]
+        if info is not None and not info.draft_timing:
+            rows.append(("draft", "not reported"))
         else:
-            rows.append(("K", f"{state.k}"))
-        rows.append(("speculation", "on" if state.speculative else "off"))
-    else:
-        rows.append(("K", DASH))
-        rows.append(("speculation", DASH))
-    rows.append(("draft", _fmt(snapshot.draft_ms, ".2f", " ms/step")))
-    rows.append(("verify", _fmt(snapshot.verify_ms, ".2f", " ms/step")))
-    if snapshot.k is not None:
-        if snapshot.speculative and snapshot.k > 0:
-            rows.append(("last step", f"K={snapshot.k} {snapshot.drafter or ''}".rstrip()))
-        else:
-            rows.append(("last step", "plain (no draft)"))
+            rows.append(("draft", _fmt(snapshot.draft_ms, ".2f", " ms/round")))
+    rows.append(("verify", _fmt(snapshot.verify_ms, ".2f", " ms/round")))
     if snapshot.prompt_n is not None:
         cached = f", {snapshot.cached_n} cached" if snapshot.cached_n else ""
         rows.append(("prompt", f"{snapshot.prompt_n} tok{cached}"))
-    return rows
+    return [head, *_rows(rows)]
+
+
+def format_recent(fig: Figures | None, info: EngineInfo | None = None) -> list[str]:
+    """Auto-K's window (the rounds the cost model's α comes from): acceptance, α, mean accepted length, and the
+    notes that say why two of them differ. Its counts are weighted by age, so they are not whole numbers."""
+    if fig is None:
+        if info is not None and not info.draft_timing:
+            return ["recent rounds: not computed (no draft time, so no cost model, from this engine)"]
+        return [f"recent rounds: {DASH} (no drafting round yet)"]
+    if not fig.drafting_rounds:
+        return [fig.window_label, "no drafts yet"]
+    rows = [
+        ("acceptance", _pct(fig.acceptance)),
+        ("\u03b1", _fmt(fig.alpha, ".2f", " per position")),
+        ("mean len", _fmt(fig.mean_len, ".2f", " tok/round")),
+    ]
+    return [fig.window_label, *_rows(rows)]
 
 
 def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str) -> str:
-    """The one-line summary shown instead of the sidebar when it is hidden: tok/s, acceptance, K, status."""
-    acceptance = DASH if snapshot.acceptance is None else f"{snapshot.acceptance * 100:.0f} %"
-    if state is None:
-        k = f"K {DASH}"
-    elif not state.speculative:
-        k = "speculation off"
-    elif state.auto_k:
-        k = f"K {snapshot.k if snapshot.k is not None else state.k} auto"
-    else:
-        k = f"K {state.k}"
-    return f"{format_tok_s(snapshot)} tok/s \u00b7 acceptance {acceptance} \u00b7 {k} \u00b7 {status}"
+    """The one-line summary shown instead of the sidebar when it is hidden: tok/s, K, this reply's
+    acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``)."""
+    rate = tok_s_value(snapshot)
+    parts = [NO_REPLY if rate is None else f"{rate:.1f} tok/s"]
+    parts.append(format_k(snapshot.status, state)[0] if snapshot.status is not None or state is not None else f"K {DASH}")
+    fig = snapshot.reply
+    if fig is not None and fig.acceptance is not None:
+        parts.append(f"acceptance {fig.acceptance * 100:.0f} % (reply)")
+    parts.append("generating" if snapshot.generating and status == "ready" else status)
+    return " \u00b7 ".join(parts)
+
+
+def bars(values: Sequence[float], top: float, width: int = SPARK_WIDTH, rows: int = SPARK_ROWS) -> list[str]:
+    """A sparkline with a fixed scale 0..``top``: the last ``width`` values, one column each, ``rows`` rows of
+    eighth blocks (top row first). A value at ``top`` fills its column, 0 leaves it empty, whatever the other
+    values are (Textual's ``Sparkline`` scales to the data's own min..max instead)."""
+    values = list(values)[-width:]
+    levels = rows * 8
+    heights = [0 if top <= 0 else round(max(0.0, min(1.0, v / top)) * levels) for v in values]
+    return [
+        "".join(BLOCKS[max(0, min(8, h - (rows - 1 - r) * 8))] for h in heights)
+        for r in range(rows)
+    ]
+
+
+def _scaled(values: Sequence[float], top: float, top_label: str, bottom_label: str) -> str:
+    """:func:`bars` with the scale written at the right of its top and bottom rows."""
+    rows = [row.ljust(SPARK_WIDTH) for row in bars(values, top)]
+    width = max(len(top_label), len(bottom_label))
+    rows[0] += f" {top_label:>{width}}"
+    rows[-1] += f" {bottom_label:>{width}}"
+    return "\n".join(rows)
+
+
+def format_spark_tok(history: Sequence[float]) -> tuple[str, str]:
+    """(caption, drawing) of tok/s per round on a 0..max scale, the max written at the top right."""
+    if not history:
+        return f"tok/s per round: {DASH}", ""
+    shown = list(history)[-SPARK_WIDTH:]
+    top = max(shown)
+    return f"tok/s per round, last {len(shown)}", _scaled(shown, top, f"{top:.0f}", "0")
+
+
+def format_spark_acc(history: Sequence[float]) -> tuple[str, str]:
+    """(caption, drawing) of acceptance per drafting round (rounds without a draft have none) on a fixed
+    0..100 % scale."""
+    if not history:
+        return f"acceptance per round: {DASH} (no drafts)", ""
+    shown = list(history)[-SPARK_WIDTH:]
+    return f"acceptance per round, last {len(shown)}", _scaled(shown, 1.0, "100 %", "0 %")
 
 
 def format_positions(per_position: tuple[float, ...], width: int = 10) -> list[str]:
@@ -113,6 +260,7 @@ class Sidebar(VerticalScroll):
         self.status_text = "starting\u2026"
         self._snapshot = StatsSnapshot()
         self._state: ControlState | None = None
+        self._info: EngineInfo | None = None
 
     def summary(self) -> str:
         """:func:`status_line` of what the sidebar shows now."""
@@ -123,24 +271,30 @@ class Sidebar(VerticalScroll):
             self.on_change()
 
     def compose(self):
+        # the speed and its per-round line; how K is chosen; this reply's figures with its per-round and
+        # per-position acceptance; auto-K's window with the break-even line computed from it; the session
         yield Static("starting\u2026", id="status")
         yield ProgressBar(total=1.0, show_eta=False, id="load-progress")
-        yield Digits("0.0", id="tok-s")
-        yield Static("tok/s (rolling)", id="tok-s-label", classes="caption")
-        yield Static(id="figures")
+        yield Static(id="pair")
+        yield Digits("", id="tok-s")
+        yield Static(id="tok-s-label", classes="caption")
+        yield Static(id="spark-tok-label", classes="caption")
+        yield Static(id="spark-tok", classes="spark")
+        yield Static(id="k-status")
+        yield Static(id="k-note", classes="note")
+        yield Static(id="reply-figures", classes="figures")
+        yield Static(id="spark-acc-label", classes="caption")
+        yield Static(id="spark-acc", classes="spark")
+        yield Static(id="positions-label", classes="caption")
+        yield Static(id="positions")
+        yield Static(id="recent-figures", classes="figures")
+        yield Static(id="recent-notes", classes="note")
         yield Static(id="break-even")
         yield ABTable(id="ab")
-        yield Static(id="pair")
-        yield Static("tok/s per step", classes="caption")
-        yield Sparkline([], id="spark-tok")
-        yield Static("acceptance per step", classes="caption")
-        yield Sparkline([], id="spark-acc")
-        yield Static("acceptance per draft position", classes="caption")
-        yield Static(id="positions")
 
     def on_mount(self) -> None:
         self._snapshot = StatsSnapshot()
-        self._state: ControlState | None = None
+        self._state = None
         self._texts: dict[str, str] = {}
         self._statics: dict[str, Static] = {w.id: w for w in self.query(Static) if w.id}
         self.show_stats(self._snapshot)
@@ -167,6 +321,10 @@ class Sidebar(VerticalScroll):
             layout = False
         static.update(Content(text), layout=layout)
 
+    def text_of(self, widget_id: str) -> str:
+        """The text a part of the sidebar shows now (``k-status``, ``reply-figures``, ``recent-figures`` ...)."""
+        return self._texts.get(widget_id, "")
+
     # -- loading -----------------------------------------------------------------------------------------
     def show_loading(self, fraction: float, what: str) -> None:
         self._put("status", f"loading {fraction * 100:.0f} %: {what}", rewraps=True)
@@ -191,8 +349,10 @@ class Sidebar(VerticalScroll):
         self._changed()
 
     def show_pair(self, info: EngineInfo | None, state: ControlState | None) -> None:
+        self._info = info
         if info is None:
             self._put("pair", f"target  {DASH}\ndrafter {DASH}", rewraps=True)
+            self._render_figures()
             return
         drafter = (state.drafter if state and state.drafter else None) or info.draft_name
         lines = [f"target  {info.target_name}", f"drafter {drafter}"]
@@ -201,6 +361,7 @@ class Sidebar(VerticalScroll):
         if not info.can_speculate and info.note:
             lines.append(info.note)
         self._put("pair", "\n".join(lines), rewraps=True)
+        self._render_figures()
 
     # -- statistics --------------------------------------------------------------------------------------
     def show_controls(self, state: ControlState | None) -> None:
@@ -211,21 +372,35 @@ class Sidebar(VerticalScroll):
     def show_stats(self, snapshot: StatsSnapshot) -> None:
         self._snapshot = snapshot
         digits = self.query_one("#tok-s", Digits)
-        value = format_tok_s(snapshot)
+        rate = tok_s_value(snapshot)
+        digits.display = rate is not None
+        value = "" if rate is None else f"{rate:.1f}"
         if digits.value != value:
             digits.update(value)
-        label = "tok/s (rolling)" if snapshot.tok_s is not None or snapshot.generating else "tok/s (last reply)"
-        self._put("tok-s-label", label)
+        self._put("tok-s-label", tok_s_caption(snapshot))
         self._render_figures()
-        for spark_id, data in (("#spark-tok", snapshot.tok_s_history), ("#spark-acc", snapshot.acceptance_history)):
-            spark = self.query_one(spark_id, Sparkline)
-            if tuple(spark.data or ()) != data:
-                spark.data = list(data)
+        for name, (caption, drawn) in (
+            ("spark-tok", format_spark_tok(snapshot.tok_s_history)),
+            ("spark-acc", format_spark_acc(snapshot.acceptance_history)),
+        ):
+            self._put(f"{name}-label", caption, rewraps=True)
+            self._put(name, drawn)
+            self._statics[name].display = bool(drawn)
+        self._put("positions-label", f"acceptance per draft position \u00b7 {reply_window(snapshot)}", rewraps=True)
         self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
         self.query_one(ABTable).show(snapshot.ab)
-        self._put("break-even", break_even_text(snapshot.cost), rewraps=True)
+        self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
 
     def _render_figures(self) -> None:
-        rows = format_figures(self._snapshot, self._state)
-        self._put("figures", "\n".join(f"{label:<12}{value}" for label, value in rows))
+        snapshot = self._snapshot
+        self._put("k-status", "\n".join(format_k(snapshot.status, self._state)), rewraps=True)
+        self._put_note("k-note", k_note(snapshot.status))
+        self._put("reply-figures", "\n".join(format_reply(snapshot, self._info)), rewraps=True)
+        self._put("recent-figures", "\n".join(format_recent(snapshot.recent, self._info)), rewraps=True)
+        self._put_note("recent-notes", "\n".join(snapshot.recent.notes) if snapshot.recent is not None else "")
+
+    def _put_note(self, widget_id: str, text: str) -> None:
+        """A note in words under its figures, hidden when there is none."""
+        self._put(widget_id, text, rewraps=True)
+        self._statics[widget_id].display = bool(text)

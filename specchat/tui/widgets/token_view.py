@@ -10,9 +10,9 @@ it; its break falls at a whitespace boundary or inside a word longer than the wi
 that does not fit the remaining space always starts a new row (we never fold a word that could fit on its
 own row). Appending text can then only change the open row, never a closed one.
 
-Token kinds map to component classes (``token--accepted`` ...); span styles ``".token--accepted"`` are
-resolved at render time through :meth:`Widget._get_style`, so colours come from the theme's
-``$token-*`` variables and a theme switch only needs the strip cache cleared. Rejected draft tokens
+Token kinds map to component classes (``token--accepted`` ...), styled from :data:`KIND_STYLES`; span styles
+``".token--accepted"`` are resolved at render time through :meth:`Widget._get_style`, so colours come from the
+theme's ``$token-*`` variables and a theme switch only needs the strip cache cleared. Rejected draft tokens
 (ghosts) are kept in the view's own data but are not part of :attr:`TokenView.reply_text`.
 """
 
@@ -40,6 +40,30 @@ KINDS = PIECE_KINDS
 DISPLAY_KINDS = (*KINDS, "saved")
 GHOST = "rejected"
 GHOST_NEWLINE = "\u21b5"  # ↵
+
+#: how each kind is drawn: its theme colour variable and its text style. The one table: TokenView's CSS,
+#: the legend above the chat and the help screen's glossary are all built from it, so they cannot drift.
+KIND_STYLES: dict[str, tuple[str, str]] = {
+    "accepted": ("token-accepted", ""),
+    "corrected": ("token-corrected", "bold"),
+    "bonus": ("token-bonus", "underline"),
+    "plain": ("token-plain", ""),
+    "rejected": ("token-rejected", "strike dim"),
+    "saved": ("foreground", ""),
+}
+
+
+def kind_style(kind: str) -> str:
+    """The :class:`~textual.content.Content` style of a kind (``"$token-corrected bold"``), as drawn in replies."""
+    variable, text_style = KIND_STYLES[kind]
+    return f"${variable} {text_style}".strip()
+
+
+def _kinds_css() -> str:
+    return "\n".join(
+        f"TokenView > .token--{kind} {{ color: ${variable}; text-style: {text_style or 'none'}; }}"
+        for kind, (variable, text_style) in KIND_STYLES.items()
+    )
 
 
 def _char_cells(ch: str) -> int:
@@ -105,12 +129,15 @@ class TokenView(Widget):
 
     COMPONENT_CLASSES = {f"token--{kind}" for kind in DISPLAY_KINDS}
 
-    DEFAULT_CSS = """
+    DEFAULT_CSS = (
+        """
     TokenView {
         height: auto;
         width: 1fr;
     }
     """
+        + _kinds_css()
+    )
 
     ALLOW_SELECT = False  # ghosts must never be copied: copy the reply with the copy action instead
 

@@ -1,0 +1,169 @@
+"""``specchat models tune [MODEL]``: check the arguments, derive and load the variants, measure, recommend,
+save and print (the measurement protocol is :mod:`specchat.bench.tune`; the arguments are declared with the
+other ``models`` actions in :mod:`specchat.commands.models`). Ctrl-C stops it: nothing is saved, exit 130."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from specchat.commands.arguments import location_overrides
+from specchat.errors import UserError
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Everything checkable before a model is touched: one line, exit 2."""
+    for flag, value in (("--runs", args.runs), ("--n-predict", args.n_predict), ("--reps", args.reps)):
+        if value is None or value < 1:
+            raise UserError(f"{flag} {value} must be a positive number")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads {args.threads} must be at least 1")
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    _check(args)
+    from specchat.models.formats import DEFAULT_FORMATS, changes_output, parse_formats
+
+    asked = parse_formats(args.formats) if args.formats is not None else None
+    from specchat.config import load_settings
+
+    overrides: dict[str, Any] = location_overrides(args)
+    overrides.update({"threads": args.threads, "n_predict": args.n_predict})
+    settings = load_settings(getattr(args, "config", None), overrides)
+    data_dir = settings.effective_data_dir()
+    from specchat.engine.gguf import read_gguf_info
+    from specchat.models.registry import models_dir, resolve_model
+
+    source = resolve_model(args.model or settings.target, data_dir)
+    src_fmt = read_gguf_info(source).quantization  # one line if missing / not GGUF / truncated
+    formats = asked if asked is not None else [f for f in DEFAULT_FORMATS if not changes_output(f, src_fmt)]
+    allow_lossy = any(changes_output(f, src_fmt) for f in formats)
+
+    from specchat.bench.progress import ProgressLine
+
+    show = not args.no_progress and (args.progress or _isatty(sys.stderr))
+    progress = ProgressLine(sys.stderr, enabled=show)
+    sessions: dict[str, Any] = {}
+    try:
+        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions)
+    except KeyboardInterrupt:
+        progress.close()
+        print("specchat: interrupted: nothing saved", file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+        for session in sessions.values():
+            session.close()
+    from specchat.bench.tune import format_result, save_result
+
+    path = save_result(data_dir, result)
+    if args.json:
+        print(json.dumps(asdict(result), indent=2))
+    else:
+        print(format_result(result, models_dir(data_dir)))
+        print(f"\nsaved to {path}; 'specchat models list' shows it")
+    return 0
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
+          progress: Any, sessions: dict[str, Any]) -> Any:  # fmt: skip
+    from specchat.bench.runner import BenchRunner
+    from specchat.bench.suite import DEFAULT_SUITE
+    from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
+    from specchat.engine.drafter_kinds import NONE
+    from specchat.engine.model import extra_buffer_types_safe
+    from specchat.loading import load_engine
+    from specchat.bench import tune as tn
+    from specchat.models.formats import variants_for
+    from specchat.models.registry import models_dir
+
+    data_dir = settings.effective_data_dir()
+    mdir = models_dir(data_dir)
+    assert mdir is not None
+    say = lambda msg: progress(0, 1, msg)  # noqa: E731
+    variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
+                            threads=settings.threads, progress=say)  # fmt: skip
+    for v in variants:
+        # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
+        s = settings.model_copy(update={"target": str(v.path), "repack": v.repack, "server_url": None})
+        sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
+                                        auto_k=False)  # fmt: skip
+    first = next(iter(sessions.values()))
+    drafter = first.decoder.drafter_name or NONE
+    speculates = drafter != NONE and first.decoder.can_speculate
+    cores = os.cpu_count() or 1
+    split = cores if settings.threads < cores else None
+    prompts = {p["name"]: p["prompt"] for p in DEFAULT_SUITE}
+    cache = CalibrationCache(data_dir / CALIBRATION_DIR)
+    costs = tn.measure_verify_costs(sessions, prompts["prose"], reps=args.reps, split_threads_batch=split,
+                                    progress=progress, cache=cache)  # fmt: skip
+    results: list[tn.VariantResult] = []
+    for v in variants:
+        cm = costs[v.label]["cost"]
+        sp = costs[v.label]["split"]
+        target = sessions[v.label].decoder.target
+        gain = None
+        if sp is not None and cm.target_ms() and sp.target_ms():
+            gain = 1.0 - (sp.v(16) * sp.target_ms()) / (cm.v(16) * cm.target_ms())
+        results.append(tn.VariantResult(
+            label=v.label, file=v.path.name, path=str(v.path), weights=v.weights, repack=v.repack, source=v.source,
+            lossy=v.lossy, one_row=v.one_row, note=v.note, t1_ms=cm.target_ms(), v=tn._v_at(cm),
+            reason=cm.verify.curve(v.weights, "measured", row_by_row=target.row_by_row).reason,
+            split_v=tn._v_at(sp) if sp is not None else None, split_gain=gain,
+        ))  # fmt: skip
+    notes: list[str] = []
+    if not speculates:
+        notes.append(f"drafter {drafter!r}: only plain decoding was measured; configure draft = \"ngram\" to tune for speculation")
+    records: list[dict[str, Any]] = []
+    if not args.no_runs:
+        suite = [{"name": p, "prompt": prompts[p]} for p in tn.WORKLOADS.values()]
+        runner = BenchRunner(
+            sessions, suite, [0], args.runs, auto=speculates, progress=progress,
+            reference=next(v.label for v in variants if v.source), baseline_only=[v.label for v in variants if v.one_row],
+        )  # fmt: skip
+        records = runner.run()
+        if runner.interrupted:
+            raise KeyboardInterrupt
+    modes = tn.summarize_runs(records, [v.label for v in variants])
+    for r in results:
+        cm = costs[r.label]["cost"]
+        r.modes = modes.get(r.label, {})
+        for workload, prompt in tn.WORKLOADS.items():
+            ms = r.modes.setdefault(workload, {})
+            ms.setdefault("plain", tn.Mode())
+            if speculates and not r.one_row:
+                ms.setdefault("auto", tn.Mode())
+            rounds = [x for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto"
+                      for x in rec.get("round_log") or []]  # fmt: skip
+            drafted = sum(rec["draft_n"] for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto")
+            draft_ms = sum(rec["draft_ms"] for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto")
+            c = draft_ms / drafted / cm.target_ms() if drafted and cm.target_ms() else 0.0
+            for name, m in ms.items():
+                m.predicted_tok_s = tn.predict(m, cm, rounds, plain=name == "plain", c=c)
+    choices = [c for w in tn.WORKLOADS if (c := tn.recommend(results, w, allow_lossy=allow_lossy)) is not None]
+    if args.no_runs and speculates:
+        # without runs the drafter's acceptance is unknown: only plain decoding can be compared
+        choices = [c for c in choices if c.workload == "plain chat"]
+        notes.append("--no-runs: the drafter's acceptance is unknown, so only plain chat is recommended "
+                     "(from the one-row times); run without --no-runs for copy-heavy")
+    gains = [r.split_gain for r in results if r.split_gain is not None]
+    return tn.TuneResult(
+        source=source.name, source_path=str(source), threads=settings.threads, split_threads_batch=split,
+        drafter=drafter, cpu=cpu_identity(), measured_at=tn.now(), variants=results, choices=choices,
+        split_recommended=bool(gains) and statistics.median(gains) >= tn.SPLIT_GAIN, notes=notes,
+    )  # fmt: skip
+
+
+__all__ = ["run_tune"]

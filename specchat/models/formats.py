@@ -1,0 +1,154 @@
+"""The weight formats a target can be re-encoded in, and the variants ``bench --formats`` and ``models tune``
+compare: which formats, whether each changes the model's output, the files (derived when missing), and the
+kernels each is loaded with.
+
+The verify cost of a target depends on its weight format (:mod:`specchat.engine.kernels`): the bundled
+SmolLM2 Q4_1 has no batched kernel on x86, its F16 and Q8_0 re-encodings have. Re-encoding a file in a
+format with more bits per weight than its own (:data:`LOSSLESS_FORMATS`, when above the source's bits) keeps
+its weights: F16/BF16/F32 hold every value of a ≤ 8-bit block format up to the rounding of its scales, and
+Q8_0 (8.5 bits per weight, 256 levels per 32-weight block) re-encodes a 4- or 5-bit block (16 or 32 levels)
+with an error far below the source's own step. Any other target format re-quantises: fewer levels than the
+source, so the model's output changes (the issue's Q4_0 of the bundled Q4_1: acceptance fell to 0.77,
+its text differs). Those are measured only when asked for, and flagged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from specchat.engine.gguf import read_gguf_info
+from specchat.engine.kernels import AMX_FORMATS
+from specchat.errors import ModelFileError, UserError
+
+#: formats that keep a lower-bit file's weights (see the module docstring), when they have more bits than it
+LOSSLESS_FORMATS = ("F16", "Q8_0")
+#: what ``bench --formats`` / ``models tune`` measure when no list is given: the lossless direction
+DEFAULT_FORMATS = LOSSLESS_FORMATS
+
+#: which files also get a one-row-kernel variant (see :func:`variants_for`)
+OneRow = Literal["none", "source", "all"]
+
+_K_QUANT_SIZE = re.compile(r"^(Q\d_K)_(S|M|L|XS)$")
+
+
+def bits_per_weight(fmt: str) -> float | None:
+    """Nominal bits per weight of a GGUF file type's main tensor type (``gguf.GGML_QUANT_SIZES``: Q4_1 5.0,
+    Q8_0 8.5, F16 16); None for a name it does not know."""
+    import gguf
+
+    name = fmt.strip().upper()
+    m = _K_QUANT_SIZE.match(name)
+    base = m.group(1) if m else name.removesuffix("_MOE")
+    try:
+        qtype = gguf.GGMLQuantizationType[base]
+    except KeyError:
+        return None
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    return 8.0 * size / block
+
+
+def changes_output(fmt: str, source_fmt: str) -> bool:
+    """Re-encoding a ``source_fmt`` file as ``fmt`` changes the model's output (it re-quantises): True unless
+    ``fmt`` is one of :data:`LOSSLESS_FORMATS` with more bits per weight than the source."""
+    if fmt.upper() == source_fmt.upper():
+        return False
+    mine, theirs = bits_per_weight(fmt), bits_per_weight(source_fmt)
+    return not (fmt.upper() in LOSSLESS_FORMATS and mine is not None and theirs is not None and mine > theirs)
+
+
+def parse_formats(text: str, flag: str = "--formats") -> list[str]:
+    """``"f16,Q8_0"`` -> ``["F16", "Q8_0"]`` (upper case, in order, unique); each a file type llama.cpp can write."""
+    from specchat.models.derive import DeriveError, ftype_for
+
+    names = [p.strip().upper() for p in str(text).split(",") if p.strip()]
+    if not names:
+        raise UserError(f"{flag} is empty: give weight formats, e.g. {flag} F16,Q8_0")
+    for name in names:
+        try:
+            ftype_for(name)
+        except DeriveError:
+            from specchat.models.derive import quant_names
+
+            raise UserError(
+                f"{flag} {text}: {name!r} is not a weight format llama.cpp can write; choose from {', '.join(quant_names())}"
+            ) from None
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One target to measure: a file, its weight format, and the kernels it is loaded with."""
+
+    label: str  # e.g. "Q4_1", "F16", "Q4_1 one-row"
+    path: Path
+    weights: str
+    #: the ``repack`` setting to load it with ("on": llama.cpp's repacked/AMX layouts; "off"/"auto": batched)
+    repack: str
+    #: the file the others were derived from (its baseline is the comparisons' unit)
+    source: bool = False
+    #: re-quantised: fewer levels than the source, the model's output changes
+    lossy: bool = False
+    #: decodes every batch one row at a time (AMX one-row kernels, :attr:`specchat.engine.model.Model.row_by_row`):
+    #: speculation cannot pay on it, so it runs baselines only
+    one_row: bool = False
+
+    @property
+    def note(self) -> str:
+        if self.one_row:
+            return "one-row AMX kernels: fastest plain decoding here, every verify row costs a decode"
+        if self.source:
+            return "the source file"
+        return "re-quantised: changes the model's output" if self.lossy else "re-encoded: the source's weights"
+
+
+def variants_for(
+    source: Path,
+    formats: Sequence[str],
+    models_dir: Path,
+    *,
+    one_row: OneRow = "none",
+    threads: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> list[Variant]:
+    """The source, then each of ``formats`` (derived into ``models_dir`` with ``models derive --quant``'s
+    machinery when the file is not there yet; the source's own format is the source), then the one-row-kernel
+    variants (for a CPU whose AMX batch kernels crash, :func:`specchat.engine.model.extra_buffer_types_safe`
+    False): of the source (``one_row="source"``) or of every file (``"all"``) whose format has AMX kernels."""
+    from specchat.models.derive import default_name, derive
+
+    from specchat.engine.model import extra_buffer_types_safe
+
+    say = progress or (lambda _msg: None)
+    src_fmt = read_gguf_info(source).quantization
+    # batched kernels: llama.cpp's default where its extra buffer types batch safely, else without them
+    batched = "auto" if extra_buffer_types_safe() else "off"
+    out = [Variant(src_fmt, source, src_fmt, batched, source=True)]
+    for fmt in formats:
+        if fmt == src_fmt.upper():
+            continue
+        path = models_dir / default_name(source, fmt, None)
+        usable = False
+        if path.exists():
+            try:
+                usable = read_gguf_info(path).quantization.upper() == fmt
+            except ModelFileError:
+                usable = False
+        if not usable:
+            say(f"deriving {path.name} ({fmt}) from {source.name}")
+            derive(source, path, quant=fmt, threads=threads, force=True, progress=say)
+        out.append(Variant(fmt, path, fmt, batched, lossy=changes_output(fmt, src_fmt)))
+    if one_row != "none":
+        out += [
+            Variant(f"{v.label} one-row", v.path, v.weights, "on", source=False, lossy=v.lossy, one_row=True)
+            for v in list(out) if v.weights.upper() in AMX_FORMATS and (v.source or one_row == "all")
+        ]  # fmt: skip
+    return out
+
+
+__all__ = [
+    "DEFAULT_FORMATS", "LOSSLESS_FORMATS", "Variant", "bits_per_weight", "changes_output", "parse_formats", "variants_for",
+]

@@ -1,0 +1,319 @@
+"""The tour screen: the scenes of :data:`specchat.demo.SCENES`, one at a time - when speculation helps and when
+it hurts, shown rather than told.
+
+Each scene shows its number, name, pair and mode (a fixed K, or auto-K), its one sentence of explanation and
+what to look for; then it is run as a race (the same message with speculation off, then on: the race screen's
+:class:`~specchat.tui.screens.race.RaceView`, so the speculative pane has the chat's colours and ghosts) and
+replayed, ending with both speeds, the ratio and the verdict (helps / neutral / hurts,
+:func:`specchat.demo.verdict`). ``n`` / → and ``p`` / ← move between scenes (a scene already run is replayed,
+not recorded again), ``r`` replays, Esc closes (cancelling a scene being recorded at its next round).
+
+**On the engine thread**, as turns of the :class:`~specchat.tui.engine_host.EngineHost` (nothing else runs
+meanwhile; quitting cancels and waits): first the demo pairs are derived if they are missing
+(:func:`specchat.demo.ensure_pairs`, its progress on screen); then each scene's pair is loaded the first time a
+scene needs it (with the app's engine factory, :attr:`SpecChatApp.make_factory
+<specchat.tui.app.SpecChatApp>`: the TUI never imports llama_cpp) and kept until the tour closes, when the
+tour closes them on the engine thread. The chat's own models and conversation are not touched. Model drafters
+run with the fixed K their scene gives (auto-K would switch them off at once and no colour would show); the
+auto-K scenes then show auto-K's choice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from specchat.demo import SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs
+from specchat.errors import UserError, describe_exception
+from specchat.tui.keys import TOUR_KEYS, screen_bindings
+from specchat.tui.screens.race import (
+    LANE_TITLES,
+    RaceEnded,
+    RaceProgress,
+    RaceView,
+    progress_text,
+    record_on_engine_thread,
+)
+
+if TYPE_CHECKING:
+    from specchat.config import Settings
+    from specchat.tui.engine_host import EngineFactory, EngineHost
+
+#: the K "Use fixed K" sets when K is 0: the K of the tour's model-drafter scenes (specchat.demo.SCENES)
+FIXED_K = 4
+
+
+@dataclass(frozen=True)
+class TourOptions:
+    """What the app needs for the tour: ``derive`` writes the demo files (``specchat.models.derive.derive_demo``,
+    passed in by the command: see :mod:`specchat.demo`), ``n_predict`` caps every scene's replies (None: each
+    scene's own), ``open_at_start`` opens the app on the tour (``specchat demo``)."""
+
+    derive: Derive
+    n_predict: int | None = None
+    open_at_start: bool = False
+    scenes: tuple[Scene, ...] = SCENES
+
+
+class TourStatus(Message):
+    """A line of progress from the engine thread (deriving, loading)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class TourPrepared(Message):
+    """The demo pairs are there (``error`` = "") or could not be made (``error`` says why and what to do)."""
+
+    def __init__(self, turn_id: int, error: str) -> None:
+        super().__init__()
+        self.turn_id = turn_id
+        self.error = error
+
+
+def scene_heading(i: int, scenes: Sequence[Scene]) -> Content:
+    scene = scenes[i]
+    return Content.assemble(
+        Content.styled(f"Scene {i + 1} of {len(scenes)} \u00b7 {scene.name}", "bold"),
+        Content(f"\n{scene.pair.label} \u00b7 {scene.mode}"),
+    )
+
+
+class TourScreen(Screen[None]):
+    """The guided tour (see the module docstring)."""
+
+    BINDINGS = screen_bindings(TOUR_KEYS)
+
+    DEFAULT_CSS = """
+    TourScreen #tour-scene {
+        height: auto;
+        padding: 0 1;
+        background: $surface;
+    }
+    TourScreen #tour-sentence {
+        height: auto;
+        padding: 0 1;
+        margin: 1 0 0 0;
+        text-style: bold;
+        color: $accent;
+    }
+    TourScreen #tour-expect {
+        height: auto;
+        padding: 0 1;
+        color: $text-muted;
+    }
+    """
+
+    def __init__(
+        self,
+        options: TourOptions,
+        host: EngineHost | None,
+        make_factory: Callable[[Settings], EngineFactory] | None,
+        settings: Settings | None,
+        clock: Callable[[], float],
+        *,
+        results: dict[int, SceneResult] | None = None,
+        start: int = 0,
+    ) -> None:
+        """``results``: scenes already raced (played, not recorded again); a scene without one is recorded with
+        ``host``, ``make_factory`` and ``settings`` (the app's)."""
+        super().__init__()
+        self.options = options
+        self.scenes = options.scenes
+        self.host = host
+        self.make_factory = make_factory
+        self.settings = settings
+        self.clock = clock
+        self.results: dict[int, SceneResult] = dict(results or {})
+        self.index = start
+        self.prepared = all(i in self.results for i in range(len(self.scenes)))
+        #: the pairs loaded so far (used and closed on the engine thread only)
+        self._sessions: dict[Pair, Any] = {}
+        self.turn_id: int | None = None  # the engine-thread turn in flight (preparing or recording)
+        self._recording: int | None = None  # the scene being recorded
+        self._cancel = threading.Event()
+        self._after: Callable[[], None] | None = None  # what to do once the turn in flight has ended
+        self.error: str | None = None
+
+    def compose(self):
+        yield Static(id="tour-scene")
+        yield Static(id="tour-sentence")
+        yield Static(id="tour-expect")
+        yield RaceView(self.clock)
+        yield Footer()
+
+    @property
+    def view(self) -> RaceView:
+        return self.query_one(RaceView)
+
+    @property
+    def busy(self) -> bool:
+        return self.turn_id is not None
+
+    def on_mount(self) -> None:
+        self.show_scene()
+        if self.prepared:
+            self.run_scene()
+        else:
+            self.prepare()
+
+    # -- scenes ------------------------------------------------------------------------------------------
+    def show_scene(self) -> None:
+        scene = self.scenes[self.index]
+        self.query_one("#tour-scene", Static).update(scene_heading(self.index, self.scenes))
+        self.query_one("#tour-sentence", Static).update(Content(scene.sentence))
+        self.query_one("#tour-expect", Static).update(Content(f"look for: {scene.expect}"))
+        self.view.clear()
+
+    def run_scene(self) -> None:
+        """Replay the scene's race if it was run, else record it (after the pairs are prepared)."""
+        i, scene = self.index, self.scenes[self.index]
+        if i in self.results:
+            self.view.play(self.results[i].race)
+            return
+        if self.error is not None:
+            self.view.show_status(f"cannot run the scene: {self.error}")
+            return
+        if self.host is None or not self.prepared:
+            return
+        self._cancel.clear()
+        self._recording = i
+        self.view.clear({"off": f"{LANE_TITLES['off']} \u00b7 recording first", "on": LANE_TITLES["on"]})
+        self.view.show_status(f"{scene.pair.label}: getting ready\u2026 (Esc cancels)")
+        host = self.host
+        self.turn_id = host.start_turn(
+            lambda turn_id: record_on_engine_thread(
+                turn_id, None, scene.prompt, scene.k, self.post_message,
+                cancelled=lambda: self._cancel.is_set() or host.closing, prepare=lambda: self._session(scene),
+            )
+        )  # fmt: skip
+
+    def _session(self, scene: Scene) -> Any:
+        """On the engine thread: the scene's pair, loaded the first time, with the scene's reply length."""
+        session = self._sessions.get(scene.pair)
+        if session is None:
+            assert self.make_factory is not None and self.settings is not None
+            self.post_message(TourStatus(f"loading {scene.pair.label}\u2026"))
+            settings = self.settings.model_copy(
+                update={"target": scene.pair.target, "draft": scene.pair.draft, "server_url": None}
+            )
+            session = self.make_factory(settings)(lambda fraction, what: None)
+            self._sessions[scene.pair] = session
+        session.n_predict = self.options.n_predict or scene.n_predict
+        return session
+
+    def prepare(self) -> None:
+        """Derive the demo pairs if missing, on the engine thread (progress on screen)."""
+        if self.host is None or self.settings is None:
+            self.error = "no engine in this session"
+            return
+        self.view.show_status("checking the demo models\u2026")
+        settings, derive, scenes = self.settings, self.options.derive, self.scenes
+
+        def work(turn_id: int) -> None:
+            try:
+                ensure_pairs(
+                    scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads,
+                    progress=lambda text: self.post_message(TourStatus(text)),
+                )  # fmt: skip
+            except UserError as exc:
+                self.post_message(TourPrepared(turn_id, str(exc)))
+            except Exception as exc:
+                self.post_message(TourPrepared(turn_id, f"could not derive the demo models: {describe_exception(exc)}"))
+            else:
+                self.post_message(TourPrepared(turn_id, ""))
+
+        self.turn_id = self.host.start_turn(work)
+
+    # -- the engine thread's messages ---------------------------------------------------------------------
+    def on_tour_status(self, message: TourStatus) -> None:
+        self.view.show_status(message.text)
+
+    def on_tour_prepared(self, message: TourPrepared) -> None:
+        self._turn_ended(message.turn_id)
+        if message.error:
+            self.error = message.error
+            self.view.show_status(f"the tour cannot run: {message.error}")
+            self.app.notify(f"Tour: {message.error}", severity="error", timeout=12)
+        else:
+            self.prepared = True
+        if not self._then():
+            self.run_scene()
+
+    def on_race_progress(self, message: RaceProgress) -> None:
+        if self._recording is not None:
+            self.view.show_status(progress_text(message.lane, message.tokens))
+
+    def on_race_ended(self, message: RaceEnded) -> None:
+        self._turn_ended(message.turn_id)
+        i, self._recording = self._recording, None
+        if message.race is not None and i is not None:
+            self.results[i] = SceneResult(self.scenes[i], message.race)
+        elif message.error:
+            self.view.show_status(f"the scene could not run: {message.error}")
+        if self._then():
+            return
+        if message.race is not None and i == self.index:
+            self.view.play(message.race)
+
+    def _turn_ended(self, turn_id: int) -> None:
+        if self.host is not None:
+            self.host.finish_turn(turn_id)
+        self.turn_id = None
+
+    def _then(self) -> bool:
+        """Run what waited for the turn in flight (a move, closing); True if there was something."""
+        after, self._after = self._after, None
+        if after is None:
+            return False
+        after()
+        return True
+
+    # -- keys --------------------------------------------------------------------------------------------
+    def go(self, index: int) -> None:
+        """Show scene ``index`` (after cancelling a scene being recorded) and run it."""
+        if not 0 <= index < len(self.scenes):
+            return
+        if self.busy:
+            self._cancel.set()
+            self._after = lambda: self.go(index)
+            self.view.show_status("finishing the round in flight\u2026")
+            return
+        self.index = index
+        self.show_scene()
+        self.run_scene()
+
+    def action_next(self) -> None:
+        self.go(self.index + 1)
+
+    def action_previous(self) -> None:
+        self.go(self.index - 1)
+
+    def action_replay(self) -> None:
+        if not self.busy and self.index in self.results:
+            self.view.play(self.results[self.index].race)
+
+    def action_close(self) -> None:
+        if self.busy:
+            self._cancel.set()
+            self._after = self._close
+            self.view.show_status("closing once the work in flight has ended\u2026")
+            return
+        self._close()
+
+    def _close(self) -> None:
+        sessions = self._sessions
+        if sessions and self.host is not None:
+            self.host.submit(
+                lambda: [session.close() for session in sessions.values()], name="tour-close",
+                description="close the tour's models",
+            )  # fmt: skip
+        self.dismiss()

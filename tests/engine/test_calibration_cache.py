@@ -1,0 +1,184 @@
+"""The verify-cost calibration cache: its key (file, threads, kernels, CPU, llama.cpp), what invalidates an
+entry, and the engine starting warm from it (no timing, v(K) known before the first turn)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from enginekit import N_BATCH, build_decoder, run_turn
+from specchat.engine.calibration import CALIBRATION_ROWS
+from specchat.engine.calibration_cache import CalibrationCache, CalibrationKey, cpu_identity
+from specchat.engine.chat import ChatSession
+from specchat.engine.model import Model
+from specchat.engine.speculative import SpeculativeDecoder
+
+from tinymodels import GREEDY_PROMPTS
+
+TIMINGS = [(1, 10.0), (3, 20.0), (5, 28.0), (1, 11.0), (3, 21.0), (5, 29.0)]
+
+
+def _key(path: Path, **kw) -> CalibrationKey:
+    st = path.stat()
+    base = dict(path=str(path.resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, threads=1, threads_batch=1,
+                repack=False, row_by_row=False, cpu=cpu_identity(), llama="llama-cpp-python 0.3.36; AVX512 = 1")  # fmt: skip
+    base.update(kw)
+    return CalibrationKey(**base)
+
+
+def test_an_entry_is_read_back_only_under_exactly_its_key(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 60)
+    cache = CalibrationCache(tmp_path / "calibration")
+    key = _key(f)
+    assert cache.load(key) is None
+    assert cache.save(key, TIMINGS, "Q4_1") is not None
+    entry = cache.load(key)
+    assert entry is not None and entry.timings == tuple(TIMINGS) and entry.weights == "Q4_1" and entry.file_is_current()
+    for change in ({"threads": 2}, {"threads_batch": 2}, {"repack": True}, {"row_by_row": True},
+                   {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"}):  # fmt: skip
+        assert cache.load(dataclasses.replace(key, **change)) is None, change
+    assert [e.key for e in cache.for_file(f)] == [key]
+
+
+def test_a_changed_file_invalidates_its_entry(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 60)
+    cache = CalibrationCache(tmp_path / "calibration")
+    cache.save(_key(f), TIMINGS, "Q4_1")
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # rewritten in place: a new mtime
+    assert cache.load(_key(f)) is None and cache.for_file(f) == []
+    f.write_bytes(b"GGUF" + b"\0" * 61)  # another size
+    assert cache.load(_key(f)) is None
+    moved = tmp_path / "other.gguf"
+    f.rename(moved)
+    assert cache.for_file(moved) == []  # the path is part of the identity
+
+
+def test_unreadable_entries_count_as_absent_and_a_failed_write_loses_nothing(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + b"\0" * 60)
+    cache = CalibrationCache(tmp_path / "calibration")
+    key = _key(f)
+    path = cache.save(key, TIMINGS, "Q4_1")
+    for junk in ("{not json", '{"version": 99}', '{"version": 1, "key": {}, "timings": []}'):
+        path.write_text(junk)
+        assert cache.load(key) is None and cache.entries() == []
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("x")
+    assert CalibrationCache(blocked / "calibration").save(key, TIMINGS, "Q4_1") is None
+
+
+def _cached_decoder(target: Path, cache: CalibrationCache, threads: int = 1) -> SpeculativeDecoder:
+    return build_decoder(target, None, drafter="ngram", threads=threads, calibration_cache=cache)
+
+
+def test_the_engine_times_v_once_per_file_and_threads_and_starts_warm_after(tiny_target, tmp_path, monkeypatch):
+    """First session on a file: v(K) is timed after the prompt and stored. A later session (a fresh Model of the
+    same file and threads) replays it at construction - EngineInfo already carries the measured curve - and
+    times no verify batch; touching the file, or other threads, means timing again."""
+    target = tmp_path / "t.gguf"
+    target.symlink_to(tiny_target)
+    cache = CalibrationCache(tmp_path / "calibration")
+    timed: list[int] = []
+    real = Model.time_scratch_decode
+
+    def recording(self, tokens):
+        timed.append(len(tokens))
+        return real(self, tokens)
+
+    monkeypatch.setattr(Model, "time_scratch_decode", recording)
+
+    def one_turn(threads: int = 1) -> tuple[SpeculativeDecoder, list[int]]:
+        timed.clear()
+        dec = _cached_decoder(target, cache, threads)
+        dec.controls.set_auto_k(True)
+        session = ChatSession(dec, n_predict=6)
+        before = session.info().verify
+        list(session.send(GREEDY_PROMPTS[0]))
+        return dec, [before.source, dec.verify.source, sorted(set(timed))]
+
+    dec, (before, after, rows) = one_turn()
+    assert (before, after) == ("prior", "measured") and set(CALIBRATION_ROWS) <= set(rows)
+    assert len(cache.entries()) == 1 and cache.entries()[0].weights == "F32"
+    dec.close()
+
+    dec, (before, after, rows) = one_turn()
+    assert (before, after) == ("cache", "cache") and max(rows, default=0) <= 1, rows
+    assert dec.verify.measured_rows == CALIBRATION_ROWS[-1] and dec.verify.reason.startswith("F32: ")
+    dec.close()
+
+    dec, (before, _after, rows) = one_turn(threads=2)  # another thread count: another key
+    assert before == "prior" and set(CALIBRATION_ROWS) <= set(rows)
+    dec.close()
+
+    st = tiny_target.stat()
+    os.utime(tiny_target, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    try:
+        dec, (before, _after, rows) = one_turn()
+        assert before == "prior" and set(CALIBRATION_ROWS) <= set(rows)
+        dec.close()
+    finally:
+        os.utime(tiny_target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_the_loader_keeps_the_cache_in_the_data_dir(tiny_target, tmp_path):
+    from specchat.config import Settings
+    from specchat.loading import load_engine
+
+    settings = Settings(target=str(tiny_target), draft="ngram", threads=1, n_ctx=256, n_predict=4, data_dir=tmp_path)
+    first = load_engine(settings, auto_k=True)
+    try:
+        list(first.send(GREEDY_PROMPTS[0]))
+        assert first.decoder.verify.source == "measured"
+    finally:
+        first.close()
+    assert len(CalibrationCache(tmp_path / "calibration").entries()) == 1
+    second = load_engine(settings, auto_k=True)
+    try:
+        info = second.info()
+        assert info.verify is not None and info.verify.source == "cache" and info.verify.v[0] == 1.0
+        assert len(info.verify.v) == info.k_max + 1
+    finally:
+        second.close()
+
+
+def test_a_cached_curve_and_a_fresh_one_predict_the_same(tiny_target, tmp_path):
+    """Replaying stored timings gives the cost model exactly what timing them gave it."""
+    from specchat.engine.calibration import calibrate_verify_cost, replay_timings
+    from specchat.engine.telemetry import CostModel
+
+    m = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1)
+    try:
+        ctx = m.tokenize(GREEDY_PROMPTS[0], add_bos=True)
+        m.decode(ctx, logits_last=0)
+        fresh = CostModel()
+        timings = calibrate_verify_cost(m, fresh, ctx[-1])
+        replayed = CostModel()
+        replay_timings(replayed, timings)
+        assert [replayed.v(k) for k in range(65)] == pytest.approx([fresh.v(k) for k in range(65)])
+        assert replayed.target_ms() == pytest.approx(fresh.target_ms())
+    finally:
+        m.close()
+
+
+def test_run_turn_with_a_cache_is_exact(tiny_target, tmp_path):
+    cache = CalibrationCache(tmp_path / "calibration")
+    dec = _cached_decoder(tiny_target, cache)
+    try:
+        ctx = dec.target.tokenize(GREEDY_PROMPTS[2], add_bos=True)
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 30)
+        dec.reset()
+        dec.controls.set_speculative(True)
+        dec.controls.set_auto_k(True)
+        spec, _ = run_turn(dec, ctx, 30, seed=1)
+        assert spec.tokens == plain.tokens
+        assert np.isfinite(dec.verify.target_ms)
+    finally:
+        dec.close()

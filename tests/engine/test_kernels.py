@@ -1,0 +1,177 @@
+"""Where the weights go and how batches are decoded: llama.cpp's extra buffer types (``repack``), one row at a
+time where their multi-row kernels crash (this CPU's AMX), the thread split, and what ``repack = "auto"`` picks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import pytest
+
+from enginekit import N_BATCH, build_decoder, pieces, plain_then_speculative, run_turn, steps
+from specchat import loading
+from specchat.engine.kernels import AMX_FORMATS
+from specchat.engine.model import Model, extra_buffer_types_safe, system_info
+from specchat.loading import repack_for
+
+from tinymodels import GREEDY_PROMPTS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_row_by_row_sends_only_one_row_batches_and_returns_the_same_logits(tiny_target, monkeypatch):
+    """A model that decodes row by row hands llama.cpp only one-row batches, and the rows it returns are those
+    of the batched decode (the same tokens at the same positions; CPU kernels differ by ~1e-3)."""
+    batched = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    rowwise = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    rowwise.row_by_row = True  # what repack=True sets on a CPU whose multi-row AMX kernels crash
+    sizes: list[int] = []
+    real = llama_cpp.llama_decode
+
+    def recording(ctx, batch):
+        sizes.append(int(batch.n_tokens))
+        return real(ctx, batch)
+
+    try:
+        tokens = batched.tokenize(GREEDY_PROMPTS[0] * 2, add_bos=True)[:40]
+        want = batched.decode(tokens, logits_last=17)
+        monkeypatch.setattr(llama_cpp, "llama_decode", recording)
+        got = rowwise.decode(tokens, logits_last=17)
+        assert sizes == [1] * len(tokens), "a multi-row batch reached llama_decode"
+        assert got.shape == want.shape == (17, batched.n_vocab)
+        assert np.allclose(got, want, atol=0.05) and (got.argmax(1) == want.argmax(1)).all()
+        assert rowwise.tokens == batched.tokens == list(tokens)
+        # a verify-like scratch batch leaves the KV as it was
+        sizes.clear()
+        rowwise.time_scratch_decode([tokens[-1]] * 9)
+        assert sizes == [1] * 9 and rowwise.tokens == list(tokens) and rowwise.kv_pos_max() == len(tokens) - 1
+    finally:
+        batched.close()
+        rowwise.close()
+
+
+def test_repack_on_decodes_multi_row_batches_without_crashing_on_this_cpu(bundled_model):
+    """In a subprocess (a segfault must not kill the suite): the bundled Q4_1 with llama.cpp's extra buffer
+    types on decodes 17- and 65-row batches. On a CPU whose AMX batch kernels crash (this one: AMX_INT8 = 1)
+    that only works because the model decodes them one row at a time; elsewhere the batches are real."""
+    script = textwrap.dedent(f"""
+        from specchat.engine.model import Model, extra_buffer_types_safe
+        m = Model({str(bundled_model)!r}, n_ctx=512, n_batch=128, threads=1, repack=True)
+        ctx = m.tokenize("<|im_start|>user\\nHello<|im_end|>\\n<|im_start|>assistant\\n")
+        m.decode(ctx, logits_last=1)
+        for rows in (2, 17, 65):
+            out = m.decode([ctx[-1]] * rows, logits_last=rows)
+            assert out.shape[0] == rows
+            m.trim(len(ctx))
+        print(m.repack, m.row_by_row, not extra_buffer_types_safe())
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=str(REPO))
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    repack, row_by_row, amx_crashes = proc.stdout.split()
+    assert repack == "True" and row_by_row == amx_crashes
+
+
+def test_speculation_on_a_row_by_row_target_is_still_exact_and_costs_k_plus_1_rows(bundled_model):
+    """The one-row-kernel target (repack on; row by row on this CPU) with n-gram drafts of up to 64 tokens:
+    greedy output equals its own plain decoding, and every verify batch reached llama.cpp as single rows."""
+    from specchat.bench.suite import DEFAULT_SUITE
+    from specchat.engine.chat import ChatSession
+
+    prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
+    dec = build_decoder(bundled_model, None, drafter="ngram", k=64, n_ctx=2048)
+    dec.target.close()
+    dec.target = Model(bundled_model, n_ctx=2048, n_batch=N_BATCH, threads=1, repack=True)
+    dec.target.row_by_row = True  # as on this CPU; forced so the test means the same on any CPU
+    session = ChatSession(dec, n_predict=80)
+    try:
+        plain, events = plain_then_speculative(session, prompt)
+        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
+        assert max(s.drafted for s in steps(events)) > 16
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    "setting, weights, speculates, safe, want",
+    [
+        ("on", "Q4_1", True, False, True),
+        ("off", "Q4_1", False, False, False),
+        ("auto", "Q4_1", False, True, None),  # llama.cpp's default where batches are safe
+        ("auto", "Q4_1", True, True, None),
+        ("auto", "Q4_1", False, False, True),  # plain decoding on an AMX format: the one-row kernels
+        ("auto", "Q8_0", False, False, True),
+        ("auto", "Q4_1", True, False, False),  # speculation needs batches: the plain kernels
+        ("auto", "F16", False, False, False),  # no AMX kernels for F16: nothing to gain
+    ],
+)
+def test_repack_auto_uses_one_row_kernels_only_where_they_pay(monkeypatch, setting, weights, speculates, safe, want):
+    monkeypatch.setattr(loading, "extra_buffer_types_safe", lambda: safe)
+    assert repack_for(setting, weights, speculates) is want
+
+
+def test_extra_buffer_types_follow_what_this_build_uses_on_this_cpu():
+    assert extra_buffer_types_safe() == ("AMX_INT8 = 1" not in system_info())
+    assert {"Q4_0", "Q4_1", "Q8_0"} <= AMX_FORMATS and "F16" not in AMX_FORMATS
+
+
+def test_threads_and_threads_batch_reach_the_context(tiny_target):
+    m = Model(tiny_target, n_ctx=128, n_batch=N_BATCH, threads=1, threads_batch=2)
+    try:
+        assert (m.threads, m.threads_batch) == (1, 2)
+        assert (llama_cpp.llama_n_threads(m.ctx), llama_cpp.llama_n_threads_batch(m.ctx)) == (1, 2)
+        m.set_threads(1, 1)
+        assert llama_cpp.llama_n_threads_batch(m.ctx) == 1 and m.threads_batch == 1
+    finally:
+        m.close()
+
+
+def test_loader_applies_threads_batch_and_the_repack_setting(tiny_target):
+    from specchat.config import Settings
+    from specchat.loading import load_engine
+
+    s = load_engine(Settings(target=str(tiny_target), draft="none", threads=1, threads_batch=2, repack="off", n_ctx=128))
+    try:
+        t = s.decoder.target
+        assert (t.threads, t.threads_batch, t.repack, t.row_by_row) == (1, 2, False, False)
+        assert s.info().weights == t.weights == "F32"
+    finally:
+        s.close()
+
+
+def test_run_turn_on_a_row_by_row_target_reports_plain_pieces(tiny_target):
+    """Plain decoding on a row-by-row target: the reply equals the batched target's (one-row batches only)."""
+    a = build_decoder(tiny_target, None, drafter="ngram", speculative=False)
+    b = build_decoder(tiny_target, None, drafter="ngram", speculative=False)
+    b.target.row_by_row = True
+    try:
+        ctx = a.target.tokenize(GREEDY_PROMPTS[1], add_bos=True)
+        ta, _ = run_turn(a, ctx, 30)
+        tb, _ = run_turn(b, ctx, 30)
+        assert ta.tokens == tb.tokens
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize(
+    "draft, k, auto_k, one_row",
+    [("none", 3, False, True), ("ngram", 0, False, True), ("ngram", 3, False, False), ("ngram", 0, True, False)],
+)
+def test_repack_auto_gives_the_one_row_kernels_to_sessions_that_do_not_speculate(monkeypatch, bundled_model, draft, k,
+                                                                                 auto_k, one_row):  # fmt: skip
+    """On a CPU whose AMX batches crash (simulated for the choice; the model itself checks the real CPU), the
+    bundled Q4_1 gets llama.cpp's repacked layouts exactly when the session will not verify batches: no
+    drafter, or a fixed K = 0."""
+    from specchat.config import Settings
+    from specchat.loading import load_engine
+
+    monkeypatch.setattr(loading, "extra_buffer_types_safe", lambda: False)
+    s = load_engine(Settings(target=str(bundled_model), draft=draft, k=k, auto_k=auto_k, threads=1, n_ctx=256))
+    try:
+        assert s.decoder.target.repack is one_row
+    finally:
+        s.close()

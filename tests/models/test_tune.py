@@ -1,0 +1,188 @@
+"""``specchat models tune``: the recommendation on recorded measurements, bad input (one line, exit 2), and real
+runs - the tiny model with a lower-bit format asked for, and the bundled model with its Q8_0 re-encoding -
+that save their results, warm the calibration cache and show up in ``models list``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specchat.models.presets import SMOLLM2_Q8_FILE
+from specchat.bench.tune import Mode, TuneResult, VariantResult, load_results, recommend, save_result
+
+from .clirun import run_cli
+
+
+WORKLOAD = {"plain_chat": "plain chat", "copy_heavy": "copy-heavy"}
+
+
+def _variant(label: str, *, source: bool = False, lossy: bool = False, one_row: bool = False, path: str = "",
+             **modes: dict[str, Mode]) -> VariantResult:  # fmt: skip
+    return VariantResult(
+        label=label, file=f"{label}.gguf", path=path or f"/m/{label}.gguf", weights=label.split()[0], repack="off",
+        source=source, lossy=lossy, one_row=one_row, note="", modes={WORKLOAD[w]: m for w, m in modes.items()},
+    )  # fmt: skip
+
+
+# the issue's own table, as measured runs (tok/s), with the one-row kernels of this CPU
+RECORDED = [
+    _variant("Q4_1", source=True, path="/m/q41.gguf",
+             plain_chat={"plain": Mode(tok_s=40.0), "auto": Mode(tok_s=39.0)},
+             copy_heavy={"plain": Mode(tok_s=40.0), "auto": Mode(tok_s=48.0)}),
+    _variant("Q8_0", plain_chat={"plain": Mode(tok_s=35.0), "auto": Mode(tok_s=34.0)},
+             copy_heavy={"plain": Mode(tok_s=35.0), "auto": Mode(tok_s=80.0)}),
+    _variant("F16", plain_chat={"plain": Mode(tok_s=24.0)}, copy_heavy={"plain": Mode(tok_s=24.0), "auto": Mode(tok_s=60.0)}),
+    _variant("Q4_0", lossy=True, plain_chat={"plain": Mode(tok_s=47.0)}, copy_heavy={"auto": Mode(tok_s=90.0)}),
+    _variant("Q4_1 one-row", one_row=True, path="/m/q41.gguf",
+             plain_chat={"plain": Mode(tok_s=100.0)}, copy_heavy={"plain": Mode(tok_s=98.0)}),
+]  # fmt: skip
+
+
+def test_recommend_picks_the_fastest_measured_variant_and_mode_per_workload() -> None:
+    plain = recommend(RECORDED, "plain chat")
+    assert (plain.label, plain.mode, plain.tok_s, plain.measured) == ("Q4_1 one-row", "plain", 100.0, True)
+    copy = recommend(RECORDED, "copy-heavy")
+    assert (copy.label, copy.mode) == ("Q4_1 one-row", "plain")
+    without_one_row = [v for v in RECORDED if not v.one_row]
+    copy = recommend(without_one_row, "copy-heavy")
+    assert (copy.label, copy.mode, copy.tok_s) == ("Q8_0", "auto", 80.0)  # the lossy Q4_0 (90) is not offered
+    assert recommend(without_one_row, "copy-heavy", allow_lossy=True).label == "Q4_0"
+
+
+def test_recommend_keeps_the_source_file_when_it_is_within_the_margin() -> None:
+    vs = [
+        _variant("Q4_1", source=True, plain_chat={"plain": Mode(tok_s=40.0)}),
+        _variant("Q8_0", plain_chat={"plain": Mode(tok_s=41.0)}),  # +2.5 %: noise on a shared CPU
+    ]
+    choice = recommend(vs, "plain chat")
+    assert choice.label == "Q4_1" and "keep the source file" in choice.why
+    vs[1].modes["plain chat"]["plain"].tok_s = 44.0  # +10 %: a real difference
+    assert recommend(vs, "plain chat").label == "Q8_0"
+
+
+def test_recommend_falls_back_to_predictions_and_says_so() -> None:
+    vs = [
+        _variant("Q4_1", source=True, copy_heavy={"auto": Mode(predicted_tok_s=50.0)}),
+        _variant("F16", copy_heavy={"auto": Mode(predicted_tok_s=70.0)}),
+    ]
+    choice = recommend(vs, "copy-heavy")
+    assert (choice.label, choice.measured, choice.why) == ("F16", False, "fastest predicted")
+    assert recommend(vs, "plain chat") is None  # nothing measured or predicted for it
+
+
+def test_results_are_saved_and_read_back(tmp_path: Path) -> None:
+    result = TuneResult(source="x.gguf", source_path="/m/x.gguf", threads=1, split_threads_batch=2, drafter="ngram",
+                        cpu="cpu", measured_at=1.0, variants=RECORDED,
+                        choices=[c for w in ("plain chat", "copy-heavy") if (c := recommend(RECORDED, w))])  # fmt: skip
+    path = save_result(tmp_path, result)
+    assert path == tmp_path / "tune" / "x.gguf.json"
+    (back,) = load_results(tmp_path)
+    assert back == result
+    (tmp_path / "tune" / "broken.json").write_text("{")
+    assert load_results(tmp_path) == [result]
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--runs", "0"], "--runs 0 must be a positive number"),
+        (["--reps", "-1"], "--reps -1 must be a positive number"),
+        (["--n-predict", "0"], "--n-predict 0 must be a positive number"),
+        (["--threads", "0"], "--threads 0 must be at least 1"),
+        (["--formats", "Q9_9"], "'Q9_9' is not a weight format llama.cpp can write"),
+        (["/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+        (["no-such-model"], "unknown model 'no-such-model'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, isolated_config: Path, tmp_path: Path, argv, needle) -> None:
+    code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(tmp_path), "--no-progress", *argv)
+    assert code == 2, (out, err)
+    assert out == "" and len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err
+    assert not (tmp_path / "tune").exists()
+
+
+def test_a_truncated_model_is_one_line(capsys, isolated_config: Path, tmp_path: Path, tiny_target: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(tiny_target.read_bytes()[:5000])
+    code, _out, err = run_cli(capsys, "models", "tune", str(broken), "--data-dir", str(tmp_path), "--no-progress")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "truncated" in err
+
+
+def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, isolated_config: Path, tmp_path: Path,
+                                                                     tiny_target: Path, monkeypatch) -> None:  # fmt: skip
+    """server_url (here from the environment, an address nothing listens on) is for the app's replies; tune
+    times the files on this CPU and never connects to it (it did: a connection error, nothing tuned)."""
+    monkeypatch.setenv("SPECCHAT_SERVER_URL", "http://127.0.0.1:9")
+    data = tmp_path / "data"
+    code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "F32",
+                             "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")  # fmt: skip
+    assert code == 0, err
+    (result,) = load_results(data)
+    assert [v.label for v in result.variants] == ["F32"] and result.variants[0].t1_ms
+
+
+def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_config: Path, tmp_path: Path,
+                                                              tiny_target: Path) -> None:  # fmt: skip
+    """A real tune, tiny and quick: F32 source and the Q8_0 asked for (fewer bits: flagged as changing the
+    output), verify cost timed, plain chat and copy-heavy run with n-gram and auto-K, a recommendation per
+    workload, the result saved and the timings in the calibration cache (the app starts warm on both files)."""
+    from specchat.engine.calibration_cache import CalibrationCache
+    from specchat.engine.model import extra_buffer_types_safe
+
+    data = tmp_path / "data"
+    code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "Q8_0",
+                             "--threads", "1", "--runs", "1", "--n-predict", "6", "--reps", "1", "--no-progress")  # fmt: skip
+    assert code == 0, err
+    (result,) = load_results(data)
+    labels = [v.label for v in result.variants]
+    one_row = [] if extra_buffer_types_safe() else ["Q8_0 one-row"]  # Q8_0 has AMX kernels, F32 none
+    assert labels == ["F32", "Q8_0", *one_row] and result.variant("Q8_0").lossy and not result.variant("F32").lossy
+    for v in result.variants:
+        assert v.t1_ms and set(v.v) == {"1", "4", "8", "16", "32", "64"} and v.reason.startswith(f"{v.weights}: ")
+        for workload in ("plain chat", "copy-heavy"):
+            assert v.modes[workload]["plain"].tok_s and v.modes[workload]["plain"].predicted_tok_s
+            assert ("auto" in v.modes[workload]) != v.one_row  # one-row kernels: baselines only
+            assert v.one_row or v.modes[workload]["auto"].tok_s
+    assert {c.workload for c in result.choices} == {"plain chat", "copy-heavy"}
+    assert all(c.measured for c in result.choices)
+    assert "Recommended:" in out and "re-quantised: changes the model's output" in out
+    cached = {Path(e.key.path).name for e in CalibrationCache(data / "calibration").entries()}
+    assert cached == {tiny_target.name, tiny_target.stem + ".Q8_0.gguf"}
+
+    code, out, err = run_cli(capsys, "models", "list", "--data-dir", str(data))
+    assert code == 0, err
+    assert "Tuned (specchat models tune)" in out and f"{tiny_target.name} (threads 1, drafter ngram" in out
+    assert "Verify cost on this machine" in out and "Q8_0: " in out  # the derived file (the source is not listed)
+
+
+def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: Path, tmp_path: Path,
+                                                       demo_data_dir: Path) -> None:  # fmt: skip
+    """The bundled Q4_1 and its Q8_0 (already derived by the demo fixture: tune reuses it), timings only: every
+    variant's verify cost in words, the one-row AMX variants where this CPU needs them, recommendations from
+    the predictions, and the JSON output."""
+    from specchat.engine.model import extra_buffer_types_safe
+
+    data = tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    (data / "models" / SMOLLM2_Q8_FILE).symlink_to(demo_data_dir / "models" / SMOLLM2_Q8_FILE)
+    code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(data), "--formats", "Q8_0", "--threads", "1",
+                             "--reps", "1", "--no-runs", "--no-progress", "--json")  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    labels = [v["label"] for v in report["variants"]]
+    one_row = [] if extra_buffer_types_safe() else ["Q4_1 one-row", "Q8_0 one-row"]
+    assert labels == ["Q4_1", "Q8_0", *one_row]
+    assert (data / "models" / SMOLLM2_Q8_FILE).is_symlink()  # reused, not derived again
+    by = {v["label"]: v for v in report["variants"]}
+    assert by["Q8_0"]["reason"].startswith("Q8_0: ") and by["Q4_1"]["reason"].startswith("Q4_1: ")
+    assert not by["Q8_0"]["lossy"] and by["Q8_0"]["note"] == "re-encoded: the source's weights"
+    for label in one_row:
+        assert "one row at a time" in by[label]["reason"] and by[label]["split_gain"] is None
+    # no runs: plain decoding is predicted from the one-row times; what the drafter carries is unknown
+    (choice,) = report["choices"]
+    assert (choice["workload"], choice["mode"], choice["measured"]) == ("plain chat", "plain", False)
+    assert any("--no-runs: the drafter's acceptance is unknown" in n for n in report["notes"])
+    assert all(v["modes"]["copy-heavy"]["auto"]["predicted_tok_s"] is None for v in report["variants"] if not v["one_row"])
+    assert report["split_threads_batch"] in (None, 2) and report["cpu"]

@@ -1,0 +1,47 @@
+"""The status bar and the glossary through a real pty (issue 11): at 80x24 the status bar says "no reply yet"
+(never ``0.0 tok/s``) until a reply, then its rate and K in the engine's words; at 60x20 F1 opens the
+glossary, page down scrolls it to the colours, Esc closes it. The real app on the fake engine (fakeapp.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ptyapp import PtyApp
+
+FAKE_APP = Path(__file__).with_name("fakeapp.py")
+
+
+def _status_bar(app: PtyApp) -> str:
+    """The row above the footer."""
+    return app.lines()[-2]
+
+
+def test_the_status_bar_shows_no_number_before_a_reply_and_the_glossary_scrolls_at_60x20(tmp_path):
+    db = tmp_path / "history.sqlite3"
+    with PtyApp(tmp_path, ["--db", str(db)], command=[sys.executable, str(FAKE_APP)], cols=80, rows=24) as app:
+        app.wait_ready(timeout=60)
+        bar = _status_bar(app)
+        assert bar.strip().startswith("no reply yet \u00b7 K 3 (fixed)"), app.text()
+        assert "0.0" not in bar and "tok/s" not in bar
+        app.write("hello there\r")
+        app.wait_for(lambda s: _status_bar(app).strip().split(" ")[1:3] == ["tok/s", "\u00b7"], timeout=60,
+                     what="the status bar's rate")  # fmt: skip
+        rate = float(_status_bar(app).split()[0])
+        assert rate > 0 and "K 3 (fixed)" in _status_bar(app)
+        app.resize(60, 20)
+        app.wait_for(lambda s: len(app.lines()) == 20 and "K 3 (fixed)" in _status_bar(app), timeout=30,
+                     what="the 60x20 layout")  # fmt: skip
+        app.press("f1")
+        app.wait_for("Glossary", timeout=30)
+        assert "Colours" not in app.text()  # below the fold at 60x20
+        for _ in range(6):  # one press at a time, each once the last one has scrolled (a reader's pace)
+            before = app.text()
+            app.press("pagedown")
+            screen = app.wait_for(lambda s, before=before: s != before, timeout=30, what="the glossary scrolled")
+            if "Colours" in screen:
+                break
+        assert "Colours" in app.text()
+        app.press("escape")
+        app.wait_for(lambda s: "Glossary" not in s and "Colours" not in s, timeout=30, what="the glossary closed")
+        assert app.quit() == 0
