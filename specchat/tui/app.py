@@ -374,7 +374,8 @@ class SpecChatApp(App[None]):
             if spec.action == "stop" and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
-            callback = self.start_edit if spec.action == "edit_last" else partial(self.run_action, spec.action)
+            callback = {"edit_last": self.start_edit, "reply_prev": partial(self.flip_reply, -1),
+                        "reply_next": partial(self.flip_reply, 1)}.get(spec.action, partial(self.run_action, spec.action))
             yield SystemCommand(spec.description, f"{spec.help} [{self.effective_keys.get(spec.id, spec.keys)}]",
                                 callback)
 
@@ -617,7 +618,8 @@ class SpecChatApp(App[None]):
 
         ``prompt_messages`` is the conversation the reply will follow, as the engine will hold it once
         ``start`` has run (with the user message just sent, edited or kept). Saving it before generating keeps
-        the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost.
+        the promise of :mod:`specchat.history`: if the app dies mid-reply, only the reply is lost (a regenerated
+        reply's earlier version is in ``prompt_messages``: it stays saved until the new one joins it).
         :meth:`on_turn_finished` saves the reply (marked stopped if it was stopped); quitting mid-reply
         saves it too (:meth:`_shutdown_engine`). ``user_text`` is drawn as the user's message first;
         ``user_widget`` is a message already in the chat (a queued one): the reply goes right after it.
@@ -663,6 +665,7 @@ class SpecChatApp(App[None]):
         self._current = None
         if assistant is not None:
             assistant.finish(message.turn, message.error)
+            self._show_reply_versions(assistant, message.turn)
         if message.error:
             self.chat.mount(
                 ChatNotice(
@@ -679,6 +682,12 @@ class SpecChatApp(App[None]):
         for callback in callbacks:
             callback()
         self._send_next_queued()
+
+    def _show_reply_versions(self, reply: AssistantMessage, turn: Any) -> None:
+        """A finished reply that the engine recorded: mark which version of its reply it is (``reply 2/3``)."""
+        last = self.engine.messages[-1] if self.engine is not None and self.engine.messages else None
+        if turn is not None and last is not None and last.role == "assistant" and last.stats is turn:
+            reply.set_versions(last)
 
     # -- history ---------------------------------------------------------------------------------------------
     def _save_history(self, messages: list[Message] | None = None) -> None:
@@ -814,11 +823,56 @@ class SpecChatApp(App[None]):
             replies = self.assistant_messages()
             if replies:
                 replies[-1].remove()
-            self._start_turn(engine.regenerate, messages[:-1])  # the old reply leaves history before the new one
+            # history keeps the old reply until the new one is recorded beside it as its newest version: if
+            # the app dies mid-reply, the old reply is still saved, with its own numbers and date
+            self._start_turn(engine.regenerate, messages)
+            if replies and self._current is not None:
+                self._current.keep_versions_of(replies[-1])
         elif messages and messages[-1].role == "user":  # the last turn failed: try again
             self._start_turn(partial(engine.edit_last, messages[-1].content), messages)
         else:
             self.notify("Nothing to regenerate yet: send a message first.")
+
+    def action_reply_prev(self) -> None:
+        """The ``reply_prev`` keys: see :meth:`flip_reply` (left reaches it only from an empty prompt:
+        :class:`~specchat.tui.widgets.prompt.PromptInput` steps aside)."""
+        self.flip_reply(-1)
+
+    def action_reply_next(self) -> None:
+        self.flip_reply(+1)
+
+    def flip_reply(self, step: int) -> None:
+        """Show the previous (``step`` -1) or next (+1) version of the last reply and continue from it.
+
+        The engine chooses it (:meth:`ChatEngine.select_alternate`: nothing is decoded), the pane draws it with
+        its own colours and numbers (:meth:`AssistantMessage.show_version`) and history saves the choice.
+        Refused with a notice during a reply (the engine would be choosing a version under a reply being
+        generated after it; the keys work again once it ends).
+        """
+        engine = self._engine_or_explain()
+        if engine is None:
+            return
+        if self.host.generating:
+            self.notify("A reply is being generated: flip between versions once it ends (Esc stops it).",
+                        severity="warning", timeout=4)
+            return
+        last = engine.messages[-1] if engine.messages else None
+        if last is None or last.role != "assistant" or not last.alternates:
+            key = self.effective_keys.get("regenerate", "ctrl+r").split(",")[0]
+            self.notify(f"The last reply has one version: regenerate it ({key}) to keep both and compare.",
+                        timeout=4)
+            return
+        count = len(last.alternates) + 1
+        index = last.alternate_index + step
+        if not 0 <= index < count:
+            edge = "first" if step < 0 else "last"
+            self.notify(f"Reply {last.alternate_index + 1}/{count} is the {edge} version.", timeout=2)
+            return
+        chosen = engine.select_alternate(index)
+        replies = self.assistant_messages()
+        if replies and not replies[-1].show_version(chosen):
+            self._colour_saved_replies()
+        self._save_history()
 
     def action_new_chat(self) -> None:
         """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).

@@ -54,7 +54,8 @@ APP_KEYS: tuple[KeySpec, ...] = (
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
-    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate", "generate the last reply again", show=False),
+    KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate",
+            "generate the last reply again (the earlier one is kept: flip with \u2190 \u2192)", show=False),
     KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation (during a reply: stops it first)",
             show=False),
     KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats", show=False),
@@ -65,6 +66,15 @@ APP_KEYS: tuple[KeySpec, ...] = (
         "edit_last", "up", "edit_last", "Edit last message",
         "in an empty prompt: edit your last message, resend to replace its reply", show=False,
     ),
+    # the versions of the last reply (regenerate keeps the earlier ones): left / right as chat apps do, in an
+    # empty prompt only (elsewhere the arrows keep their meaning), and alt+p / alt+n anywhere (alt+letter: see
+    # above; no other binding has them). Not priority bindings: a key reaches them in order, after the keys
+    # typed before it, once the prompt has stepped aside (PromptInput.check_action)
+    KeySpec("reply_prev", "left,alt+p", "reply_prev", "Previous version",
+            "show the previous version of the last reply (left: in an empty prompt; ctrl+r keeps versions)",
+            show=False, priority=False),
+    KeySpec("reply_next", "right,alt+n", "reply_next", "Next version",
+            "show the next version of the last reply (right: in an empty prompt)", show=False, priority=False),
     # alt+r: r for race; ctrl+r is regenerate. Also in the palette under its description.
     KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
             "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "
@@ -178,9 +188,15 @@ def _prompt_clashes(remapped: Mapping[str, list[str]]) -> list[str]:
         if isinstance(binding, Binding)
         for key in binding.key.split(",")
     }
+    priority = {spec.id: spec.priority for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    outcome = {  # a priority binding comes before the prompt; any other comes after it (reply_prev, stop)
+        True: "{b} gets it and the prompt loses it",
+        False: "the prompt keeps it while it has the focus, so {b} gets it only elsewhere",
+    }
     return [
-        f"keymap gives {key} to {binding_id}, but the prompt uses {key} to {editing[key]}: {binding_id} gets it "
-        f"and the prompt loses it; to keep both, give {binding_id} another key"
+        f"keymap gives {key} to {binding_id}, but the prompt uses {key} to {editing[key]}: "
+        + outcome[priority.get(binding_id, True)].format(b=binding_id)
+        + f"; to keep both, give {binding_id} another key"
         for binding_id, keys in remapped.items()
         for key in keys
         if key in editing and key not in taken

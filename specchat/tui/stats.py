@@ -13,9 +13,9 @@
   they took, measured with the injected clock (so tests and snapshots are deterministic);
 - per-step tok/s (the sparkline) = emitted / ``t_step_ms`` of that step, the engine's own timing.
 
-The A/B table compares finished turns by how they ran: every step speculative with one drafter ("on ·
-<drafter>") or none speculative ("off"); a turn whose setting changed midway counts as neither. Rates are
-token-weighted (sum of tokens / sum of decode time), ratios are against "off".
+The A/B table is the engine's :func:`~specchat.engine.telemetry.ab.ab_summary` over this session's finished
+replies (one row per (target, drafter) pair and mode, ratios against the same pair's "off"): recomputed when a
+reply ends, never from the steps here.
 """
 
 from __future__ import annotations
@@ -23,19 +23,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from typing import TYPE_CHECKING
+
 from specchat.engine.events import CostEstimate, Figures, KStatus, PromptDone, Step, Turn
+
+if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
+    from specchat.engine.telemetry.ab import ABRow
 
 WINDOW_S = 1.0
 HISTORY = 60  # points kept for the sparklines
-
-
-@dataclass(frozen=True, slots=True)
-class ABRow:
-    label: str
-    turns: int
-    tokens: int
-    tok_s: float
-    ratio: float | None  # tok/s / tok/s of "off"; None without an "off" row
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +65,6 @@ class StatsSnapshot:
 
 
 @dataclass
-class _ABTotals:
-    turns: int = 0
-    tokens: int = 0
-    ms: float = 0.0
-
-
-def _step_is_speculative(step: Step) -> bool:
-    return step.speculative and (step.k > 0 or step.auto_k)
-
-
-@dataclass
 class LiveStats:
     """Accumulates one turn's steps (and all turns' A/B totals). Not thread-safe: one writer at a time."""
 
@@ -97,8 +82,9 @@ class LiveStats:
     _last_step: Step | None = None
     _reply: Figures | None = None  # this reply's figures (the last Step's, reset at the start of a turn)
     _cost: CostEstimate | None = None
-    _turn_modes: set = field(default_factory=set)
-    _ab: dict[str, _ABTotals] = field(default_factory=dict)
+    #: this session's finished replies, in order, and the A/B rows over them
+    _turns: list[Turn] = field(default_factory=list)
+    _ab: tuple[ABRow, ...] = ()
     _prompt: PromptDone | None = None
     _last_turn: Turn | None = None
     _generating: bool = False
@@ -112,7 +98,6 @@ class LiveStats:
         self._draft_ms = self._verify_ms = 0.0
         self._pos_drafted = []
         self._pos_accepted = []
-        self._turn_modes = set()
         self._reply = None
         self._prompt = None
         self._generating = True
@@ -145,7 +130,6 @@ class LiveStats:
                     self._pos_accepted[i] += 1
         if step.cost is not None:
             self._cost = step.cost
-        self._turn_modes.add(f"on \u00b7 {step.drafter}" if _step_is_speculative(step) else "off")
         self._last_step = step
         self._reply = step.reply
 
@@ -154,15 +138,10 @@ class LiveStats:
         if turn is None:
             return
         self._last_turn = turn
-        if len(self._turn_modes) == 1 and turn.predicted_n > 0 and turn.predicted_ms > 0:
-            label = next(iter(self._turn_modes))
-            totals = self._ab.setdefault(label, _ABTotals())
-            totals.turns += 1
-            totals.tokens += turn.predicted_n
-            totals.ms += turn.predicted_ms
+        from specchat.engine.telemetry.ab import ab_summary  # numpy: imported with the first reply, not at start-up
 
-    def reset_ab(self) -> None:
-        self._ab.clear()
+        self._turns.append(turn)
+        self._ab = ab_summary(self._turns)
 
     # -- read side ---------------------------------------------------------------------------------
     def rolling_tok_s(self) -> float | None:
@@ -172,20 +151,6 @@ class LiveStats:
         if span <= 0:
             return None
         return sum(e for _, e, _ in self._window) / span
-
-    def ab_rows(self) -> tuple[ABRow, ...]:
-        def rate(t: _ABTotals) -> float:
-            return t.tokens * 1000.0 / t.ms if t.ms > 0 else 0.0
-
-        off = self._ab.get("off")
-        base = rate(off) if off else None
-        rows = []
-        for label in sorted(self._ab, key=lambda s: (s != "off", s)):
-            totals = self._ab[label]
-            r = rate(totals)
-            ratio = r / base if base and label != "off" else (1.0 if label == "off" and base else None)
-            rows.append(ABRow(label, totals.turns, totals.tokens, r, ratio))
-        return tuple(rows)
 
     def snapshot(self) -> StatsSnapshot:
         step = self._last_step
@@ -207,7 +172,7 @@ class LiveStats:
             acceptance_history=tuple(self._acc_hist),
             per_position=per_pos,
             cost=self._cost,
-            ab=self.ab_rows(),
+            ab=self._ab,
             prompt_n=self._prompt.prompt_n if self._prompt else None,
             prompt_ms=self._prompt.prompt_ms if self._prompt else None,
             cached_n=self._prompt.cached_n if self._prompt else None,

@@ -174,14 +174,26 @@ class FakeEngine:
         return self._generate()
 
     def regenerate(self) -> Iterator[Event]:
+        """As :meth:`Conversation.regenerate`: the new reply becomes the newest, chosen version; the previous one
+        is kept as its alternate (and comes back if no reply is recorded)."""
         self.calls.append("regenerate")
         if not self._messages or self._messages[-1].role != "assistant":
             raise ValueError("nothing to regenerate")
-        self._messages.pop()
-        return self._generate()
+        previous = self._messages.pop()
+        return self._as_new_version(self._generate(), previous)
+
+    def _as_new_version(self, events: Iterator[Event], previous: Message) -> Iterator[Event]:
+        n = len(self._messages)
+        try:
+            yield from events
+        finally:
+            if len(self._messages) > n:
+                self._messages[-1] = previous.with_new_version(self._messages[-1])
+            else:
+                self._messages.append(previous)
 
     def select_alternate(self, index: int) -> Message:
-        """As :meth:`ChatSession.select_alternate` (this fake's regenerate keeps no alternates: one version)."""
+        """As :meth:`Conversation.select_alternate`."""
         self.calls.append(f"select_alternate:{index}")
         last = self._messages[-1] if self._messages else None
         if last is None or last.role != "assistant" or not 0 <= index <= len(last.alternates):
@@ -278,6 +290,7 @@ class FakeEngine:
         ids: list[int] = []
         kinds: list[str] = []
         steps: list[Step] = []
+        spec_on = 0  # rounds that ran with the speculation setting on (Turn.spec_on_steps)
         pos = 0
         round_no = 0
         stop_reason = "eos"
@@ -290,6 +303,7 @@ class FakeEngine:
             if self.fail_at_step is not None and round_no == self.fail_at_step:
                 raise RuntimeError("llama_decode returned -3 (fake failure)")
             state = self.controls.snapshot()
+            spec_on += state.speculative
             drafter = state.drafter or self._drafters[0]
             can_draft = state.speculative and drafter != "none"
             auto = self._auto_round(round_no) if state.auto_k and can_draft else None
@@ -407,6 +421,9 @@ class FakeEngine:
             speculative=self.controls.snapshot().speculative,
             k_min=min((s.k for s in steps if s.k), default=0),  # as TurnCounters: the rounds that drafted
             k_max=max((s.k for s in steps if s.k), default=0),
+            target=self._target_name,
+            asked_steps=spec_steps,
+            spec_on_steps=spec_on,
         )
         self._messages.append(
             Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")

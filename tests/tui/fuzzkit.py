@@ -3,7 +3,8 @@
 A *sequence* is ``length`` actions drawn by a :class:`random.Random` seeded with the sequence's seed: send
 (sometimes with the reply held after its first round by :class:`HeldEngine`, so the following actions land
 in the middle of a reply; ``release`` lets it go on), K up/down, speculation, auto-K, ghosts, Markdown, Esc,
-regenerate, edit-last, new chat, the history browser (open, search, choose, reopen a conversation, delete
+regenerate (sometimes held mid-reply too), flipping the last reply's versions (← → in an empty prompt),
+edit-last, new chat, the history browser (open, search, choose, reopen a conversation, delete
 with its confirmation, close), export, theme, command palette, resize. Keys are pressed as a user does (key
 events into the app, :meth:`Fuzz.press`). Several sequences share one app session; :func:`go_home` brings the
 app back to the same starting state before each (no dialog or reply, a new chat, the first controls, views,
@@ -21,8 +22,9 @@ must hold:
   function) are the app's one engine thread;
 - the SQLite history equals the screen: the messages of the open conversation (role, text, stopped flag, in
   order) are the chat pane's, except the reply still being generated and the messages queued behind it
-  (sent during a reply: saved when they are sent, once it ends); and when no reply is being generated,
-  the engine's conversation is the screen's too.
+  (sent during a reply: saved when they are sent, once it ends), and - while a regenerated reply is being
+  generated - the version it regenerates, which history keeps until the new one joins it; and when no
+  reply is being generated, the engine's conversation is the screen's too.
 
 A failure raises :class:`AssertionError` naming the seed and the actions; ``SPECCHAT_FUZZ_SEED=<seed>
 SPECCHAT_FUZZ_SEQUENCES=1`` runs that sequence again (the engine runs in its own thread, so a race may need a
@@ -94,6 +96,9 @@ class HeldEngine:
 
     def regenerate(self) -> Iterator[Event]:
         return self._wrap(self.engine.regenerate)
+
+    def select_alternate(self, index: int) -> Message:
+        return self.engine.select_alternate(index)
 
     def edit_last(self, text: str) -> Iterator[Event]:
         return self._wrap(lambda: self.engine.edit_last(text))
@@ -180,7 +185,8 @@ class Fuzz:
 
     WEIGHTS = {
         "send": 8, "send_held": 4, "release": 3, "k_up": 2, "k_down": 2, "toggle_speculation": 2, "toggle_auto_k": 2,
-        "toggle_ghosts": 2, "toggle_markdown": 3, "escape": 3, "regenerate": 3, "edit_last": 3, "new_chat": 2,
+        "toggle_ghosts": 2, "toggle_markdown": 3, "escape": 3, "regenerate": 3, "regenerate_held": 2, "flip": 3,
+        "edit_last": 3, "new_chat": 2,
         "history_open": 3, "history_search": 2, "history_move": 2, "history_enter": 3, "history_delete": 2,
         "history_close": 2, "export": 2, "theme": 1, "palette": 1, "resize": 2,
     }  # fmt: skip
@@ -206,6 +212,9 @@ class Fuzz:
         self.settle_polls = settle_polls
         self.engine_thread: int | None = None
         self.saved_reply: Message | None = None  # see seed_history
+        #: the turn id of a regeneration and the reply it regenerates (history keeps that reply until the new
+        #: version joins it, i.e. while that turn is the one being generated)
+        self.regenerating: tuple[int, tuple[str, str, bool]] | None = None
         names = list(self.WEIGHTS)
         self._names, self._weights = names, [self.WEIGHTS[n] for n in names]
 
@@ -315,6 +324,12 @@ class Fuzz:
         else:
             _, messages = self.store.load(app.conversation_id)
             saved = [(m.role, m.content, m.stopped) for m in messages if m.role != "system"]
+        regenerating = self.regenerating
+        if regenerating is not None and app.generating and app.host.turn_id == regenerating[0]:
+            if app.conversation_id is not None:
+                shown = [*shown, regenerating[1]]
+        else:
+            self.regenerating = None
         assert saved == shown, f"history {saved} != screen {shown}"
         if not app.generating:
             engine = [(m.role, m.content, m.stopped) for m in self.engine.messages if m.role != "system"]
@@ -393,8 +408,27 @@ class Fuzz:
     async def do_escape(self) -> None:
         await self.press("escape")
 
-    async def do_regenerate(self) -> None:
+    async def do_regenerate(self, held: bool = False) -> str | None:
+        last = self.engine.messages[-1] if self.engine.messages else None
+        regenerates = self.main and not self.app.generating and last is not None and last.role == "assistant"
+        if held:
+            self.engine.hold_next()
+        before = self.app.host.turn_id
         await self.press("ctrl+r")
+        if regenerates and self.app.host.turn_id != before:
+            self.regenerating = (self.app.host.turn_id, ("assistant", last.content, last.stopped))
+        return None if regenerates else "nothing to regenerate here"  # a hold stays armed for the next turn
+
+    async def do_regenerate_held(self) -> str | None:
+        return await self.do_regenerate(held=True)
+
+    async def do_flip(self) -> str:
+        key = self.rng.choice(("left", "right", "alt+p", "alt+n"))
+        if self.main:
+            await self.type_into_prompt("")
+        await self.press(key)
+        last = self.engine.messages[-1] if self.engine.messages and not self.app.generating else None
+        return f"{key}: " + (f"reply {last.alternate_index + 1}/{len(last.alternates) + 1}" if last else "-")
 
     async def do_edit_last(self) -> str:
         if not self.main:

@@ -328,25 +328,6 @@ async def test_the_message_is_saved_when_sent_and_the_reply_when_the_turn_ends(m
         assert saved[-1].stats == engine.turns[-1] and saved[-1].stats.stop_reason == "stopped"
 
 
-async def test_regenerate_removes_the_old_reply_from_history_before_generating(make_app, history_store):
-    engine = FakeEngine(["first answer", "second answer"])
-    app, _ = make_app(engine, history_store=history_store)
-    async with app.run_test(size=SIZE) as pilot:
-        await wait_ready(pilot)
-        await send(pilot, "q")
-        await settle(pilot)
-        conv_id = app.conversation_id
-        assert saved_messages(history_store, conv_id) == [("user", "q"), ("assistant", "first answer")]
-        engine.hold_at_steps = {0}
-        await pilot.press("ctrl+r")
-        await wait_hold(pilot, engine)
-        # as for an edit: what history holds mid-reply is what the engine and the pane hold
-        assert saved_messages(history_store, conv_id) == [("user", "q")]
-        engine.release()
-        await settle(pilot)
-        assert saved_messages(history_store, conv_id) == [("user", "q"), ("assistant", "second answer")]
-
-
 @pytest.mark.parametrize("how", ["quit key", "app exit"])
 async def test_quitting_mid_reply_saves_the_partial_reply_marked_stopped(make_app, history_store, how):
     engine = FakeEngine(hold_at_steps=(2,))

@@ -26,9 +26,9 @@ from specchat.tui.themes import (
     load_themes,
     theme_dirs,
 )
+from specchat.tui.widgets.ab_table import format_ab
 from specchat.tui.widgets.sidebar import (
     break_even_text,
-    format_ab,
     format_k,
     format_positions,
 )
@@ -159,28 +159,48 @@ def test_live_stats_positions_acceptance_history_and_rolling_rate():
     assert snap.k == 0 and snap.speculative is False
 
 
-def test_live_stats_ab_table_compares_turns_by_how_they_ran():
+def _ab_turn(target, drafter, n, ms, *, on, spec_steps, drafted=0, steps=10):
+    return Turn(prompt_n=1, prompt_ms=1, predicted_n=n, predicted_ms=ms, predicted_per_second=n * 1000 / ms,
+                draft_n=drafted, draft_n_accepted=drafted // 2, acceptance=0.5 if drafted else None, mean_len=1,
+                accepted_per_pos=[], draft_ms_per_step=0, verify_ms_per_step=0, overhead_ms=0, step_ms=ms,
+                n_steps=steps, n_spec_steps=spec_steps, stop_reason="eos", text="", speculative=on > 0,
+                target=target, drafter=drafter, spec_on_steps=on)
+
+
+def test_live_stats_ab_table_is_the_engines_ab_summary_one_section_per_pair():
+    from specchat.engine.telemetry.ab import ab_summary
+
+    turns = [
+        _ab_turn("small.gguf", "ngram", 100, 1000, on=0, spec_steps=0),  # 100 tok/s: (small, ngram)'s baseline
+        _ab_turn("small.gguf", "ngram", 300, 1500, on=10, spec_steps=8, drafted=40),  # 200 tok/s: 2.00x
+        _ab_turn("small.gguf", "ngram", 90, 1000, on=10, spec_steps=0, drafted=0),  # drafter never drafted
+        _ab_turn("big\x1b[31m.gguf", "draft.gguf", 50, 1000, on=10, spec_steps=10, drafted=30),  # another pair
+        _ab_turn("small.gguf", "ngram", 50, 100, on=4, spec_steps=4, drafted=8),  # switched mid-reply
+    ]
     stats = LiveStats()
-    stats.start_turn(0)
-    stats.observe_step(_step(spec=False, k=0, drafted=0, accepted=0, emitted=1), 1)
-    stats.finish_turn(_turn(100, 1000))  # 100 tok/s, off
-    stats.start_turn(2)
-    stats.observe_step(_step(), 3)
-    stats.finish_turn(_turn(300, 1500))  # 200 tok/s, on
-    stats.start_turn(4)  # mixed turn: not counted
-    stats.observe_step(_step(), 5)
-    stats.observe_step(_step(spec=False, k=0, drafted=0, accepted=0, emitted=1), 6)
-    stats.finish_turn(_turn(50, 100))
-    rows = {row.label: row for row in stats.snapshot().ab}
-    assert set(rows) == {"off", "on \u00b7 ngram"}
-    assert rows["off"].tok_s == pytest.approx(100) and rows["off"].ratio == pytest.approx(1.0)
-    assert rows["on \u00b7 ngram"].tok_s == pytest.approx(200) and rows["on \u00b7 ngram"].ratio == pytest.approx(2.0)
-    text = "\n".join(format_ab(stats.snapshot().ab))
-    assert "2.00" in text and "faster: on \u00b7 ngram" in text
+    for i, turn in enumerate(turns):
+        stats.start_turn(i)
+        stats.finish_turn(turn)
+    rows = stats.snapshot().ab
+    assert rows == ab_summary(turns)  # the engine's computation, not a second one in the TUI
+    text = "\n".join(format_ab(rows))
+    lines = text.split("\n")
+    small, big = lines.index("small.gguf + ngram"), lines.index("big\u241b[31m.gguf + draft.gguf")  # inert names
+    assert small < big  # pairs in the order they first ran, each its own section
+    section = lines[small:big]
+    assert [line.split()[0] for line in section[2:6]] == ["off", "on", "barely", "mixed"]
+    assert section[3].split() == ["on", "1", "200.0", "2.00", "40"]  # drafted tokens per reply: 40
+    assert section[4].split() == ["barely", "1", "90.0", "0.90", "0"]
+    assert "speculation pays: 2.00\u00d7 off" in section[6]
+    other = lines[big : big + 4]
+    assert other[2].split() == ["on", "1", "50.0", "\u2013", "30"]  # never a ratio against another pair's "off"
+    assert other[3] == "turn speculation off for a baseline reply"
+    assert any(line.startswith("barely: ") for line in lines) and any(line.startswith("mixed: ") for line in lines)
+    assert "\x1b" not in text
 
 
 def test_sidebar_text_helpers():
-    assert format_ab(()) [0].startswith("A/B:")
+    assert format_ab(())[0].startswith("A/B:")
     assert format_positions((1.0, 0.5)) == ["d1  \u2588" * 1 + "\u2588" * 9 + " 100%", "d2  " + "\u2588" * 5 + "\u2591" * 5 + "  50%"]
     cost = CostEstimate(alpha=0.9, c=0.93, v=1.0, best_k=0, predicted_speedup=0.9, target_ms_per_token=10, draft_ms_per_token=9.3)
     assert "best K = off" in break_even_text(cost) and "0.93" in break_even_text(cost)

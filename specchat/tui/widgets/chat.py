@@ -3,6 +3,13 @@
 An :class:`AssistantMessage` holds a :class:`TokenView` (the coloured token stream) and, once finished and
 when the Markdown view is on, a :class:`~textual.widgets.Markdown` of the reply text (code blocks
 highlighted). Switching views only toggles ``display``: the token view and its colours are never lost.
+
+**Versions.** A regenerated reply keeps the earlier ones (:attr:`Message.alternates`); the reply shows
+which version it is (``reply 2/3``) and :meth:`AssistantMessage.show_version` draws another version in
+place: its own colours and its own numbers (its :class:`Turn`: tok/s, acceptance, and how it ran, in the
+title). A version drawn in colour in this session keeps its pieces, ghosts included, so flipping back draws
+it exactly as it streamed; any other version is drawn from its saved text and coloured by the engine like a
+reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 """
 
 from __future__ import annotations
@@ -15,6 +22,22 @@ from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
 from specchat.tui.sanitize import text as inert
 from specchat.tui.widgets.token_view import TokenView
+
+
+def version_title(turn: Turn | None) -> str:
+    """A version's title from its own Turn: the target, and how the reply ran (the A/B table's modes,
+    :func:`specchat.engine.telemetry.ab.turn_mode`)."""
+    if turn is None:
+        return "assistant (saved)"
+    from specchat.engine.telemetry.ab import turn_mode  # numpy: not at start-up
+
+    mode = turn_mode(turn)
+    target = turn.target or "assistant"
+    if mode == "off":
+        return f"{target} \u00b7 no speculation"
+    k = f"K={turn.k_max}" if turn.k_min == turn.k_max else f"K={turn.k_min}\u2013{turn.k_max}"
+    how = {"on": k, "barely": "drafter barely ran", "mixed": "speculation switched mid-reply"}[mode]
+    return f"{target} \u00b7 {turn.drafter or '?'} \u00b7 {how}"
 
 
 def turn_summary(turn: Turn) -> str:
@@ -65,6 +88,12 @@ class AssistantMessage(Vertical):
         self.turn: Turn | None = None
         self.saved_message: Message | None = None  # a reply reopened from history
         self.saved_coloured = False  # ... drawn token by token in its kind colours
+        #: the pieces drawn now, as given (ghosts included)
+        self.pieces: list[tuple[str, str]] = []
+        #: which version of its reply this is (:meth:`Message.versions` index) and how many there are
+        self.version = (0, 1)
+        #: the pieces of each version drawn in colour in this session, by version index
+        self.version_pieces: dict[int, list[tuple[str, str]]] = {}
 
     def compose(self):
         yield self.tokens
@@ -76,6 +105,7 @@ class AssistantMessage(Vertical):
 
     # -- streaming -----------------------------------------------------------------------------------
     def append(self, pieces: list[tuple[str, str]]) -> None:
+        self.pieces.extend(pieces)
         self.tokens.append_pieces(pieces)
 
     def finish(self, turn: Turn | None, error: str | None = None, *, stopped: bool = False) -> None:
@@ -90,7 +120,14 @@ class AssistantMessage(Vertical):
             self.add_class("stopped")
         if error:
             self.add_class("failed")
-        subtitle = []
+        self._show_subtitle()
+        if self._want_markdown:
+            self.set_markdown(True)
+
+    def _show_subtitle(self) -> None:
+        turn, error = self.turn, self.error
+        index, count = self.version
+        subtitle = [f"reply {index + 1}/{count}"] if count > 1 else []
         if self.stopped:
             subtitle.append("stopped")
         elif turn is not None and turn.stop_reason not in ("eos", "stop", ""):  # "stop": a turn marker (engine.chat)
@@ -100,8 +137,47 @@ class AssistantMessage(Vertical):
         if turn is not None:
             subtitle.append(turn_summary(turn))
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
+
+    # -- versions (regenerate) ----------------------------------------------------------------------------
+    def set_versions(self, message: Message) -> None:
+        """This widget shows ``message`` (the chosen version of its reply): note which one of how many, and keep
+        its pieces if they are drawn in colour (streamed, or coloured from history)."""
+        self.version = (message.alternate_index if message.alternates else 0, len(message.alternates) + 1)
+        if self.pieces and (self.saved_message is None or self.saved_coloured):
+            self.version_pieces[self.version[0]] = list(self.pieces)
+        if self.version[1] > 1:  # every version titled alike, from its own Turn (not the settings it began with)
+            self.border_title = inert(version_title(message.stats))
+        if self.finished:
+            self._show_subtitle()
+
+    def keep_versions_of(self, other: AssistantMessage) -> None:
+        """Take over the pieces of the versions ``other`` drew (a regenerated reply replaces its widget)."""
+        self.version_pieces = {**other.version_pieces, **self.version_pieces}
+
+    def show_version(self, message: Message) -> bool:
+        """Draw ``message``, another version of this reply, in place: its pieces if this session drew it in
+        colour (True), else its saved text, uncoloured until :meth:`show_saved_pieces` (False)."""
+        index = message.alternate_index if message.alternates else 0
+        pieces = self.version_pieces.get(index)
+        self.tokens.clear()
+        self.pieces = []
+        if pieces is not None:
+            self.saved_message, self.saved_coloured = None, False
+            self.append(pieces)
+        else:
+            self.saved_message, self.saved_coloured = message, False
+            self.append([(message.content, "saved")])
+        if self._markdown is not None:  # the Markdown view of the other version is stale
+            self._markdown.remove()
+            self._markdown = None
+        self.turn, self.error = message.stats, None
+        self.stopped = message.stopped
+        self.set_class(self.stopped, "stopped")
+        self.remove_class("failed")
+        self.set_versions(message)
         if self._want_markdown:
             self.set_markdown(True)
+        return pieces is not None
 
     def load_saved(self, message: Message) -> None:
         """Show a saved reply, uncoloured: history stores its token ids and kinds but not per-token text.
@@ -109,7 +185,8 @@ class AssistantMessage(Vertical):
         The app then asks the engine for the text of each token and calls :meth:`show_saved_pieces`.
         """
         self.saved_message = message
-        self.tokens.append_pieces([(message.content, "saved")])
+        self.append([(message.content, "saved")])
+        self.set_versions(message)
         self.finish(message.stats, None, stopped=message.stopped)
 
     def show_saved_pieces(self, pieces: list[str]) -> bool:
@@ -125,8 +202,10 @@ class AssistantMessage(Vertical):
         if not (len(pieces) == len(message.tokens) == len(message.kinds)) or "".join(pieces) != message.content:
             return False
         self.tokens.clear()
-        self.tokens.append_pieces(zip(pieces, message.kinds))
+        self.pieces = []
+        self.append(list(zip(pieces, message.kinds)))
         self.saved_coloured = True
+        self.version_pieces[self.version[0]] = list(self.pieces)
         return True
 
     # -- views ------------------------------------------------------------------------------------------

@@ -13,12 +13,25 @@ actions only *schedule* their work with :meth:`~textual.message_pump.MessagePump
 it to this widget's queue behind the keys already in it: the text sent is exactly what was typed before
 Enter, and the characters typed after it stay for the next message. Reading, sending and clearing then
 happen in one synchronous call (:attr:`submit`), so no key can land in between.
+
+**Arrows in an empty prompt.** Left and right flip the versions of the last reply when the prompt is empty
+(the app's ``reply_prev`` / ``reply_next``, not priority bindings): the prompt's own cursor actions step
+aside then (:meth:`PromptInput.check_action` disables them, so Textual goes on to the app's binding for the
+key). That check runs here, in this widget's queue, after every key typed before the arrow: deciding at the
+App, when the arrow arrives, raced with those keys - "ab" then left in one burst flipped a version and left
+"abX" instead of moving the cursor, because "a" and "b" were still on their way (reproduced through a pty
+under load, tests/terminal/test_versions_pty.py).
+
+**Alt+letter types nothing.** A terminal sends alt+x as ESC x, which Textual reports as the key ``alt+x``
+*with* the character "x", so the TextArea would insert an "x". Here an alt key is never text: it goes on
+to the app's bindings (alt+p / alt+n flip versions whatever the prompt holds).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from textual import events
 from textual.binding import Binding
 from textual.widgets import TextArea
 
@@ -45,6 +58,18 @@ class PromptInput(TextArea):
             placeholder="Message (Enter sends, ctrl+j new line, ctrl+g help)",
         )
         self.submit = submit
+
+    #: the TextArea's actions that step aside in an empty prompt, for the app's keys (see the module docstring)
+    STEP_ASIDE = frozenset({"cursor_left", "cursor_right"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.STEP_ASIDE and not self.text.strip():
+            return False
+        return super().check_action(action, parameters)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key.startswith("alt+"):
+            event.prevent_default()  # not the TextArea's: no letter typed; the key bubbles on to the app's bindings
 
     def set_text(self, text: str) -> None:
         """Replace the prompt's text and put the cursor at its end."""

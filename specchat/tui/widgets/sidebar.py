@@ -4,7 +4,8 @@ sparklines, per-position acceptance.
 It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
 pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
 :class:`~specchat.engine.controls.ControlState` after every key that changes it. All text is built by the
-pure ``format_*`` functions below, which the tests call directly.
+pure ``format_*`` functions below, which the tests call directly; the A/B table (one section per pair) is
+:class:`~specchat.tui.widgets.ab_table.ABTable`.
 
 Every figure says what it is and over which window (issue 11): the big number is tok/s over the last
 :data:`~specchat.tui.stats.WINDOW_S` s of the reply (or the last reply's own rate once it ended); "this reply"
@@ -29,7 +30,8 @@ from specchat.engine.controls import ControlState
 from specchat.engine.events import CostEstimate, Figures, KStatus
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.sanitize import sanitize
-from specchat.tui.stats import WINDOW_S, ABRow, StatsSnapshot
+from specchat.tui.stats import WINDOW_S, StatsSnapshot
+from specchat.tui.widgets.ab_table import ABTable
 
 DASH = "\u2013"
 TIMES = "\u00d7"
@@ -246,25 +248,6 @@ def format_positions(per_position: tuple[float, ...], width: int = 10) -> list[s
     return lines
 
 
-def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
-    if not rows:
-        return ["A/B: finish a turn with speculation on and one with it off to compare"]
-    lines = [f"{'A/B':<13}{'turns':>5}{'tok/s':>7}{TIMES:>5}"]
-    for row in rows:
-        ratio = DASH if row.ratio is None else f"{row.ratio:.2f}"
-        label = row.label if len(row.label) <= 13 else row.label[:12] + "\u2026"
-        lines.append(f"{label:<13}{row.turns:>5}{row.tok_s:>7.1f}{ratio:>5}")
-    labels = {r.label for r in rows}
-    if "off" not in labels:
-        lines.append("toggle speculation for a baseline turn")
-    elif len(labels) == 1:
-        lines.append("turn speculation on to compare")
-    else:
-        best = max(rows, key=lambda r: r.tok_s)
-        lines.append(f"faster: {best.label}")
-    return lines
-
-
 class Sidebar(VerticalScroll):
     """Live statistics of the running reply and of the session."""
 
@@ -307,7 +290,7 @@ class Sidebar(VerticalScroll):
         yield Static(id="recent-figures", classes="figures")
         yield Static(id="recent-notes", classes="note")
         yield Static(id="break-even")
-        yield Static(id="ab")
+        yield ABTable(id="ab")
 
     def on_mount(self) -> None:
         self._snapshot = StatsSnapshot()
@@ -405,7 +388,7 @@ class Sidebar(VerticalScroll):
             self._statics[name].display = bool(drawn)
         self._put("positions-label", f"acceptance per draft position \u00b7 {reply_window(snapshot)}", rewraps=True)
         self._put("positions", "\n".join(format_positions(snapshot.per_position)) or DASH)
-        self._put("ab", "\n".join(format_ab(snapshot.ab)))
+        self.query_one(ABTable).show(snapshot.ab)
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
 

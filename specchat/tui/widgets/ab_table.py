@@ -1,0 +1,96 @@
+"""The sidebar's A/B table: one section per (target, drafter) pair, speculation on vs off, never mixing pairs.
+
+The rows are the engine's (:func:`specchat.engine.telemetry.ab.ab_summary` over this session's finished
+replies, kept by :class:`specchat.tui.stats.LiveStats`); this module only draws them. Each pair gets its own
+section headed by both names (made inert: :func:`specchat.sanitize.sanitize_line`), so a model switch from the
+palette, or another drafter, starts a new section instead of adding to the old one; a ratio is always
+against the same pair's ``off`` row. Every row shows the drafted tokens per reply (Σ drafted / replies), so a
+reply that drafted a handful of tokens cannot pass for speculation evidence, and a reply whose drafter
+barely ran (``barely``: drafted in fewer than :data:`~specchat.engine.telemetry.ab.BARELY_RAN_SHARE` of its
+rounds) or whose speculation was switched mid-reply (``mixed``) is a row of its own, explained below the
+table. The text is built by the pure :func:`format_ab` (the tests call it directly).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.content import Content
+from textual.widgets import Static
+
+from specchat.tui.sanitize import sanitize_line
+
+if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
+    from specchat.engine.telemetry.ab import ABRow
+
+DASH = "\u2013"
+TIMES = "\u00d7"
+#: the table's columns: mode, replies, tok/s, ratio to the pair's "off", drafted tokens per reply (32 cells:
+#: the sidebar is 36 wide with its padding, border and scrollbar)
+HEADER = f"{'':<7}{'turns':>6}{'tok/s':>7}{TIMES + 'off':>6}{'draft':>6}"
+EMPTY = "A/B: finish a turn with speculation on and one with it off to compare"
+#: what the rows that are not plain on/off evidence mean (shown under the table when such a row exists)
+NOTES = {
+    "barely": "barely: speculation was on but the drafter drafted in under {share:.0f} % of the rounds "
+    "(no evidence either way)",
+    "mixed": "mixed: speculation was switched during the reply (counted apart)",
+}
+
+
+def pair_title(target: str, drafter: str) -> str:
+    """A section's heading: both names of the pair, as one inert line."""
+    return f"{sanitize_line(target) or '?'} + {sanitize_line(drafter) or '?'}"
+
+
+def _row_line(row: ABRow) -> str:
+    tok_s = DASH if row.tok_s is None else f"{row.tok_s:.1f}"
+    ratio = DASH if row.ratio is None else f"{row.ratio:.2f}"
+    drafted = f"{row.drafted / row.turns:.0f}" if row.turns else DASH
+    return f"{row.mode:<7}{row.turns:>6}{tok_s:>7}{ratio:>6}{drafted:>6}"
+
+
+def _verdict(rows: list[ABRow]) -> str:
+    modes = {row.mode: row for row in rows}
+    on, off = modes.get("on"), modes.get("off")
+    if on is None and off is None:
+        return "no clean on/off reply yet for this pair"
+    if off is None:
+        return "turn speculation off for a baseline reply"
+    if on is None:
+        return "turn speculation on to compare"
+    if on.ratio is None:
+        return DASH
+    return f"speculation {'pays' if on.ratio > 1 else 'does not pay'}: {on.ratio:.2f}{TIMES} off"
+
+
+def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
+    """The table's lines: per pair (in the order the pairs first ran) its heading, the column header, its rows
+    and a verdict; then what the draft column means, and what ``barely`` and ``mixed`` mean if such a row is
+    shown."""
+    if not rows:
+        return [EMPTY]
+    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE
+
+    sections: dict[tuple[str, str], list[ABRow]] = {}
+    for row in rows:
+        sections.setdefault(row.pair, []).append(row)
+    lines = ["A/B per pair, this session"]
+    for (target, drafter), pair_rows in sections.items():
+        lines += ["", pair_title(target, drafter), HEADER, *(_row_line(r) for r in pair_rows), _verdict(pair_rows)]
+    shown = {row.mode for row in rows}
+    notes = [text.format(share=BARELY_RAN_SHARE * 100) for mode, text in NOTES.items() if mode in shown]
+    return [*lines, "", "draft: tokens drafted per reply", *notes]
+
+
+class ABTable(Static):
+    """The A/B table (see the module docstring); redrawn only when its rows change (after a reply)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.rows: tuple[ABRow, ...] | None = None
+
+    def show(self, rows: tuple[ABRow, ...]) -> None:
+        if rows == self.rows:
+            return
+        self.rows = rows
+        self.update(Content("\n".join(format_ab(rows))))
