@@ -372,11 +372,14 @@ def record_server_race(
     *,
     clock: Callable[[], float] = time.monotonic,
     on_piece: Callable[[Lane, TimedPiece], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
 ) -> RaceResult:
     """Run ``prompt`` greedily on server A, then on server B (never at once), on the engine thread: the race of
     two llama-servers (module docstring). ``on_piece(lane, piece)`` is called as each piece arrives (A's lane
     is :data:`LANE_A`, B's :data:`LANE_B`). Both conversations, samplings and prompt-cache settings are as
-    before afterwards. :class:`UserError` (one line naming the server) when a run fails."""
+    before afterwards. :class:`UserError` (one line naming the server) when a run fails; :class:`RaceCancelled`
+    once ``cancelled()`` (asked before each run and at each piece, as for a local race: the run in flight is
+    asked to stop, which cancels the server's generation)."""
     sessions = {LANE_A: a, LANE_B: b}
     names = {LANE_A: "A", LANE_B: "B"}
     saved = {lane: (s.controls.snapshot().sampling, list(s.messages), s.system_prompt, s.cache_prompt)
@@ -391,7 +394,16 @@ def record_server_race(
             # into the next prompt), and the caller's conversation continues after the race
             s.load([Message("system", saved[lane][2])] if saved[lane][2] else [])
             what = f"the race's run on server {names[lane]} ({s.server.url})"
-            runs[lane] = _one_run(s.send(prompt), lane, clock, on_piece, what, server_label(s, names[lane]))
+            if cancelled():
+                raise RaceCancelled
+
+            def cancel(s: RemoteSession = s) -> None:
+                if cancelled():
+                    s.controls.request_stop()
+
+            runs[lane] = _one_run(s.send(prompt), lane, clock, on_piece, what, server_label(s, names[lane]), cancel)
+            if runs[lane].turn.stop_reason == "stopped" or cancelled():
+                raise RaceCancelled
             if lane == LANE_A:
                 prompt_ids = a.prompt_tokens(a.messages[:-1])
         off, on = runs[LANE_A], runs[LANE_B]

@@ -1096,9 +1096,11 @@ class SpecChatApp(App[None]):
         engine = self._engine_or_explain()
         if engine is None:
             return
-        if engine.controls.fixed:
+        server_b = self.settings.server_b_url if engine.controls.fixed else None
+        if engine.controls.fixed and (server_b is None or self.make_factory is None):
             self.notify("A race turns speculation off and on with local models; this session uses a llama-server, "
-                        "whose own flags set speculation.", severity="warning", timeout=8)  # fmt: skip
+                        "whose own flags set speculation: give --server-b URL to race it against a second server.",
+                        severity="warning", timeout=8)  # fmt: skip
             return
         if self.host.generating:
             self.notify("A reply is still being generated: press Esc first, then race.", severity="warning")
@@ -1106,6 +1108,12 @@ class SpecChatApp(App[None]):
         text = self.race_text()
         if text is None:
             self.notify("Nothing to race yet: type a message in the prompt, or send one first.")
+            return
+        if server_b is not None and self.make_factory is not None:  # two llama-servers: A (this session), then B
+            settings_b = self.settings.model_copy(update={"server_url": server_b, "server_b_url": None})
+            factory_b = self.make_factory(settings_b)
+            self.push_screen(RaceScreen(text, self._clock, record=(self.host, engine, None),
+                                        connect_b=lambda: factory_b(lambda _f, _what: None)))  # fmt: skip
             return
         state = engine.controls.snapshot()
         info = engine.info()

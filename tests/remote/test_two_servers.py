@@ -369,3 +369,75 @@ def test_bench_two_servers_interrupted_keeps_what_was_measured(self_draft_server
     assert len(data["a"]["records"]) == 2 and len(data["b"]["records"]) == 1
     assert data["ratio"]["pairs"] == 1 and [p["pair"] for p in data["ratio"]["per_pair"]] == [0]
     assert "interrupted: 3 run(s) measured so far" in out.getvalue()
+
+
+async def test_the_race_key_races_server_a_against_server_b_in_the_app(tmp_path, self_draft_server, plain_server):
+    """``specchat --server A --server-b B``: the race key (alt+r) runs the message on server A, then on server B,
+    and replays them side by side with the servers as the lanes: same greedy text (same weights), A's speculative
+    colours, both speeds and the ratio B / A. Without --server-b the key says how to race servers."""
+    from specchat.commands.tui import make_factory
+    from specchat.config import Settings
+    from specchat.race import LANE_A, LANE_B
+    from specchat.tui.app import SpecChatApp
+    from specchat.tui.screens.race import RaceScreen
+    from specchat.tui.widgets.prompt import PromptInput
+
+    from .test_tui import settle
+
+    settings = Settings(
+        server_url=self_draft_server.url, server_b_url=plain_server.url, n_predict=16, data_dir=tmp_path,
+        sampling={"temperature": 0.0},
+    )  # fmt: skip
+    app = SpecChatApp(make_factory(settings), settings, None, make_factory=make_factory)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        assert app.engine is not None, app.engine_error
+        app.query_one(PromptInput).text = "Count from 1 to 5."
+        await pilot.press("alt+r")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, RaceScreen) and screen.titles[LANE_A] == "server A"
+        for _ in range(600):  # until the race is recorded (two short replies on two servers)
+            if screen.race is not None or not screen.is_attached:
+                break
+            await pilot.pause(0.1)
+        race = screen.race
+        assert race is not None and race.remote and race.same_weights
+        assert race.off.turn.tokens and race.off.text == race.on.text
+        assert _host(self_draft_server.url) in race.label(LANE_A) and _host(plain_server.url) in race.label(LANE_B)
+        assert {p.kind for p in race.off.pieces} & {"accepted", "bonus"}  # server A speculates, B does not
+        assert not {p.kind for p in race.on.pieces} & {"accepted", "bonus"}
+        assert app.engine.messages == []  # the race left the conversation as it was
+        await pilot.press("escape")
+        await pilot.pause()
+
+    notes: list[str] = []
+    alone = Settings(server_url=self_draft_server.url, n_predict=16, data_dir=tmp_path)
+    app = SpecChatApp(make_factory(alone), alone, None, make_factory=make_factory)
+    async with app.run_test(size=(120, 36)) as pilot:
+        app.notify = lambda message, **kw: notes.append(str(message))  # type: ignore[method-assign]
+        await settle(pilot)
+        app.query_one(PromptInput).text = "Count from 1 to 5."
+        await pilot.press("alt+r")
+        await pilot.pause()
+        assert not isinstance(app.screen, RaceScreen) and any("--server-b" in n for n in notes)
+
+
+def test_a_server_race_cancelled_mid_run_stops_the_server_and_restores_both(self_draft_server, plain_server):
+    """``cancelled()`` turning true after server A's third piece: A's generation is asked to stop, B never runs,
+    RaceCancelled, and both conversations are as before (the app's Esc during a server race)."""
+    from specchat.race import RaceCancelled
+
+    a = connect(self_draft_server.url, n_predict=64)
+    b = connect(plain_server.url, n_predict=64)
+    try:
+        earlier = [Message("user", "Hi")]
+        a.load(earlier)
+        seen: list[str] = []
+        with pytest.raises(RaceCancelled):
+            record_server_race(a, b, PROMPT, on_piece=lambda lane, p: seen.append(lane), cancelled=lambda: len(seen) >= 3)
+        assert LANE_B not in seen and 3 <= len(seen) < 64
+        assert a.messages == earlier and b.messages == []
+    finally:
+        a.close()
+        b.close()

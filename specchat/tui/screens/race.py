@@ -36,7 +36,7 @@ from textual.widgets import Footer, Static
 
 from specchat.demo import verdict
 from specchat.errors import UserError, describe_exception
-from specchat.race import LANES, Lane, RaceCancelled, RaceResult, Replay, TimedPiece, record_race
+from specchat.race import LANES, Lane, RaceCancelled, RaceResult, Replay, TimedPiece, record_race, record_server_race
 from specchat.tui.keys import RACE_KEYS, screen_bindings
 from specchat.tui.sanitize import sanitize_line
 from specchat.tui.widgets.token_view import TokenView
@@ -53,16 +53,18 @@ PROGRESS_INTERVAL_S = 0.2
 STACK_BELOW = 80
 
 LANE_TITLES = {"off": "speculation off", "on": "speculation on"}
+#: a race of two llama-servers (``--server-b``): lane "off" is server A, "on" server B (specchat.race)
+SERVER_LANE_TITLES = {"off": "server A", "on": "server B"}
 
 
 def mode_text(k: int | None) -> str:
     return "auto-K" if k is None else f"K {k}"
 
 
-def progress_text(lane: Lane, tokens: int) -> str:
+def progress_text(lane: Lane, tokens: int, titles: dict[Lane, str] = LANE_TITLES) -> str:
     """The recording's status line: which run of the two, and its tokens so far."""
     step = 1 if lane == "off" else 2
-    return f"recording {step} of 2: {LANE_TITLES[lane]} \u00b7 {tokens} tokens (Esc cancels)"
+    return f"recording {step} of 2: {titles[lane]} \u00b7 {tokens} tokens (Esc cancels)"
 
 
 def one_line(text: str, width: int = 60) -> str:
@@ -103,9 +105,12 @@ def record_on_engine_thread(
     cancelled: Callable[[], bool],
     *,
     prepare: Callable[[], Any] | None = None,
+    connect_b: Callable[[], Any] | None = None,
 ) -> RaceResult | None:
     """The race as a turn of the engine host (runs on the engine thread): record, post progress, post the end.
-    ``prepare()`` runs first (the tour loads its pair there: its errors are the race's)."""
+    ``prepare()`` runs first (the tour loads its pair there: its errors are the race's). ``connect_b()``: the
+    session is a llama-server (server A) and this connects server B (``--server-b``): the race is then the two
+    servers (:func:`specchat.race.record_server_race`), server B closed afterwards."""
     counts = {lane: 0 for lane in LANES}
     last = [0.0]
 
@@ -119,7 +124,14 @@ def record_on_engine_thread(
     try:
         if prepare is not None:
             engine = prepare()
-        race = record_race(engine, prompt, k=k, on_piece=on_piece, cancelled=cancelled)
+        if connect_b is not None:
+            b = connect_b()
+            try:
+                race = record_server_race(engine, b, prompt, on_piece=on_piece, cancelled=cancelled)
+            finally:
+                b.close()
+        else:
+            race = record_race(engine, prompt, k=k, on_piece=on_piece, cancelled=cancelled)
     except RaceCancelled:
         post(RaceEnded(turn_id, None, cancelled=True))
         return None
@@ -328,10 +340,14 @@ class RaceScreen(Screen[None]):
         *,
         race: RaceResult | None = None,
         record: tuple[EngineHost, ChatEngine, int | None] | None = None,
+        connect_b: Callable[[], ChatEngine] | None = None,
     ) -> None:
         """``race``: play this one; ``record``: (host, engine, K or None for auto-K) to record it with, once
-        the screen is up."""
+        the screen is up; ``connect_b``: the engine is server A and this connects server B (a race of two
+        llama-servers, run on the engine thread)."""
         super().__init__()
+        self._connect_b = connect_b
+        self.titles = SERVER_LANE_TITLES if connect_b is not None else LANE_TITLES
         self.prompt = prompt
         self.clock = clock
         self.race = race
@@ -343,7 +359,7 @@ class RaceScreen(Screen[None]):
     def compose(self):
         yield Static(
             Content(f"Race \u00b7 \u201c{one_line(self.prompt)}\u201d \u00b7 the message alone, greedy: "
-                    "speculation off, then on, one after the other"),
+                    f"{'server A, then server B' if self._connect_b else 'speculation off, then on'}, one after the other"),
             id="race-header",
         )  # fmt: skip
         yield RaceView(self.clock)
@@ -369,18 +385,18 @@ class RaceScreen(Screen[None]):
         """Record the race on the engine thread (see the module docstring); the replay starts when it ends."""
         self._host = host
         self._cancel.clear()
-        self.view.clear()
-        self.view.show_status("recording 1 of 2: speculation off \u00b7 reading the prompt\u2026 (Esc cancels)")
+        self.view.clear(self.titles)
+        self.view.show_status(f"recording 1 of 2: {self.titles['off']} \u00b7 reading the prompt\u2026 (Esc cancels)")
         self.turn_id = host.start_turn(
             lambda turn_id: record_on_engine_thread(
                 turn_id, engine, self.prompt, k, self.post_message,
-                cancelled=lambda: self._cancel.is_set() or host.closing,
+                cancelled=lambda: self._cancel.is_set() or host.closing, connect_b=self._connect_b,
             )
         )  # fmt: skip
 
     def on_race_progress(self, message: RaceProgress) -> None:
         if self.recording:
-            self.view.show_status(progress_text(message.lane, message.tokens))
+            self.view.show_status(progress_text(message.lane, message.tokens, self.titles))
 
     def on_race_ended(self, message: RaceEnded) -> None:
         if self._host is not None:
