@@ -22,13 +22,6 @@ if TYPE_CHECKING:  # only annotations: this module is imported to build the pars
     from specchat.tui.engine_host import EngineFactory
     from specchat.tui.state import UiState
 
-#: how long a Python thread may hold the GIL while another waits for it (CPython's default is 5 ms). The engine
-#: thread needs the GIL back after every llama_decode (ctypes releases it during the call) to accept, sample and
-#: post; with the UI thread drawing, it waited up to a whole interval per token at ~20 ms a token. Measured
-#: with tests/perf/ui_latency.py (bundled model, --threads 1, K 3 n-gram, 300 tokens, 5 rounds, quiet machine,
-#: load 0.6-0.9): app / generate tok/s median 0.938 at 5 ms, 0.962 at 0.5 ms (two runs, one after the other).
-SWITCH_INTERVAL_S = 0.0005
-
 # (flag, dest, type, settings key, help)
 _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--server", "tui_server", str, "server_url",
@@ -205,9 +198,6 @@ def run(
             scenes=tour_scenes or SCENES,
         ),
     )
-    import sys
-
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         app.run()
     finally:
