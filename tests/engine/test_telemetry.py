@@ -369,7 +369,9 @@ def test_estimate_fields_are_consistent() -> None:
 
 
 def _linear_v_model(**kw) -> CostModel:
-    """A cost model whose verify cost is exactly T(rows) = 10 + 5 (rows - 1) ms: v(K) = 1 + K/2."""
+    """A cost model whose verify cost is exactly T(rows) = 10 + 5 (rows - 1) ms: v(K) = 1 + K/2; its curve
+    is replayed after every round (these tests check the replay's arithmetic round by round)."""
+    kw.setdefault("curve_refresh_ms", 0.0)
     cm = CostModel(v_shrink=0.0, replay_half_life=1e12, **kw)
     for rows in range(1, MAX_ROWS + 1):
         cm.observe_verify(rows, 10.0 + 5.0 * (rows - 1))
@@ -990,3 +992,23 @@ def test_draft_cost_c_is_the_ratio_of_its_moment_not_the_draft_over_a_later_t1()
         assert cm.c("model") == pytest.approx(1.0), how
         assert cm.draft_ms_per_token("model") == pytest.approx(20.0)  # shown beside t1: c × t1
         assert cm.break_even_alpha("model") == math.inf
+
+
+def test_the_curve_is_replayed_once_per_refresh_interval_of_generation_time() -> None:
+    """Rounds that together took less than ``curve_refresh_ms`` share one replay (the same list comes back);
+    the round that reaches it replays the curve; a calibration, or another drafter or cap, replays at once."""
+    cm = CostModel(v_shrink=0.0, curve_refresh_ms=100.0)
+    for rows in range(1, MAX_ROWS + 1):
+        cm.observe_verify(rows, 10.0 + 5.0 * (rows - 1))
+    first = cm.speedups("ng", 8)
+    for _ in range(4):  # 4 rounds of 20 ms, all rejected: 80 ms < 100 ms
+        cm.observe_step("ng", 4, 4, 0, 0.0, 20.0, 5, natural=4)
+        assert cm.speedups("ng", 8) is first
+    cm.observe_step("ng", 4, 4, 0, 0.0, 20.0, 5, natural=4)  # 100 ms: the rejections now show
+    fresh = cm.speedups("ng", 8)
+    assert fresh is not first and fresh[4] < first[4]
+    assert cm.speedups("ng", 16) is not fresh  # another cap: replayed at once
+    cm.observe_step("ng", 4, 4, 4, 0.0, 20.0, 5, natural=4)
+    cached = cm.speedups("ng", 16)
+    cm.observe_verify(5, 40.0)  # a calibration: replayed at once
+    assert cm.speedups("ng", 16) is not cached

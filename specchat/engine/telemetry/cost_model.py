@@ -3,8 +3,9 @@
 :class:`CostModel` learns per drafter the acceptance α and the draft cost per token, shares one
 :class:`~specchat.engine.telemetry.verify_cost.VerifyCost` for the target, and predicts
 S(K) = E(α, K) / (c·K + v(K)) (:mod:`specchat.engine.telemetry.speedup`) - as the replay of the drafter's
-recent rounds at every K once it has some (:mod:`specchat.engine.telemetry.replay`). Everything here runs
-once per round and is cheap (tens of microseconds: the replay curve is one small numpy product).
+recent rounds at every K once it has some (:mod:`specchat.engine.telemetry.replay`). The observations run
+once per round and cost microseconds; the replay curve (a small numpy product, 0.05-0.5 ms) is recomputed at
+most every :data:`CURVE_REFRESH_MS` of generation.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
 from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
 from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
+
+#: How stale (in ms of generation, as the rounds report it) the speedup curve may be. Replaying the recent
+#: rounds costs 0.05-0.5 ms, and each of its numpy calls over more than 500 elements lets go of the GIL: in the
+#: app, the UI thread takes it and the engine waits for it back. py-spy on the app streaming a reply (bundled
+#: model, n-gram K 3, --threads 1, one replay per round): 7 % of the engine thread's time waiting for the GIL
+#: in replay_speedups. Staleness in ms rather than rounds bounds what it can cost auto-K: cheap rounds share a
+#: curve, a round of 100 ms or more always gets a fresh one. Calibrations and a changed drafter, cap or α
+#: override refresh it at once.
+CURVE_REFRESH_MS = 100.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +139,7 @@ class CostModel:
         replay_rounds: int = 64,
         replay_half_life: float = 128.0,
         replay_prior: float = 1.0,
+        curve_refresh_ms: float = CURVE_REFRESH_MS,
     ) -> None:
         if not (0.0 < prior_alpha < 1.0):
             raise ValueError("prior_alpha must be in (0, 1)")
@@ -142,6 +153,7 @@ class CostModel:
         self.replay_rounds = max(1, replay_rounds)
         self.replay_half_life = replay_half_life
         self.replay_prior = replay_prior
+        self.curve_refresh_ms = curve_refresh_ms
         self._alpha_decay = 0.5 ** (1.0 / alpha_half_life)
         self.reset()
 
@@ -151,6 +163,8 @@ class CostModel:
         self.verify = VerifyCost(self.max_rows, window=self.timing_window, shrink=self.v_shrink)
         self._curve_key: tuple | None = None
         self._curve: list[float] = []
+        self._gen_ms = 0.0  # generation time observed in rounds (the clock the curve's refresh runs on)
+        self._curve_ms = 0.0  # _gen_ms when the cached curve was computed
 
     # -- observations ------------------------------------------------------------------------------
     def _stats(self, drafter: str) -> _DrafterStats:
@@ -197,7 +211,7 @@ class CostModel:
             raise ValueError(f"inconsistent step: drafted={drafted} accepted={accepted}")
         natural = natural_length(k, drafted, natural)
         self._clock += accepted + 1  # the clock counts tokens of text (the round emitted accepted + 1)
-        self._curve_key = None
+        self._gen_ms += max(0.0, t_draft_ms) + max(0.0, t_verify_ms) + max(0.0, t_overhead_ms)
         st = self._stats(drafter)
         if k > 0:
             st.replay.add(drafted, accepted, natural, self._clock)
@@ -259,7 +273,7 @@ class CostModel:
     def observe_plain(self, t_ms: float) -> None:
         """One plain single-row decode (K = 0, speculation off) that took ``t_ms``."""
         self._clock += 1
-        self._curve_key = None
+        self._gen_ms += max(0.0, t_ms)
         self.verify.observe(1, t_ms)
 
     # -- estimates ---------------------------------------------------------------------------------
@@ -336,11 +350,12 @@ class CostModel:
 
     def speedups(self, drafter: str, k_max: int = K_MAX, alpha: float | None = None) -> list[float]:
         """[S(0), ..., S(k_max)] with the current estimates (``alpha`` overrides α̂, e.g. α = 1 for a
-        ceiling). Cached until the next observation."""
+        ceiling). Cached until a calibration or :attr:`curve_refresh_ms` of rounds since it was computed (see
+        :data:`CURVE_REFRESH_MS`)."""
         if k_max >= self.max_rows:
             raise ValueError(f"k_max must be < {self.max_rows}, got {k_max}")
         key = (drafter, k_max, alpha)
-        if key == self._curve_key:
+        if key == self._curve_key and self._gen_ms - self._curve_ms < self.curve_refresh_ms:
             return self._curve
         v_by_k = self.verify.table()
         a = self.alpha(drafter) if alpha is None else alpha
@@ -351,7 +366,7 @@ class CostModel:
             )
         else:
             curve = speedup_curve(a, self.c(drafter), v_by_k, k_max)
-        self._curve_key, self._curve = key, curve
+        self._curve_key, self._curve, self._curve_ms = key, curve, self._gen_ms
         return curve
 
     def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX, *, verify: VerifyCurve | None = None) -> CostEstimate:
