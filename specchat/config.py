@@ -132,6 +132,10 @@ class NgramSettings(BaseModel):
 #: :func:`specchat.loading.repack_for` for what ``auto`` chooses
 Repack = Literal["auto", "on", "off"]
 
+#: ``flash_attn``: llama.cpp's flash-attention kernel (its ``--flash-attn``): "auto" (llama.cpp's choice: on
+#: for the CPU; the default), "on", or "off" (see :data:`specchat.engine.model.FLASH_ATTN_MEASURED`)
+FlashAttn = Literal["auto", "on", "off"]
+
 #: what ``server_url`` accepts, for its error line
 SERVER_URL_RULE = "must be a llama-server's base URL: http:// or https://, a host and an optional port, e.g. http://127.0.0.1:8080"
 
@@ -230,6 +234,9 @@ class Settings(BaseSettings):
     )
     repack: Repack = Field(
         "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay), on, off"
+    )
+    flash_attn: FlashAttn = Field(
+        "auto", description="llama.cpp's flash attention: auto (llama.cpp's choice), on, off (faster on a CPU past a short context)"
     )
     n_ctx: Int = Field(4096, ge=64, description="context length in tokens")
     n_predict: Int = Field(512, ge=1, description="maximum tokens per reply")

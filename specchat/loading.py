@@ -85,6 +85,12 @@ def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
     return (not speculates) and weights.upper() in AMX_FORMATS
 
 
+def flash_attn_for(setting: str) -> bool | None:
+    """:class:`~specchat.engine.model.Model`'s ``flash_attn`` for the ``flash_attn`` setting (None: llama.cpp's
+    ``auto``)."""
+    return None if setting == "auto" else setting == "on"
+
+
 def load_engine(
     settings: Settings, progress: Progress | None = None, *, auto_k: bool | None = None
 ) -> ChatSession | RemoteSession:
@@ -116,7 +122,7 @@ def load_engine(
     weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
     target = Model(
         target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
-        repack=repack_for(settings.repack, weights, speculates=speculates),
+        repack=repack_for(settings.repack, weights, speculates=speculates), flash_attn=flash_attn_for(settings.flash_attn),
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
@@ -130,6 +136,7 @@ def load_engine(
         if draft_path is not None:
             draft_model = Model(
                 draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
+                flash_attn=flash_attn_for(settings.flash_attn),
                 progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
             )
             try:

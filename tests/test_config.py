@@ -389,7 +389,7 @@ def test_field_paths_walks_nested_models():
     paths = field_paths()
     assert ("sampling", "temperature") in paths and ("ngram", "max_n") in paths and ("keymap",) in paths
     assert ("sampling",) not in paths
-    assert len(paths) == len(set(paths)) == 21
+    assert len(paths) == len(set(paths)) == 22
 
 
 # -- specchat config show / path ----------------------------------------------------------------------------

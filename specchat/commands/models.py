@@ -170,8 +170,8 @@ def _run_list(args: argparse.Namespace) -> int:
         out += ["", "Verify cost on this machine: v(K) = t(K+1 rows) / t(1 row), from the cached calibrations"]
         for c in curves:
             vs = " ".join(f"v({k})={c['v'][str(k)]:.1f}" for k in VERIFY_KS if str(k) in c["v"])
-            out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}: "
-                       f"1 row {c['target_ms']:.1f} ms, {vs}")  # fmt: skip
+            out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}, flash attention "
+                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")  # fmt: skip
             out.append(f"      {c['reason']}")
     tuned = _tune_results(data_dir)
     if tuned:
@@ -237,19 +237,19 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
     for e in inv.models:
         if not e.usable:
             continue
-        seen: set[tuple[int, int, bool]] = set()
+        seen: set[tuple[int, int, bool, str]] = set()
         for entry in cache.for_file(e.path):
             k = entry.key
-            if (k.threads, k.threads_batch, k.repack) in seen:
+            if (k.threads, k.threads_batch, k.repack, k.flash_attn) in seen:
                 continue
-            seen.add((k.threads, k.threads_batch, k.repack))
+            seen.add((k.threads, k.threads_batch, k.repack, k.flash_attn))
             vc = VerifyCost()
             for rows, ms in entry.timings:
                 vc.observe(rows, ms)
             curve = vc.curve(entry.weights, "cache", row_by_row=k.row_by_row)
             out.append({
                 "file": e.name, "threads": k.threads, "threads_batch": k.threads_batch, "repack": k.repack,
-                "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
+                "flash_attn": k.flash_attn, "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
                 "v": {str(i): curve.at(i) for i in range(len(curve.v))}, "reason": curve.reason,
                 "measured_rows": curve.measured_rows, "measured_at": entry.measured_at,
             })  # fmt: skip

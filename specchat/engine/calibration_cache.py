@@ -8,7 +8,8 @@ exactly those (:class:`CalibrationKey`), and a later session on the same target 
 model instead of timing again: the app starts warm, and ``specchat models tune`` fills the cache for every
 format it measures. A change of any part of the key is a different entry (the old one is never read for
 it): the file (path, size, modification time), ``threads`` / ``threads_batch``, the weights' buffer
-(:attr:`~specchat.engine.model.Model.repack`, :attr:`~specchat.engine.model.Model.row_by_row`), the CPU
+(:attr:`~specchat.engine.model.Model.repack`, :attr:`~specchat.engine.model.Model.row_by_row`), the attention
+kernel (:attr:`~specchat.engine.model.Model.flash_attn`: on this CPU it changes v(16) several-fold), the CPU
 (model name and feature flags from ``/proc/cpuinfo``) and llama.cpp (llama-cpp-python's version and
 the features its build uses, ``llama_print_system_info``).
 
@@ -69,6 +70,7 @@ class CalibrationKey:
     threads_batch: int
     repack: bool
     row_by_row: bool
+    flash_attn: str
     cpu: str
     llama: str
 
@@ -83,6 +85,7 @@ class CalibrationKey:
         return cls(
             path=str(model.path.resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, threads=model.threads,
             threads_batch=model.threads_batch, repack=model.repack, row_by_row=model.row_by_row,
+            flash_attn=model.flash_attn,
             cpu=cpu_identity(), llama=f"llama-cpp-python {llama_cpp.__version__}; {system_info().strip()}",
         )  # fmt: skip
 

@@ -46,6 +46,19 @@ def system_info() -> str:
     return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace")
 
 
+#: What ``flash_attn = "off"`` gains and costs on this CPU. llama.cpp's CPU flash-attention kernel
+#: (``ggml_compute_forward_flash_attn_ext``) walks the KV cache once per query row, so its cost grows with the
+#: context and with the rows of a verify batch, where the unfused path does two matrix products. Measured here
+#: (llama-bench, bundled Q4_1, 1 thread, --repack 0, tokens/s on vs off): one row at depth 0 50.4 vs 49.4, at
+#: depth 64 49.2 vs 46.7, at depth 2048 14.1 vs 27.6; a 17-row batch at depth 0 145 vs 132, at depth 64 118
+#: vs 135, at depth 2048 18.2 vs 83.7. The cost: the unfused path multiplies a batch's rows with other kernels
+#: than a single row's, so a verified reply can differ from plain decoding where two tokens' logits nearly tie
+#: (the bundled model's self-draft test diverges at token 46 of 48 with it off; with it on, Q4_1 rows are
+#: computed alike in any batch and the reply is identical). So specchat keeps llama.cpp's default (auto: on)
+#: and ``specchat models tune`` measures both and says when off pays.
+FLASH_ATTN_MEASURED = "off: 2x faster single rows, 4.6x faster 17-row verifies at depth 2048 (Q4_1, 1 thread)"
+
+
 def extra_buffer_types_safe() -> bool:
     """Whether weights may go into llama.cpp's extra CPU buffer types (AMX, repacked layouts) *and* be decoded
     in batches of several rows.
@@ -84,6 +97,10 @@ class Model:
     multi-row batches of those kernels crash, every batch is decoded one row at a time
     (:attr:`row_by_row`): plain decoding gets the fast one-row kernels, and a verify batch of K+1 rows
     costs K+1 decodes, which the cost model measures like any other v(K).
+
+    ``flash_attn``: llama.cpp's fused flash-attention kernel (its ``--flash-attn``, ``flash_attn_type``);
+    None = llama.cpp's choice (``auto``: on for the CPU), the default; :data:`FLASH_ATTN_MEASURED` says what
+    turning it off gains and costs here.
     """
 
     def __init__(
@@ -95,6 +112,7 @@ class Model:
         threads: int = 2,
         threads_batch: int | None = None,
         repack: bool | None = None,
+        flash_attn: bool | None = None,
         progress: Callable[[float], None] | None = None,
     ) -> None:
         self.path = Path(path)
@@ -104,7 +122,7 @@ class Model:
         self._batch = None
         try:
             with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
-                self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, progress, interrupted)
+                self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, flash_attn, progress, interrupted)
         except BaseException:
             self.close()
             raise
@@ -117,6 +135,7 @@ class Model:
         threads: int,
         threads_batch: int | None,
         repack: bool | None,
+        flash_attn: bool | None,
         progress: Callable[[float], None] | None,
         interrupted: Callable[[], bool],
     ) -> None:
@@ -162,6 +181,13 @@ class Model:
         cparams.n_threads = threads
         cparams.n_threads_batch = self.threads_batch
         cparams.no_perf = True
+        cparams.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn is None
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )  # fmt: skip
+        #: the flash-attention setting the context was made with: "on", "off" or "auto" (llama.cpp's choice)
+        self.flash_attn = "auto" if flash_attn is None else ("on" if flash_attn else "off")
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             raise UserError(f"llama.cpp could not create a context of {n_ctx} tokens for {self.path}: lower n_ctx")

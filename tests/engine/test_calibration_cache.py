@@ -25,7 +25,7 @@ TIMINGS = [(1, 10.0), (3, 20.0), (5, 28.0), (1, 11.0), (3, 21.0), (5, 29.0)]
 def _key(path: Path, **kw) -> CalibrationKey:
     st = path.stat()
     base = dict(path=str(path.resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, threads=1, threads_batch=1,
-                repack=False, row_by_row=False, cpu=cpu_identity(), llama="llama-cpp-python 0.3.36; AVX512 = 1")  # fmt: skip
+                repack=False, row_by_row=False, flash_attn="off", cpu=cpu_identity(), llama="llama-cpp-python 0.3.36; AVX512 = 1")  # fmt: skip
     base.update(kw)
     return CalibrationKey(**base)
 
@@ -39,7 +39,7 @@ def test_an_entry_is_read_back_only_under_exactly_its_key(tmp_path):
     assert cache.save(key, TIMINGS, "Q4_1") is not None
     entry = cache.load(key)
     assert entry is not None and entry.timings == tuple(TIMINGS) and entry.weights == "Q4_1" and entry.file_is_current()
-    for change in ({"threads": 2}, {"threads_batch": 2}, {"repack": True}, {"row_by_row": True},
+    for change in ({"threads": 2}, {"threads_batch": 2}, {"repack": True}, {"row_by_row": True}, {"flash_attn": "on"},
                    {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"}):  # fmt: skip
         assert cache.load(dataclasses.replace(key, **change)) is None, change
     assert [e.key for e in cache.for_file(f)] == [key]
@@ -182,3 +182,23 @@ def test_run_turn_with_a_cache_is_exact(tiny_target, tmp_path):
         assert np.isfinite(dec.verify.target_ms)
     finally:
         dec.close()
+
+
+def test_the_flash_attention_setting_reaches_llama_cpp_and_keys_the_calibration(tiny_target, tmp_path):
+    """``flash_attn`` (default auto) is what the loaded target runs with, and a calibration timed with one
+    setting is never read for the other (on this CPU it changes v(16) several-fold)."""
+    from specchat.config import Settings
+    from specchat.loading import load_engine
+
+    infos = {}
+    for setting in ("off", "on", "auto"):
+        kw = {} if setting == "auto" else {"flash_attn": setting}
+        session = load_engine(Settings(target=str(tiny_target), draft="ngram", n_ctx=256, threads=1, data_dir=tmp_path, **kw))
+        try:
+            target = session.decoder.target
+            assert target.flash_attn == setting
+            infos[setting] = CalibrationKey.for_model(target)
+            assert [t for t in session.send(GREEDY_PROMPTS[0])]  # decodes with it
+        finally:
+            session.close()
+    assert len({k.digest() for k in infos.values()}) == 3
