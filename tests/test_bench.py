@@ -352,6 +352,7 @@ def _bad(capsys, *argv) -> str:
         (["--json", "/nonexistent/dir/out.json"], "does not exist"),
         (["--formats", "Q9"], "'Q9' is not a weight format llama.cpp can write"),
         (["--formats", ","], "--formats is empty"),
+        (["--flash-attn", "fast"], "'fast' is not a flash-attention setting"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
@@ -481,3 +482,21 @@ def test_formats_measure_every_re_encoding_in_one_interleaved_run(tmp_path, tiny
     assert summary[("F16", "beta", "spec")]["x_reference"] == pytest.approx(statistics.median(f16))
     assert "× F32: each run's tok/s / the same round's F32 baseline run" in out
     assert "== F16: " in out and "re-quantised: changes the model's output" in out
+
+
+def test_flash_attn_measures_every_target_with_each_setting_in_one_run(tmp_path, tiny_target, suite_file):
+    """``--flash-attn auto,off``: the configured target, then the same file with flash attention off, loaded
+    with it (the engine's calibration is keyed on it) and interleaved in the same rounds; the off copy is never
+    the comparisons' unit and says what it trades."""
+    out_json = tmp_path / "fa.json"
+    rc, out, err = run_bench(["--data-dir", str(tmp_path / "data"), *bench_args(
+        tiny_target, "ngram", suite_file, "--k", "0,2", "--runs", "1", "--flash-attn", "auto,off", "--no-arithmetic",
+        "--json", str(out_json))])  # fmt: skip
+    assert rc == 0, err
+    data = json.loads(out_json.read_text())
+    by = {f["label"]: f for f in data["formats"]}
+    assert list(by) == ["F32", "F32 fa-off"]
+    assert (by["F32"]["flash_attn"], by["F32 fa-off"]["flash_attn"]) == ("auto", "off")
+    assert by["F32"]["source"] and not by["F32 fa-off"]["source"] and "near-ties" in by["F32 fa-off"]["note"]
+    assert {r["target"] for r in data["records"]} == {"F32", "F32 fa-off"}
+    assert "== F32 fa-off: " in out

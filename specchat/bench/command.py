@@ -27,12 +27,13 @@ from specchat.bench.remote import BenchServer, ab_plan, ab_ratios, format_ratios
 from specchat.bench.summary import summarize
 from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.errors import UserError
-from specchat.models.formats import parse_formats
+from specchat.models.formats import parse_flash_attn, parse_formats
 
 DEFAULT_KS = "0,1,2,3,5,8"
 #: the bench's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
-                    ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"))  # fmt: skip
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"),
+                    ("--flash-attn", "flash_attn"))  # fmt: skip
 DEFAULT_N_PREDICT = 256
 
 
@@ -100,16 +101,19 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def load_targets(settings: Any, formats: list[str] | None, progress: ProgressLine) -> dict[str, tuple[Any, Any]]:
+def load_targets(
+    settings: Any, formats: list[str] | None, progress: ProgressLine, flash_attn: list[str] | None = None
+) -> dict[str, tuple[Any, Any]]:
     """``{label: (session, variant)}``: the configured pair alone (variant None), or with ``formats`` the
     target's re-encodings (:func:`specchat.models.formats.variants_for`: derived when missing; the source's
-    one-row-kernel variant on a CPU whose AMX batch kernels crash), each loaded with the configured drafter."""
+    one-row-kernel variant on a CPU whose AMX batch kernels crash), each loaded with the configured drafter;
+    with ``flash_attn`` every one of them with each of those settings too."""
     from specchat.loading import load_engine
 
     def load(s: Any, what: str) -> Any:
         return load_engine(s, lambda f, w: progress(int(f * 100), 100, f"{what}: {w}" if what else w), auto_k=False)
 
-    if not formats:
+    if not formats and not flash_attn:
         return {"": (load(settings, ""), None)}
     from specchat.engine.model import extra_buffer_types_safe
     from specchat.models.formats import variants_for
@@ -120,13 +124,13 @@ def load_targets(settings: Any, formats: list[str] | None, progress: ProgressLin
     mdir = models_dir(data_dir)
     assert mdir is not None
     variants = variants_for(
-        source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "source", threads=settings.threads,
-        progress=lambda msg: progress(0, 1, msg),
+        source, formats or [], mdir, one_row="none" if extra_buffer_types_safe() else "source", threads=settings.threads,
+        progress=lambda msg: progress(0, 1, msg), flash_attn=flash_attn or [settings.flash_attn],
     )  # fmt: skip
     out: dict[str, tuple[Any, Any]] = {}
     try:
         for v in variants:
-            s = settings.model_copy(update={"target": str(v.path), "repack": v.repack})
+            s = settings.model_copy(update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn})
             out[v.label] = (load(s, v.label), v)
     except BaseException:
         for session, _ in out.values():
@@ -145,6 +149,7 @@ def main(
     """``specchat bench``; returns the exit code (0, or 130 after Ctrl-C with the partial report)."""
     ks, suite = validate_args(args)
     formats = parse_formats(args.formats) if getattr(args, "formats", None) else None
+    flash_attn = parse_flash_attn(args.flash_attn) if getattr(args, "flash_attn", None) else None
     from specchat.config import load_settings, refuse_local_flags, server_pair
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
@@ -160,7 +165,7 @@ def main(
     session_b = None
     try:
         try:
-            targets = load_targets(settings, formats, progress)
+            targets = load_targets(settings, formats, progress, flash_attn)
         except ServerError as exc:
             if servers:
                 raise ServerError(f"server A: {exc}") from None
@@ -211,7 +216,7 @@ def main(
             "suite": [p["name"] for p in suite],
             "formats": [
                 {"label": label, "file": v.path.name, "weights": v.weights, "repack": v.repack, "source": v.source,
-                 "lossy": v.lossy, "one_row": v.one_row, "note": v.note}
+                 "flash_attn": v.flash_attn, "lossy": v.lossy, "one_row": v.one_row, "note": v.note}
                 for label, v in variants.items()
             ],  # fmt: skip
         }

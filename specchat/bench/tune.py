@@ -86,6 +86,7 @@ class VariantResult:
     lossy: bool
     one_row: bool
     note: str
+    flash_attn: str = "auto"
     t1_ms: float | None = None  # single-row decode, median
     v: dict[str, float] = field(default_factory=dict)  # K -> v(K) at the timed sizes
     reason: str = ""
@@ -167,13 +168,15 @@ def recommend(variants: Sequence[VariantResult], workload: str, *, allow_lossy: 
 
 
 def settings_for(choice: Choice, variant: VariantResult, drafter: str, models_dir: Path | None) -> str:
-    """The config lines that select ``choice`` (``target``, ``draft``, ``repack``)."""
+    """The config lines that select ``choice`` (``target``, ``draft``, ``repack``, and ``flash_attn`` unless it is
+    llama.cpp's choice)."""
     from specchat.engine.drafter_kinds import NONE
 
     p = Path(variant.path)
     target = "bundled" if _is_bundled(p) else (p.stem if models_dir and p.parent == models_dir else str(p))
     draft = NONE if choice.mode == "plain" else drafter
-    return f'target = "{target}", draft = "{draft}", repack = "{variant.repack}"'
+    fa = f', flash_attn = "{variant.flash_attn}"' if variant.flash_attn != "auto" else ""
+    return f'target = "{target}", draft = "{draft}", repack = "{variant.repack}"{fa}'
 
 
 def _is_bundled(path: Path) -> bool:

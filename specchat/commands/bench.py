@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also measure the target re-encoded in these weight formats (e.g. F16,Q8_0; derived into "
                         "<data dir>/models when missing), interleaved in one run, with each run's tok/s as a multiple "
                         "of the target's own baseline in the same round (× the bundled Q4_1 baseline)")
+    p.add_argument("--flash-attn", metavar="LIST", dest="flash_attn",
+                   help="also measure every target with these flash-attention settings (auto,on,off; the first is "
+                        "the configured one's place), interleaved in the same run")
     p.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     p.add_argument("--n-ctx", type=int, dest="n_ctx", help="context size (default 4096)")
     p.add_argument("--no-arithmetic", action="store_true", dest="no_arithmetic",

@@ -27,9 +27,10 @@ def _check(args: argparse.Namespace) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     _check(args)
-    from specchat.models.formats import DEFAULT_FORMATS, changes_output, parse_formats
+    from specchat.models.formats import DEFAULT_FORMATS, changes_output, parse_flash_attn, parse_formats
 
     asked = parse_formats(args.formats) if args.formats is not None else None
+    flash_attn = parse_flash_attn(getattr(args, "flash_attn", None) or "auto")
     from specchat.config import load_settings
 
     overrides: dict[str, Any] = location_overrides(args)
@@ -50,7 +51,7 @@ def run_tune(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr, enabled=show)
     sessions: dict[str, Any] = {}
     try:
-        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions)
+        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions, flash_attn)
     except KeyboardInterrupt:
         progress.close()
         print("specchat: interrupted: nothing saved", file=sys.stderr)
@@ -78,7 +79,7 @@ def _isatty(stream: Any) -> bool:
 
 
 def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
-          progress: Any, sessions: dict[str, Any]) -> Any:  # fmt: skip
+          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:  # fmt: skip
     from specchat.bench.runner import BenchRunner
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
@@ -94,10 +95,12 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     assert mdir is not None
     say = lambda msg: progress(0, 1, msg)  # noqa: E731
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
-                            threads=settings.threads, progress=say)  # fmt: skip
+                            threads=settings.threads, progress=say, flash_attn=flash_attn)  # fmt: skip
     for v in variants:
         # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
-        s = settings.model_copy(update={"target": str(v.path), "repack": v.repack, "server_url": None})
+        s = settings.model_copy(
+            update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn, "server_url": None}
+        )
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
                                         auto_k=False)  # fmt: skip
     first = next(iter(sessions.values()))
@@ -119,7 +122,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
             gain = 1.0 - (sp.v(16) * sp.target_ms()) / (cm.v(16) * cm.target_ms())
         results.append(tn.VariantResult(
             label=v.label, file=v.path.name, path=str(v.path), weights=v.weights, repack=v.repack, source=v.source,
-            lossy=v.lossy, one_row=v.one_row, note=v.note, t1_ms=cm.target_ms(), v=tn._v_at(cm),
+            flash_attn=v.flash_attn, lossy=v.lossy, one_row=v.one_row, note=v.note, t1_ms=cm.target_ms(), v=tn._v_at(cm),
             reason=cm.verify.curve(v.weights, "measured", row_by_row=target.row_by_row).reason,
             split_v=tn._v_at(sp) if sp is not None else None, split_gain=gain,
         ))  # fmt: skip

@@ -14,6 +14,8 @@ its text differs). Those are measured only when asked for, and flagged.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,6 +81,21 @@ def parse_formats(text: str, flag: str = "--formats") -> list[str]:
     return list(dict.fromkeys(names))
 
 
+#: the values of the ``flash_attn`` setting, as ``--flash-attn LIST`` takes them
+FLASH_ATTN_SETTINGS = ("auto", "on", "off")
+
+
+def parse_flash_attn(text: str, flag: str = "--flash-attn") -> list[str]:
+    """``"auto,off"`` -> ``["auto", "off"]`` (lower case, in order, unique); each a ``flash_attn`` setting."""
+    names = [p.strip().lower() for p in str(text).split(",") if p.strip()]
+    if not names:
+        raise UserError(f"{flag} is empty: give flash-attention settings, e.g. {flag} auto,off")
+    for name in names:
+        if name not in FLASH_ATTN_SETTINGS:
+            raise UserError(f"{flag} {text}: {name!r} is not a flash-attention setting; choose from {', '.join(FLASH_ATTN_SETTINGS)}")
+    return list(dict.fromkeys(names))
+
+
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One target to measure: a file, its weight format, and the kernels it is loaded with."""
@@ -95,9 +112,16 @@ class Variant:
     #: decodes every batch one row at a time (AMX one-row kernels, :attr:`specchat.engine.model.Model.row_by_row`):
     #: speculation cannot pay on it, so it runs baselines only
     one_row: bool = False
+    #: the ``flash_attn`` setting to load it with (see :data:`specchat.engine.model.FLASH_ATTN_MEASURED`)
+    flash_attn: str = "auto"
 
     @property
     def note(self) -> str:
+        if self.flash_attn != "auto":
+            return f"flash attention {self.flash_attn}" + (
+                ": faster past a short context; a verified reply may differ from plain decoding at near-ties"
+                if self.flash_attn == "off" else ""
+            )
         if self.one_row:
             return "one-row AMX kernels: fastest plain decoding here, every verify row costs a decode"
         if self.source:
@@ -113,11 +137,14 @@ def variants_for(
     one_row: OneRow = "none",
     threads: int = 1,
     progress: Callable[[str], None] | None = None,
+    flash_attn: Sequence[str] = ("auto",),
 ) -> list[Variant]:
     """The source, then each of ``formats`` (derived into ``models_dir`` with ``models derive --quant``'s
     machinery when the file is not there yet; the source's own format is the source), then the one-row-kernel
     variants (for a CPU whose AMX batch kernels crash, :func:`specchat.engine.model.extra_buffer_types_safe`
-    False): of the source (``one_row="source"``) or of every file (``"all"``) whose format has AMX kernels."""
+    False): of the source (``one_row="source"``) or of every file (``"all"``) whose format has AMX kernels.
+    Each is loaded with ``flash_attn[0]``; every further setting in ``flash_attn`` adds a copy of them all,
+    labelled e.g. ``Q8_0 fa-off``, whose file is never the comparisons' unit."""
     from specchat.models.derive import default_name, derive
 
     from specchat.engine.model import extra_buffer_types_safe
@@ -146,9 +173,14 @@ def variants_for(
             Variant(f"{v.label} one-row", v.path, v.weights, "on", source=False, lossy=v.lossy, one_row=True)
             for v in list(out) if v.weights.upper() in AMX_FORMATS and (v.source or one_row == "all")
         ]  # fmt: skip
-    return out
+    settings = list(dict.fromkeys(flash_attn)) or ["auto"]
+    base = [dataclasses.replace(v, flash_attn=settings[0]) for v in out]
+    return base + [
+        dataclasses.replace(v, label=f"{v.label} fa-{fa}", flash_attn=fa, source=False) for fa in settings[1:] for v in base
+    ]
 
 
 __all__ = [
-    "DEFAULT_FORMATS", "LOSSLESS_FORMATS", "Variant", "bits_per_weight", "changes_output", "parse_formats", "variants_for",
+    "DEFAULT_FORMATS", "FLASH_ATTN_SETTINGS", "LOSSLESS_FORMATS", "Variant", "bits_per_weight", "changes_output",
+    "parse_flash_attn", "parse_formats", "variants_for",
 ]

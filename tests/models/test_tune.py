@@ -4,6 +4,8 @@ that save their results, warm the calibration cache and show up in ``models list
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -92,6 +94,7 @@ def test_results_are_saved_and_read_back(tmp_path: Path) -> None:
         (["--n-predict", "0"], "--n-predict 0 must be a positive number"),
         (["--threads", "0"], "--threads 0 must be at least 1"),
         (["--formats", "Q9_9"], "'Q9_9' is not a weight format llama.cpp can write"),
+        (["--flash-attn", "on,fast"], "'fast' is not a flash-attention setting"),
         (["/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
         (["no-such-model"], "unknown model 'no-such-model'"),
     ],
@@ -120,7 +123,9 @@ def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, i
                              "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")  # fmt: skip
     assert code == 0, err
     (result,) = load_results(data)
-    assert [v.label for v in result.variants] == ["F32"] and result.variants[0].t1_ms
+    # flash attention as llama.cpp chooses, then off (tune measures both by default)
+    assert [v.label for v in result.variants] == ["F32", "F32 fa-off"] and result.variants[0].t1_ms
+    assert [v.flash_attn for v in result.variants] == ["auto", "off"] and result.variants[1].t1_ms
 
 
 def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_config: Path, tmp_path: Path,
@@ -133,7 +138,8 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
 
     data = tmp_path / "data"
     code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "Q8_0",
-                             "--threads", "1", "--runs", "1", "--n-predict", "6", "--reps", "1", "--no-progress")  # fmt: skip
+                             "--threads", "1", "--runs", "1", "--n-predict", "6", "--reps", "1", "--no-progress",
+                             "--flash-attn", "auto")  # fmt: skip
     assert code == 0, err
     (result,) = load_results(data)
     labels = [v.label for v in result.variants]
@@ -168,7 +174,7 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
     (data / "models").mkdir(parents=True)
     (data / "models" / SMOLLM2_Q8_FILE).symlink_to(demo_data_dir / "models" / SMOLLM2_Q8_FILE)
     code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(data), "--formats", "Q8_0", "--threads", "1",
-                             "--reps", "1", "--no-runs", "--no-progress", "--json")  # fmt: skip
+                             "--reps", "1", "--no-runs", "--no-progress", "--json", "--flash-attn", "auto")  # fmt: skip
     assert code == 0, err
     report = json.loads(out)
     labels = [v["label"] for v in report["variants"]]
@@ -186,3 +192,16 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
     assert any("--no-runs: the drafter's acceptance is unknown" in n for n in report["notes"])
     assert all(v["modes"]["copy-heavy"]["auto"]["predicted_tok_s"] is None for v in report["variants"] if not v["one_row"])
     assert report["split_threads_batch"] in (None, 2) and report["cpu"]
+
+
+def test_a_flash_attention_off_choice_is_written_as_its_config_line() -> None:
+    """The recommendation's config lines select the variant's flash-attention setting when it is not llama.cpp's
+    choice (without it, the user would run the file with the setting tune did not recommend)."""
+    from specchat.bench.tune import Choice, VariantResult, settings_for
+
+    v = VariantResult(label="Q8_0 fa-off", file="m.Q8_0.gguf", path="/x/m.Q8_0.gguf", weights="Q8_0", repack="off",
+                      source=False, lossy=False, one_row=False, note="", flash_attn="off")  # fmt: skip
+    c = Choice(workload="copy-heavy", label=v.label, mode="auto", tok_s=1.0, x_source=2.0, measured=True, why="")
+    assert settings_for(c, v, "ngram", None).endswith('repack = "off", flash_attn = "off"')
+    plain = settings_for(c, dataclasses.replace(v, flash_attn="auto"), "ngram", None)
+    assert "flash_attn" not in plain
