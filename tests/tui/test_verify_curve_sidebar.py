@@ -220,7 +220,7 @@ async def test_f1_shows_this_targets_curve_and_reason_under_the_glossary(make_ap
             f"  {line}" for part in sidebar.verify_texts() for line in part.splitlines()
         )
         assert text.index("\nv(K)  ") < text.index("Verify cost of this target") < text.index("Colours")
-        assert "the current K" in text  # the v(K) term says what the chart is
+        assert "charts v of K+1 rows per K" in text  # the v(K) term says what the chart is
         box = app.screen.query_one("#help-box")
         help_width = box.content_region.width
         assert all(len(f"  {row}") <= help_width for row in chart_rows(Q41, K_MAX, 3)), "the chart wraps"

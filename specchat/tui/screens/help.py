@@ -32,9 +32,7 @@ GLOSSARY = (
     ("K", "draft length: the most tokens the drafter may propose per round (a cap). Auto-K picks it every "
      "round; fixed K is the K keys' value."),
     ("v(K)", "verify cost: the target's time to check K drafted tokens + 1 in one batch, in single-token "
-     "decodes (measured, ≥ 1). The sidebar's verify cost block draws it per K: a bar, v, and the K+1 rows it "
-     "checks (v near K+1: batching saves nothing), ◂ at the current K; under it, why this weight format's "
-     "curve is flat or steep. This target's curve is shown below."),
+     "decodes (≥ 1). The sidebar charts v of K+1 rows per K (full bar: no batching gain; ◂ current K)."),
     ("c", "draft cost: the drafter's time per drafted token, in single-token target decodes (n-gram ≈ 0)."),
     ("break-even", "the smallest α at which some K beats plain decoding. A round yields E = 1 + α + … + α^K "
      "tokens for c·K + v(K) target decodes; with c ≥ 1 nothing pays."),

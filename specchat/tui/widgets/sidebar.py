@@ -433,7 +433,7 @@ class Sidebar(VerticalScroll):
         value = "" if rate is None else f"{rate:.1f}"
         if digits.value != value:
             digits.update(value)
-        self._put("tok-s-label", tok_s_caption(snapshot))
+        self._put("tok-s-label", tok_s_caption(snapshot), rewraps=True)  # 1 line or 2
         self._render_figures()
         for name, (caption, drawn) in (
             ("spark-tok", format_spark_tok(snapshot.tok_s_history)),
