@@ -2,9 +2,10 @@
 
 v(K) = time of a (K+1)-row verify batch / time of one single-row decode (:class:`~specchat.engine.events.
 VerifyCurve`, fitted by :mod:`specchat.engine.telemetry.verify_cost`). It is the divisor of the speedup
-E(α, K) / (c·K + v(K)) (Leviathan et al. 2023), so it is what the break-even line is made of: a flat curve
-(v(16) ≈ 2–4, a format with a batched kernel) lets long drafts pay, a steep one (v(16) ≈ 5–11, the bundled
-Q4_1, no batched kernel on this CPU) makes every drafted token cost most of a target decode.
+E(α, K) / (c·K + v(K)) (Leviathan et al. 2023), so it is what the break-even line is made of: a flat curve (a
+format with a batched kernel) lets long drafts pay, a steep one (the bundled Q4_1, no batched kernel on this
+CPU) makes every drafted token cost most of a target decode (README, "The lesson", has this machine's
+figures).
 
 One row per K in :data:`CHART_KS` up to the drafter's cap (plus the current K, marked): v itself, the K+1
 rows it verifies, and a bar of v out of those K+1 (``11 of 17``: 65 % filled). A full bar is a batch that costs

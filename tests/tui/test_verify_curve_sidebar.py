@@ -201,7 +201,7 @@ async def test_an_engine_without_a_curve_says_not_reported(make_app):
 
 
 @pytest.mark.parametrize("size", [(60, 20), (80, 24), SIZE])
-async def test_f1_shows_this_targets_curve_and_reason_under_the_glossary(make_app, size):
+async def test_f1_shows_this_targets_curve_and_reason_after_the_glossary(make_app, size):
     app, _ = make_app()
     async with app.run_test(size=size) as pilot:
         await wait_ready(pilot)
@@ -219,7 +219,7 @@ async def test_f1_shows_this_targets_curve_and_reason_under_the_glossary(make_ap
         assert block in text and block.split("\n", 1)[1] == "\n".join(
             f"  {line}" for part in sidebar.verify_texts() for line in part.splitlines()
         )
-        assert text.index("\nv(K)  ") < text.index("Verify cost of this target") < text.index("Colours")
+        assert text.index("\nv(K)  ") < text.index("Colours") < text.index("Verify cost of this target") < text.index("Keys")
         assert "charts v of K+1 rows per K" in text  # the v(K) term says what the chart is
         box = app.screen.query_one("#help-box")
         help_width = box.content_region.width

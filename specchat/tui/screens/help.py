@@ -6,9 +6,9 @@ who presses F1 is asking what the screen means, and the glossary is short enough
 colours are drawn with :func:`specchat.tui.widgets.token_view.kind_style`, the styles replies are drawn
 with, so the glossary cannot show a colour the chat does not use. The terms follow the definitions of
 :mod:`specchat.engine.telemetry.figures` (acceptance, α) and :mod:`specchat.engine.telemetry.speedup`
-(E, S(K), v(K), c, break-even). Below the terms, *this* target's verify cost: the sidebar's "verify cost" block
-(headline, v(K) chart, reason), the very texts the sidebar shows (:meth:`specchat.tui.widgets.sidebar.Sidebar.
-verify_texts`), handed over by the app when it opens the screen.
+(E, S(K), v(K), c, break-even). Below the colours, *this* target's verify cost: the very texts of the sidebar's
+"verify cost" block (headline, v(K) chart, reason: ``Sidebar.verify_texts``), handed over by the app when it
+opens the screen, so help.py needs nothing from the engine.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ COLOURS = (
 def verify_text(verify: tuple[str, str, str]) -> Content:
     """This target's verify cost: the sidebar's (headline, chart, reason), each part only if there is one."""
     headline, chart, reason = verify
-    parts: list[Content] = [Content.styled("\nVerify cost of this target\n", "bold"), Content(f"  {sanitize_line(headline)}\n")]
+    parts = [Content.styled("\nVerify cost of this target\n", "bold"), Content(f"  {sanitize_line(headline)}\n")]
     for row in chart.splitlines():
         parts.append(Content(f"  {sanitize(row)}\n"))  # not sanitize_line: the columns' spaces stay
     if reason:
@@ -64,19 +64,19 @@ def verify_text(verify: tuple[str, str, str]) -> Content:
 
 
 def glossary_text(verify: tuple[str, str, str] | None = None) -> Content:
-    """The terms, this target's verify cost when the app knows it (``verify``: see :func:`verify_text`), the
-    colours."""
+    """The terms, the colours, and this target's verify cost when the app gives it (``verify``: see
+    :func:`verify_text`)."""
     parts: list[Content] = [Content.styled("Glossary\n", "bold")]
     for term, meaning in GLOSSARY:
         parts.append(Content.styled(term, "bold"))  # not indented: a wrapped meaning lines up with its term
         parts.append(Content(f"  {meaning}\n"))
-    if verify is not None:
-        parts.append(verify_text(verify))
     parts.append(Content.styled("\nColours\n", "bold"))
     for kind, meaning in COLOURS:
         parts.append(Content("  "))
         parts.append(Content.styled(f"{kind:<10}", kind_style(kind)))
         parts.append(Content(f" {meaning}\n"))
+    if verify is not None:  # after the colours: at 60x20 the chart's dozen lines would push them off a page
+        parts.append(verify_text(verify))
     return Content.assemble(*parts)
 
 

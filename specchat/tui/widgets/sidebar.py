@@ -448,17 +448,13 @@ class Sidebar(VerticalScroll):
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
 
-    def verify_view(self) -> tuple[VerifyCurve | None, int, int | None]:
-        """(curve, drafter's cap, current K) of the "verify cost" block, as shown now (the F1 help draws the
-        same)."""
-        state = self._state
-        drafter = (state.drafter if state is not None else None) or (self._info.draft_name if self._info else None)
-        return verify_curve(self._snapshot, self._info), drafter_cap(drafter), current_k(self._snapshot.status, state)
-
     def verify_texts(self) -> tuple[str, str, str]:
-        """(headline, chart, reason) of the "verify cost" block as shown now (:func:`format_verify`)."""
-        curve, cap, current = self.verify_view()
-        return format_verify(curve, self._info, cap, current)
+        """(headline, chart, reason) of the "verify cost" block as shown now (:func:`format_verify`; the F1 help
+        shows the same)."""
+        state, info = self._state, self._info
+        drafter = (state.drafter if state is not None else None) or (info.draft_name if info is not None else None)
+        curve = verify_curve(self._snapshot, info)
+        return format_verify(curve, info, drafter_cap(drafter), current_k(self._snapshot.status, state))
 
     def _render_verify(self) -> None:
         """The "verify cost" block under the break-even line: what v(K) is made of, drawn as a chart whose text
