@@ -948,7 +948,7 @@ class SpecChatApp(App[None]):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
             return
-        self.push_screen(HelpScreen(dict(self.effective_keys)))
+        self.push_screen(HelpScreen(dict(self.effective_keys), self.sidebar.verify_texts()))
 
     # -- actions: speculation controls (applied by the engine at its next step) --------------------------
     def _controls_changed(self, note: str | None = None) -> None:
@@ -1077,6 +1077,8 @@ class SpecChatApp(App[None]):
         self.settings = self.settings.model_copy(update={"target": target, "draft": draft})
         factory = self.make_factory(self.settings)
         old = self.host.unload()
+        self._stats.engine_changed()
+        self.sidebar.show_stats(self._stats.snapshot())
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
         self.notify(f"Loading {label}\u2026")

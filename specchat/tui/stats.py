@@ -102,6 +102,12 @@ class LiveStats:
         self._prompt = None
         self._generating = True
 
+    def engine_changed(self) -> None:
+        """Another engine (a model switch) replaces the one the cost model's view came from: forget that view,
+        so the break-even line and the verify cost curve of the old target are not shown as the new one's
+        (the new engine's ``EngineInfo.verify`` is, until its first round). Between turns only."""
+        self._cost = None
+
     def observe_prompt(self, event: PromptDone, now: float) -> None:
         self._prompt = event
         self._last_t = now  # the rolling rate counts decode time, not prompt time

@@ -45,10 +45,12 @@ from specchat.engine.events import (
     PromptDone,
     Step,
     Turn,
+    VerifyCurve,
 )
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.engine.telemetry import AutoK, CostModel, KDecision, KReason, TurnCounters
 from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_figures, reply_figures
+from specchat.engine.telemetry.verify_cost import verify_reason
 
 
 class AutoKRound(NamedTuple):
@@ -81,6 +83,25 @@ def tokenize(text: str) -> list[str]:
     """Split like a BPE vocabulary roughly would: words with their leading space, punctuation, newlines."""
     return re.findall(r"\n| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]| +", text)
 
+
+def verify_curve(weights: str, per_row: float, source: str = "cache") -> VerifyCurve:
+    """A target's v(K) = 1 + ``per_row``·K for K = 0..K_MAX, every batch size timed, with the engine's own
+    reason line (:func:`verify_reason`)."""
+    v = tuple(1.0 + per_row * k for k in range(K_MAX + 1))
+    return VerifyCurve(weights=weights, v=v, target_ms=10.0, measured_rows=K_MAX + 1, source=source,  # type: ignore[arg-type]
+                       reason=verify_reason(weights, lambda k: v[k], measured=source != "prior"))  # fmt: skip
+
+
+def live_curve(curve: VerifyCurve, round_no: int) -> VerifyCurve:
+    """``curve`` as a round's cost carries it: measured in this session, and moved by up to 0.4 % from round
+    to round, as the real fit moves with every verify batch timed (below the sidebar's rounding)."""
+    scale = 1.0 + 0.002 * (round_no % 3)
+    return replace(curve, source="measured", v=(1.0, *(v * scale for v in curve.v[1:])))
+
+
+#: the target's verify cost as the fake engine's info has it before the first round (this file's cached
+#: calibration): a format without a batched kernel, v(16) = 10.9; its Steps carry the same curve "measured"
+DEFAULT_VERIFY = verify_curve("Q4_1", 0.62)
 
 #: the cost model's view the fake engine reports in every Step (a cheap drafter that pays)
 DEFAULT_COST = CostEstimate(
@@ -122,6 +143,7 @@ class FakeEngine:
         auto_k_script: tuple[AutoKRound, ...] = (),
         auto_k_notices: dict[int, bool] | None = None,
         accept_pattern: tuple[int, ...] = ACCEPT_PATTERN,
+        verify: VerifyCurve | None = DEFAULT_VERIFY,
     ) -> None:
         self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))
         self._messages: list[Message] = []
@@ -136,6 +158,9 @@ class FakeEngine:
         self.auto_k_script = auto_k_script
         self.auto_k_notices = dict(auto_k_notices or {})
         self.accept_pattern = accept_pattern  # accepted count per round, cycled
+        #: the target's v(K): EngineInfo.verify as given (None: an engine that reports none), and in every Step's
+        #: cost as measured in this session, as the real engine's
+        self.verify = verify
         self.cost_model = CostModel()  # the recent window: this session's drafting rounds, as the real engine's
         self._release = threading.Semaphore(0)
         self._hold_cond = threading.Condition()
@@ -166,6 +191,8 @@ class FakeEngine:
             n_ctx=4096,
             k_max=K_MAX,
             can_speculate=True,
+            verify=self.verify,
+            weights=self.verify.weights if self.verify is not None else "",
         )
 
     def send(self, user_text: str) -> Iterator[Event]:
@@ -368,6 +395,8 @@ class FakeEngine:
             cost = self.cost
             if cost is not None and recent is not None and recent.alpha is not None:
                 cost = replace(cost, alpha=recent.alpha)  # the break-even line's α is the recent window's
+            if cost is not None and self.verify is not None:
+                cost = replace(cost, verify=live_curve(self.verify, round_no))
             step = Step(
                 k=k if speculate else 0,
                 drafted=drafted,

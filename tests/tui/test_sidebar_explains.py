@@ -144,6 +144,30 @@ async def test_a_remote_engine_draft_time_says_not_reported(make_app):
         assert "ms/round" in sidebar.text_of("reply-figures")  # the verify time is reported
 
 
+async def test_every_sidebar_text_is_laid_out_at_its_wrapped_height(make_app):
+    """A text whose wrapped height changes while its line count does not must be laid out again, or its last
+    line is cut off: the tok/s caption goes from "tok/s: no reply yet" (one line at the sidebar's width) to
+    "tok/s over the last 1 s of this reply" (two), and mid-reply the main screen's snapshot showed "reply" cut."""
+    from textual.content import Content
+
+    engine = FakeEngine(hold_at_steps=(9,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "How does speculative decoding work?")
+        await wait_hold(pilot, engine)
+        await pilot.pause()
+        sidebar = app.query_one(Sidebar)
+        for widget_id, static in sidebar._statics.items():
+            text = sidebar.text_of(widget_id)
+            if not static.display or not text:
+                continue
+            region = static.content_region
+            assert region.height == len(Content(text).wrap(region.width)), (widget_id, text, region)
+        engine.release()
+        await settle(pilot)
+
+
 # -- auto-K's notices ------------------------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ cursor blink, no toasts. Update with ``pytest tests/tui/test_snapshots_ab.py --s
 
 from __future__ import annotations
 
-from fake_engine import FakeClock, FakeEngine
+from fake_engine import FakeClock, FakeEngine, verify_curve
 from tuikit import fake_settings, send_each, settle, wait_ready
 
 from specchat.tui.app import SpecChatApp
@@ -15,7 +15,8 @@ TERMINAL = (110, 44)
 
 def test_ab_table_with_two_pairs(snap_compare, tmp_path):
     first = FakeEngine(["one two three four five six seven eight"], target_name="SmolLM2-135M-Q4_1.gguf")
-    second = FakeEngine(["nine ten eleven twelve thirteen"], target_name="SmolLM2-360M-f16.gguf")
+    second = FakeEngine(["nine ten eleven twelve thirteen"], target_name="SmolLM2-360M-f16.gguf",
+                        verify=verify_curve("F16", 0.1))  # a batched kernel: a flat v(K)
     app = SpecChatApp(lambda progress: first, fake_settings(data_dir=tmp_path), clock=FakeClock(),
                       make_factory=lambda settings: (lambda progress: second), export_dir=tmp_path)
 

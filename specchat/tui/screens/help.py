@@ -6,7 +6,9 @@ who presses F1 is asking what the screen means, and the glossary is short enough
 colours are drawn with :func:`specchat.tui.widgets.token_view.kind_style`, the styles replies are drawn
 with, so the glossary cannot show a colour the chat does not use. The terms follow the definitions of
 :mod:`specchat.engine.telemetry.figures` (acceptance, α) and :mod:`specchat.engine.telemetry.speedup`
-(E, S(K), v(K), c, break-even).
+(E, S(K), v(K), c, break-even). Below the colours, *this* target's verify cost: the very texts of the sidebar's
+"verify cost" block (headline, v(K) chart, reason: ``Sidebar.verify_texts``), handed over by the app when it
+opens the screen, so help.py needs nothing from the engine.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
-from specchat.tui.sanitize import sanitize_line
+from specchat.tui.sanitize import sanitize, sanitize_line
 from specchat.tui.widgets.token_view import kind_style
 
 #: (term, one or two lines): what the sidebar's words mean
@@ -30,7 +32,7 @@ GLOSSARY = (
     ("K", "draft length: the most tokens the drafter may propose per round (a cap). Auto-K picks it every "
      "round; fixed K is the K keys' value."),
     ("v(K)", "verify cost: the target's time to check K drafted tokens + 1 in one batch, in single-token "
-     "decodes (measured, ≥ 1)."),
+     "decodes (≥ 1). The sidebar charts v of K+1 rows per K (full bar: no batching gain; ◂ current K)."),
     ("c", "draft cost: the drafter's time per drafted token, in single-token target decodes (n-gram ≈ 0)."),
     ("break-even", "the smallest α at which some K beats plain decoding. A round yields E = 1 + α + … + α^K "
      "tokens for c·K + v(K) target decodes; with c ≥ 1 nothing pays."),
@@ -50,7 +52,20 @@ COLOURS = (
 )
 
 
-def glossary_text() -> Content:
+def verify_text(verify: tuple[str, str, str]) -> Content:
+    """This target's verify cost: the sidebar's (headline, chart, reason), each part only if there is one."""
+    headline, chart, reason = verify
+    parts = [Content.styled("\nVerify cost of this target\n", "bold"), Content(f"  {sanitize_line(headline)}\n")]
+    for row in chart.splitlines():
+        parts.append(Content(f"  {sanitize(row)}\n"))  # not sanitize_line: the columns' spaces stay
+    if reason:
+        parts.append(Content(f"  {sanitize_line(reason)}\n"))
+    return Content.assemble(*parts)
+
+
+def glossary_text(verify: tuple[str, str, str] | None = None) -> Content:
+    """The terms, the colours, and this target's verify cost when the app gives it (``verify``: see
+    :func:`verify_text`)."""
     parts: list[Content] = [Content.styled("Glossary\n", "bold")]
     for term, meaning in GLOSSARY:
         parts.append(Content.styled(term, "bold"))  # not indented: a wrapped meaning lines up with its term
@@ -60,11 +75,13 @@ def glossary_text() -> Content:
         parts.append(Content("  "))
         parts.append(Content.styled(f"{kind:<10}", kind_style(kind)))
         parts.append(Content(f" {meaning}\n"))
+    if verify is not None:  # after the colours: at 60x20 the chart's dozen lines would push them off a page
+        parts.append(verify_text(verify))
     return Content.assemble(*parts)
 
 
-def help_text(effective_keys: dict[str, str]) -> Content:
-    parts: list[Content | str] = [glossary_text()]
+def help_text(effective_keys: dict[str, str], verify: tuple[str, str, str] | None = None) -> Content:
+    parts: list[Content | str] = [glossary_text(verify)]
     parts.append(Content.styled("\nKeys\n", "bold"))
     for spec in (*PROMPT_KEYS, *APP_KEYS):
         keys = effective_keys.get(spec.id, spec.keys)
@@ -83,13 +100,14 @@ def help_text(effective_keys: dict[str, str]) -> Content:
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,f1,ctrl+g,q", "dismiss", "Close", show=False)]
 
-    def __init__(self, effective_keys: dict[str, str]) -> None:
+    def __init__(self, effective_keys: dict[str, str], verify: tuple[str, str, str] | None = None) -> None:
         super().__init__()
         self._keys = effective_keys
+        self._verify = verify
 
     def compose(self):
         with VerticalScroll(id="help-box"):
-            yield Static(help_text(self._keys), id="help-text")
+            yield Static(help_text(self._keys, self._verify), id="help-text")
 
     def on_mount(self) -> None:
         box = self.query_one("#help-box")

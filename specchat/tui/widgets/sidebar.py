@@ -1,5 +1,5 @@
-"""The live sidebar: speed, how K was chosen, the reply's and auto-K's figures, break-even, A/B, the pair,
-sparklines, per-position acceptance.
+"""The live sidebar: speed, how K was chosen, the reply's and auto-K's figures, break-even, the target's verify
+cost v(K), A/B, the pair, sparklines, per-position acceptance.
 
 It is redrawn from immutable :class:`~specchat.tui.stats.StatsSnapshot` objects, which the turn's
 pump posts at most ~4 times a second (and which coalesce when the UI is busy), plus the current
@@ -16,6 +16,12 @@ they come from, never beside the reply's acceptance); K is the engine's
 that does not exist yet is a dash or words, never 0 (no ``0.0 tok/s`` before the first reply). The sparklines
 have fixed scales (:func:`bars`): Textual's ``Sparkline`` scales each series to its own min..max, so a
 reply with every round at 100 % drew a flat bottom row that read as 0 %.
+
+Under the break-even line, the "verify cost" block draws the v(K) curve that line is computed from
+(:mod:`specchat.tui.verify_chart`): the weight format, where v came from, one row per K up to the drafter's cap
+with the current K marked, and the engine's reason in words (issue 12). The live curve (the last round's
+``cost.verify``) is preferred, else the engine's (``EngineInfo.verify``, from the cached calibration, so it
+shows before the first reply); an engine without one (a llama-server) says "not reported".
 """
 
 from __future__ import annotations
@@ -27,10 +33,12 @@ from textual.content import Content
 from textual.widgets import Digits, ProgressBar, Static
 
 from specchat.engine.controls import ControlState
-from specchat.engine.events import CostEstimate, Figures, KStatus
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NONE
+from specchat.engine.events import CostEstimate, Figures, KStatus, VerifyCurve
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import WINDOW_S, StatsSnapshot
+from specchat.tui.verify_chart import verify_block
 from specchat.tui.widgets.ab_table import ABTable
 
 DASH = "\u2013"
@@ -57,6 +65,51 @@ def break_even_text(cost: CostEstimate | None, info: EngineInfo | None = None) -
     from specchat.engine.telemetry import break_even_line  # numpy: not at start-up, the window comes first
 
     return break_even_line(cost)
+
+
+def verify_curve(snapshot: StatsSnapshot, info: EngineInfo | None) -> VerifyCurve | None:
+    """The target's v(K) curve to show: the live one (the last round's ``cost.verify``), else the engine's
+    (``EngineInfo.verify``: this file's cached calibration before the first round), else None."""
+    if snapshot.cost is not None and snapshot.cost.verify is not None:
+        return snapshot.cost.verify
+    return info.verify if info is not None else None
+
+
+def drafter_cap(drafter: str | None) -> int:
+    """How far the chart goes: the drafter's cap on K (:data:`DRAFTER_KINDS`; a model file is a model drafter),
+    or, with no drafter, :data:`K_MAX` (the target's whole curve)."""
+    if not drafter or drafter == NONE:
+        return K_MAX
+    return DRAFTER_KINDS.get(drafter, DRAFTER_KINDS[MODEL]).k_cap
+
+
+def current_k(status: KStatus | None, state: ControlState | None) -> int | None:
+    """The K the rounds draft up to now, to mark on the chart: the K control when K is fixed, auto-K's K when
+    it chooses, None when nothing drafts (speculation off, auto-K off for cost, no round of auto-K yet)."""
+    if state is not None:
+        if not state.speculative or state.drafter == NONE:
+            return None
+        if not state.auto_k:
+            return state.k
+        if status is None or status.state not in AUTO_STATES:
+            return None  # auto-K was just turned on: the last round's K was not its choice
+    if status is None or status.state == "speculation off" or status.k <= 0:
+        return None
+    return status.k
+
+
+def format_verify(curve: VerifyCurve | None, info: EngineInfo | None, cap: int = K_MAX,
+                  current: int | None = None) -> tuple[str, str, str]:
+    """(headline, chart, reason) of the "verify cost" block (:func:`specchat.tui.verify_chart.verify_block`), or
+    the headline alone saying why there is no curve: "not reported" by an engine that has none (a
+    llama-server times no verify batches)."""
+    if curve is not None:
+        return verify_block(curve, cap, current)
+    if info is None:
+        return f"verify cost v(K): {DASH} (no model loaded)", "", ""
+    if info.draft_timing and not info.can_speculate:
+        return "verify cost v(K): not measured (this target cannot speculate)", "", ""
+    return "verify cost v(K): not reported by this engine", "", ""
 
 
 def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:
@@ -290,6 +343,9 @@ class Sidebar(VerticalScroll):
         yield Static(id="recent-figures", classes="figures")
         yield Static(id="recent-notes", classes="note")
         yield Static(id="break-even")
+        yield Static(id="verify-label", classes="caption")
+        yield Static(id="verify-chart")
+        yield Static(id="verify-reason", classes="note")
         yield ABTable(id="ab")
 
     def on_mount(self) -> None:
@@ -377,7 +433,7 @@ class Sidebar(VerticalScroll):
         value = "" if rate is None else f"{rate:.1f}"
         if digits.value != value:
             digits.update(value)
-        self._put("tok-s-label", tok_s_caption(snapshot))
+        self._put("tok-s-label", tok_s_caption(snapshot), rewraps=True)  # 1 line or 2
         self._render_figures()
         for name, (caption, drawn) in (
             ("spark-tok", format_spark_tok(snapshot.tok_s_history)),
@@ -392,6 +448,23 @@ class Sidebar(VerticalScroll):
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
 
+    def verify_texts(self) -> tuple[str, str, str]:
+        """(headline, chart, reason) of the "verify cost" block as shown now (:func:`format_verify`; the F1 help
+        shows the same)."""
+        state, info = self._state, self._info
+        drafter = (state.drafter if state is not None else None) or (info.draft_name if info is not None else None)
+        curve = verify_curve(self._snapshot, info)
+        return format_verify(curve, info, drafter_cap(drafter), current_k(self._snapshot.status, state))
+
+    def _render_verify(self) -> None:
+        """The "verify cost" block under the break-even line: what v(K) is made of, drawn as a chart whose text
+        changes only when a value as written changes (:mod:`specchat.tui.verify_chart`)."""
+        label, chart, reason = self.verify_texts()
+        self._put("verify-label", label, rewraps=True)
+        self._put("verify-chart", chart)
+        self._statics["verify-chart"].display = bool(chart)
+        self._put_note("verify-reason", reason)
+
     def _render_figures(self) -> None:
         snapshot = self._snapshot
         self._put("k-status", "\n".join(format_k(snapshot.status, self._state)), rewraps=True)
@@ -399,6 +472,7 @@ class Sidebar(VerticalScroll):
         self._put("reply-figures", "\n".join(format_reply(snapshot, self._info)), rewraps=True)
         self._put("recent-figures", "\n".join(format_recent(snapshot.recent, self._info)), rewraps=True)
         self._put_note("recent-notes", "\n".join(snapshot.recent.notes) if snapshot.recent is not None else "")
+        self._render_verify()
 
     def _put_note(self, widget_id: str, text: str) -> None:
         """A note in words under its figures, hidden when there is none."""
