@@ -146,6 +146,14 @@ class PtyApp:
             got = True
             wait = 0
 
+    def settle(self, quiet: float = 0.3, timeout: float = 30.0) -> str:
+        """Feed output until the app has written nothing for ``quiet`` seconds (a frame, or a scroll animation,
+        is drawn in several writes: a screen read between them is a partly drawn one); the screen then."""
+        deadline = time.monotonic() + timeout
+        while self.pump(quiet) and time.monotonic() < deadline:
+            pass
+        return self.text()
+
     def text(self) -> str:
         """The screen as text, one line per row (trailing spaces stripped)."""
         return "\n".join(line.rstrip() for line in self.screen.display)
