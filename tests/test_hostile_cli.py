@@ -412,7 +412,7 @@ def _interrupt_run(tmp_path: Path, where: str, nth: int, argv: list[str]) -> sub
     driver = tmp_path / "driver.py"
     driver.write_text(INTERRUPT_DRIVER)
     return subprocess.run([sys.executable, str(driver), where, str(nth), *argv], capture_output=True,
-                          env=child_env(tmp_path), timeout=300, cwd=tmp_path)
+                          env=child_env(tmp_path), timeout=300, cwd=tmp_path, preexec_fn=default_stop_signals)
 
 
 def _callback_counts(proc: subprocess.CompletedProcess) -> tuple[int, int]:
@@ -456,6 +456,7 @@ def test_sigint_at_random_moments_during_generate_always_stops_with_130(tmp_path
         proc = subprocess.Popen(
             [*CLI, "generate", "--prompt", "Write a long story.", "--n-predict", "400", "--threads", "1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(tmp_path), cwd=tmp_path,
+            preexec_fn=default_stop_signals,  # a runner started in the background ignores SIGINT, and so would the child
         )
         # the moment is drawn from [0.3 s, 2.5 s]: interpreter start-up takes ~0.3 s here (a signal before the
         # handlers exist would kill Python outright: not the case under test), the load ends around 1-2 s
