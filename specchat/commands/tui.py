@@ -140,10 +140,14 @@ def remembered_state(config_path: str | None, theme_flag: str | None) -> tuple[U
 
 #: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
 #: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
-#: the engine's round. 50 ms is Neovim's default ``ttimeoutlen`` for the same ambiguity; terminals send a
-#: key's whole sequence in one write, so only a link slower than that splits one. A user's ``ESCDELAY``
-#: (the ncurses variable Textual reads) wins.
-ESCAPE_DELAY_MS = 50
+#: the engine's round. Timed inside the app through a pty (bundled model, 120x32, four stops): from the stop
+#: action to the engine's end 2-16 ms, to TurnFinished 2-5 ms more, to the frame saying "stopped" 17-34 ms
+#: more, while Esc-to-stopped read 106-120 ms at 50 ms here: this wait was the largest part, and
+#: tests/perf/ui_latency.py's worst stops went 6-33 ms past issue 9's budget (one round + 100 ms). Terminals
+#: send a key's whole sequence in one write, so only a link slower than 25 ms inside one key's bytes splits
+#: one (tmux users commonly set escape-time to 10-25 ms for the same reason). A user's ``ESCDELAY`` (the
+#: ncurses variable Textual reads) wins.
+ESCAPE_DELAY_MS = 25
 
 
 def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
