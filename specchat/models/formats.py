@@ -117,16 +117,20 @@ class Variant:
 
     @property
     def note(self) -> str:
-        if self.flash_attn != "auto":
-            return f"flash attention {self.flash_attn}" + (
-                ": faster past a short context; a verified reply may differ from plain decoding at near-ties"
-                if self.flash_attn == "off" else ""
-            )
+        """What is particular to this variant: its kernels (one-row AMX), a re-quantisation, then a flash-attention
+        setting other than llama.cpp's own (such a copy is never the comparisons' unit, even of the source file)."""
+        parts = []
         if self.one_row:
-            return "one-row AMX kernels: fastest plain decoding here, every verify row costs a decode"
-        if self.source:
-            return "the source file"
-        return "re-quantised: changes the model's output" if self.lossy else "re-encoded: the source's weights"
+            parts.append("one-row AMX kernels: fastest plain decoding here, every verify row costs a decode")
+        elif self.lossy:
+            parts.append("re-quantised: changes the model's output")
+        if self.flash_attn == "off":
+            parts.append("flash attention off: faster past a short context; a verified reply may differ from plain decoding at near-ties")
+        elif self.flash_attn != "auto":
+            parts.append(f"flash attention {self.flash_attn}")
+        if not parts:
+            parts.append("the source file" if self.source else "re-encoded: the source's weights")
+        return "; ".join(parts)
 
 
 def variants_for(

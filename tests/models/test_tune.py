@@ -205,3 +205,13 @@ def test_a_flash_attention_off_choice_is_written_as_its_config_line() -> None:
     assert settings_for(c, v, "ngram", None).endswith('repack = "off", flash_attn = "off"')
     plain = settings_for(c, dataclasses.replace(v, flash_attn="auto"), "ngram", None)
     assert "flash_attn" not in plain
+
+
+def test_a_flash_attention_copy_keeps_its_variants_warnings() -> None:
+    """A fa-off copy of a re-quantised or one-row variant still says so (its note named only the attention)."""
+    from specchat.models.formats import Variant
+
+    lossy = Variant("Q4_0 fa-off", Path("m.Q4_0.gguf"), "Q4_0", "off", lossy=True, flash_attn="off").note
+    one_row = Variant("Q4_1 one-row fa-off", Path("m.gguf"), "Q4_1", "on", one_row=True, flash_attn="off").note
+    assert "changes the model's output" in lossy and "near-ties" in lossy
+    assert "one-row AMX kernels" in one_row and "near-ties" in one_row
