@@ -48,6 +48,7 @@ from specchat.models.registry import resolve_pair
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.engine_host import EngineFactory, EngineHost
 from specchat.tui.generation import pump_turn
+from specchat.tui.heap import freeze_startup_heap
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
 from specchat.tui.messages import (
     DraftingOff,
@@ -441,6 +442,7 @@ class SpecChatApp(App[None]):
         if info.note:
             self.chat.mount(ChatNotice(info.note))
         self._colour_saved_replies()  # a conversation opened while loading, or carried over to a new model
+        self.call_after_refresh(freeze_startup_heap)  # after "ready" is on screen: a one-off collection
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         self.host.fail(message.message)
