@@ -139,15 +139,16 @@ def remembered_state(config_path: str | None, theme_flag: str | None) -> tuple[U
 
 
 #: how long a lone Esc byte waits for the rest of an escape sequence before it counts as the Esc key, in ms.
-#: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop cost that wait on top of
-#: the engine's round. Timed inside the app through a pty (bundled model, 120x32, four stops): from the stop
-#: action to the engine's end 2-16 ms, to TurnFinished 2-5 ms more, to the frame saying "stopped" 17-34 ms
-#: more, while Esc-to-stopped read 106-120 ms at 50 ms here: this wait was the largest part, and
-#: tests/perf/ui_latency.py's worst stops went 6-33 ms past issue 9's budget (one round + 100 ms). Terminals
-#: send a key's whole sequence in one write, so only a link slower than 25 ms inside one key's bytes splits
-#: one (tmux users commonly set escape-time to 10-25 ms for the same reason). A user's ``ESCDELAY`` (the
-#: ncurses variable Textual reads) wins.
-ESCAPE_DELAY_MS = 25
+#: Textual waits 100 ms (its ``ESCDELAY`` default), and Esc is the stop key: a stop pays that wait on top of
+#: the engine's round. Timed inside the app through a pty (bundled model, 120x32, ``--threads 1``, 20 stops,
+#: ESCDELAY 10): the stop action runs 13-32 ms after Esc was written, the engine ends its round 2-35 ms
+#: later, the app handles TurnFinished in 8-9 ms and draws the "stopped" frame in 18-22 ms (a full frame);
+#: the wait is the one part that is pure delay. Esc-to-stopped through the pty, 20 stops per session,
+#: sessions alternated: median 110 and 102.5 ms at 25 ms, 89.5 and 86 ms at 10 ms. Terminals send a key's
+#: whole sequence in one write, so only a link slower than 10 ms inside one key's bytes splits one; tmux
+#: made 10 ms its own ``escape-time`` default in 3.5 (tmux/tmux#3844) for the same trade. A user's
+#: ``ESCDELAY`` (the ncurses variable Textual reads) wins.
+ESCAPE_DELAY_MS = 10
 
 
 def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
