@@ -15,7 +15,9 @@ alternates, round by round, with ``specchat generate --json`` on the same messag
 - **tok/s ratio**: the app's reply rate (``predicted_per_second`` of the reply, from the history database)
   divided by ``specchat generate``'s on the same message, pair by pair: for a reply left alone (its output
   read, and emulated only after it ends, so this script's terminal emulator takes no CPU from the app
-  meanwhile; the goal's figure) and for a reply typed over (the emulator's CPU included).
+  meanwhile; the goal's figure), against the mean of a ``generate`` run just before and one just after it,
+  so a machine that speeds up or slows down during the pair does not bias it; and for a reply typed over
+  (the emulator's CPU included; ``generate`` after it only).
 
 Prints medians, p95 and the ratio of each pair, and the load average (other processes change every figure:
 quote a run on a quiet machine; ratios are within one run). Why a script and not ``specchat bench --ui``: it
@@ -210,10 +212,13 @@ def main() -> int:
                 s.type_while(msg_b, lambda: bool(FINISHED.search(s.app.text())), streaming)
                 s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=600, what="the reply to end")
                 typed_pairs.append((s.last_turn()["tok_s"], generate_tok_s(root / "generate", msg_a, args)))
-                # 2. a whole reply to B, untouched; then B through specchat generate
+                # 2. B through specchat generate, a whole reply to B in the app, untouched, then B through generate
+                #    again: the app is compared with the mean of the runs either side of it (drift cancels)
+                before = generate_tok_s(root / "generate", msg_b, args)
                 s.new_chat()
                 s.quiet_reply()
-                pairs.append((s.last_turn()["tok_s"], generate_tok_s(root / "generate", msg_b, args)))
+                app_tok_s = s.last_turn()["tok_s"]
+                pairs.append((app_tok_s, (before + generate_tok_s(root / "generate", msg_b, args)) / 2))
                 # 3. C typed while idle, sent, Esc 1-2 s into its reply (the next A typed meanwhile)
                 s.new_chat()
                 s.type_while(msg_c, lambda: False, idle)
