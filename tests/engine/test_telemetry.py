@@ -1012,3 +1012,32 @@ def test_the_curve_is_replayed_once_per_refresh_interval_of_generation_time() ->
     cached = cm.speedups("ng", 16)
     cm.observe_verify(5, 40.0)  # a calibration: replayed at once
     assert cm.speedups("ng", 16) is not cached
+
+
+def _full_replay_window(seed: int) -> tuple[list[int], list[int], list[int], list[float], list[float]]:
+    """64 random rounds (drafted, accepted, natural, weights) and a rising v of every draft length up to K_MAX."""
+    rng = np.random.default_rng(seed)
+    d = rng.integers(0, K_MAX + 1, 64)
+    a = np.minimum(d, rng.integers(0, K_MAX + 1, 64))
+    n = np.maximum(d, rng.integers(0, K_MAX + 1, 64))
+    w = rng.random(64)
+    v = [1.0 + 0.3 * j for j in range(K_MAX + 1)]
+    return d.tolist(), a.tolist(), n.tolist(), w.tolist(), v
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("prior", [0.0, 1.0])
+def test_the_replay_in_blocks_equals_the_replay_in_one_piece(monkeypatch, alpha, prior) -> None:
+    """Blocks of K rows (numpy keeps the GIL) give the curve the whole (K + 1) x rounds product gives."""
+    from specchat.engine.telemetry import replay
+
+    for seed in range(3):
+        d, a, n, w, v = _full_replay_window(seed)
+        blocked = replay.replay_speedups(d, a, n, w, alpha, 0.05, v, K_MAX, prior)
+        monkeypatch.setattr(replay, "GIL_FREE_LOOP", 10**9)
+        whole = replay.replay_speedups(d, a, n, w, alpha, 0.05, v, K_MAX, prior)
+        monkeypatch.undo()
+        np.testing.assert_allclose(blocked, whole, rtol=1e-12)
+    empty = replay.replay_speedups([], [], [], [], alpha, 0.05, v, K_MAX, prior)  # no rounds: the model alone
+    assert len(empty) == K_MAX + 1 and empty[0] == 1.0
+
