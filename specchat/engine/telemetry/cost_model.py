@@ -20,8 +20,9 @@ from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_
 from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
 
 #: How stale (in ms of generation, as the rounds report it) the speedup curve may be. Replaying the recent
-#: rounds costs 0.05-0.5 ms, and each of its numpy calls over more than 500 elements lets go of the GIL: in the
-#: app, the UI thread takes it and the engine waits for it back. py-spy on the app streaming a reply (bundled
+#: rounds costs up to 0.5 ms, and it used to let go of the GIL in each numpy call over more than 500 elements
+#: (it now works in blocks under that: :data:`~specchat.engine.telemetry.replay.GIL_FREE_LOOP`): in the app,
+#: the UI thread took it and the engine waited for it back. py-spy on the app streaming a reply (bundled
 #: model, n-gram K 3, --threads 1, one replay per round): 7 % of the engine thread's time waiting for the GIL
 #: in replay_speedups. Staleness in ms rather than rounds bounds what it can cost auto-K: cheap rounds share a
 #: curve, a round of 100 ms or more always gets a fresh one. Calibrations and a changed drafter, cap or α
