@@ -11,9 +11,10 @@ Esc-to-stopped read 175 ms, 89 ms of it one full pass inside the frame's layout)
 Python between two ``llama_decode`` calls.
 
 :func:`freeze_startup_heap` collects once, then moves every surviving object to CPython's permanent
-generation (``gc.freeze()``, Python 3.7: frozen objects are ignored by all future collections). Frozen objects are still freed by reference counting; only a reference cycle among them is
-never reclaimed, which is why this runs once per process, when the first engine is ready (later objects,
-such as a chat's widgets or a switched model's, stay collectable). Textual pauses the collector during
+generation (``gc.freeze()``, Python 3.7: frozen objects are ignored by all future collections). Frozen
+objects are still freed by reference counting; only a reference cycle among them is never reclaimed, which
+is why this runs once per process, when the first engine is ready (later objects, such as a chat's widgets
+or a switched model's, stay collectable). Textual pauses the collector during
 smooth scrolling for the same reason (``App.PAUSE_GC_ON_SCROLL``).
 """
 
