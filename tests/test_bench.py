@@ -390,7 +390,7 @@ def test_suite_files_toml_and_json(tmp_path):
 
 def test_default_suite_has_the_four_workloads():
     suite = {p["name"]: p["prompt"] for p in load_suite("default")}
-    assert set(suite) == {"code", "prose", "copy-heavy", "summary"}
+    assert set(suite) == {"code", "prose", "copy-heavy", "summary", "copy-then-new"}
     assert "prime" in suite["code"]
     code = _COPY_CODE
     assert code in suite["copy-heavy"] and len(code.splitlines()) >= 35 and " x " in code

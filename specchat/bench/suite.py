@@ -1,5 +1,5 @@
-"""The prompts the bench measures: the default suite (code, prose, a copy-heavy edit, a long-context summary)
-and suite files of ``{name, prompt}`` entries (TOML or JSON)."""
+"""The prompts the bench measures: the default suite (code, prose, a copy-heavy edit, a long-context summary, an
+edit that copies a block and then writes new text) and suite files of ``{name, prompt}`` entries (TOML or JSON)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,9 @@ she wrote that a river cannot be defeated, only given room. The phrase is painte
 museum, and schoolchildren in Harwick still learn it, usually without knowing who first wrote it.\
 """
 
+#: the first 12 lines of the copy-heavy code: short enough that the reply goes on past the copy
+_COPY_HEAD = "\n".join(_COPY_CODE.splitlines()[:12])
+
 DEFAULT_SUITE: tuple[dict[str, str], ...] = (
     {
         "name": "code",
@@ -146,6 +149,14 @@ DEFAULT_SUITE: tuple[dict[str, str], ...] = (
     {
         "name": "summary",
         "prompt": f"Summarise the following passage in one paragraph.\n\n{_PASSAGE}",
+    },
+    # a reply that copies a block and then writes new text, as an edit with an explanation does: where adapting
+    # K within one reply should beat every fixed K (issue 20). The bundled SmolLM2 copies these 12 lines and then
+    # writes code of its own (it does not follow "then explain" instructions; measured with its greedy reply)
+    {
+        "name": "copy-then-new",
+        "prompt": "Rename the variable x to count in this code and return the full code.\n\n"
+        f"```python\n{_COPY_HEAD}\n```",
     },
 )
 

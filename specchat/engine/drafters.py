@@ -172,6 +172,12 @@ class ModelDrafter:
         self.model.close()
 
 
+#: continuation tokens of an unproposed match scored against the text (a plain round commits one)
+SHADOW_TOKENS = 4
+#: a priced draft must be expected to beat a plain round by this factor (1: any expected gain)
+PRICED_MIN_GAIN = 1.0
+
+
 class NgramDrafter:
     """Prompt-lookup drafting over the prompt and everything generated so far, with a learned draft length.
 
@@ -191,12 +197,18 @@ class NgramDrafter:
     to what the bundled SmolLM2 showed on code, prose, a copy and a summary, where one- to three-token
     matches were right 25-50 % of the time and matches of 24+ tokens ~99 %), and relax back to it with a
     half-life of ``half_life`` rounds, so the estimates follow recent acceptance and a bucket that
-    stopped drafting is tried again.
+    stopped drafting is tried again. A continuation found but not proposed (its price too high for its
+    confidence) is scored too, for free, against the tokens the target commits next (a *shadow* draft): where v
+    is steep the drafter would otherwise never draft, so never learn that a copy in progress is ~99 % right.
 
-    * With ``verify_cost`` set (a callable K -> v(K), the verify cost of K+1 rows relative to one row,
-      e.g. :meth:`specchat.engine.telemetry.CostModel.v`): d = argmax_d (1 + sum_{i<=d} P_i) / v(d), the
-      expected tokens of the round per unit of its verify cost (d = 0 means a plain round);
-    * otherwise: the longest d with P(first d accepted) >= ``min_confidence``. A drafted token costs
+    * With ``verify_cost`` set (a callable returning the table v by K, ``table[K]`` the verify cost of K+1
+      rows relative to one row, or None while it is not measured beyond one row: the engine sets
+      :meth:`specchat.engine.telemetry.CostModel.measured_v`): d =
+      argmax_d (1 + sum_{i<=d} P_i) / v(d), the expected tokens of the round per unit of its verify cost (d = 0
+      means a plain round). Where v is steep - an AMD EPYC verifies 2 rows of the bundled Q4_1 for 1.85-2.5
+      single rows - a short or doubtful match is not worth a batch at all, and the drafter stays quiet;
+    * otherwise (or while v is not measured beyond one row): the longest d with P(first d accepted) >=
+      ``min_confidence``. A drafted token costs
       about v(K) - v(K-1) target steps; on this CPU's build that is ~0.5 (v is steep), which is the
       default's order. Matches of 1-3 tokens start below it, so they do not draft until evidence says so.
 
@@ -222,7 +234,8 @@ class NgramDrafter:
         max_match: int = 64,
         prior_weight: float = 2.0,
         half_life: float = 64.0,
-        verify_cost: Callable[[int], float] | None = None,
+        verify_cost: Callable[[], Sequence[float] | None] | None = None,
+        min_gain: float = PRICED_MIN_GAIN,
     ) -> None:
         if not (1 <= min_n <= max_n):
             raise ValueError(f"ngram sizes must satisfy 1 <= min_n <= max_n, got {min_n}..{max_n}")
@@ -237,6 +250,7 @@ class NgramDrafter:
         self.prior_weight = prior_weight
         self._relax = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
         self.verify_cost = verify_cost
+        self.min_gain = min_gain
         self._prior = [(lo / (lo + 1.0)) ** 2 for lo in self.BUCKETS]
         self.reset()
 
@@ -246,8 +260,12 @@ class NgramDrafter:
         self._acc = [p * self.prior_weight for p in self._prior]  # pseudo-counts of accepted positions
         self._n = [self.prior_weight] * len(self._prior)  # pseudo-counts of verified positions
         self._pending: tuple[int, int, list[int]] | None = None  # (context length, match length, draft)
+        #: a continuation found but not proposed (too doubtful for its verify cost), scored at the next lookup
+        self._shadow: tuple[int, int, list[int]] | None = None
         #: match length of the latest lookup (0 = no match), for display and tests
         self.last_match_len = 0
+        #: of the latest lookup's candidate occurrences, the share whose next token is the draft's first
+        self.last_agreement = 1.0
 
     def _reset_index(self) -> None:
         self._tokens: list[int] = []
@@ -284,16 +302,20 @@ class NgramDrafter:
             if not positions:
                 continue
             best, best_len = -1, -1
+            nexts: list[int] = []
             for e in reversed(positions[-self.max_candidates :]):
                 if e >= L:
                     continue
+                nexts.append(toks[e])
                 m = n
                 while m < self.max_match and e - m - 1 >= 0 and toks[e - m - 1] == toks[L - m - 1]:
                     m += 1
                 if m > best_len:
                     best, best_len = e, m
             if best >= 0:
+                self.last_agreement = nexts.count(toks[best]) / len(nexts)
                 return best, best_len
+        self.last_agreement = 1.0
         return -1, 0
 
     def _bucket(self, match_len: int) -> int:
@@ -318,7 +340,8 @@ class NgramDrafter:
     def draft_length(self, match_len: int, available: int) -> int:
         """How many of ``available`` continuation tokens to propose for a match of ``match_len``."""
         p = 1.0
-        if self.verify_cost is None:
+        table = self.verify_cost() if self.verify_cost is not None else None
+        if table is None:  # not measured beyond one row: v = 1 would make any draft free
             d = 0
             for i in range(available):
                 p *= self.confidence(match_len + i)
@@ -327,11 +350,12 @@ class NgramDrafter:
                 d = i + 1
             return d
         expected = 1.0
-        best, best_d = 1.0, 0  # a plain round: one token per unit cost
-        for i in range(available):
+        best, best_d = self.min_gain, 0  # a plain round: one token per unit cost, and the margin a draft must beat
+        p = self.last_agreement  # earlier occurrences that went on otherwise: the copy may not go on here either
+        for i in range(min(available, len(table) - 1)):
             p *= self.confidence(match_len + i)
             expected += p
-            cost = float(self.verify_cost(i + 1))
+            cost = table[i + 1]
             if cost > 0 and expected / cost > best:
                 best, best_d = expected / cost, i + 1
         return best_d
@@ -339,6 +363,9 @@ class NgramDrafter:
     def draft(self, context: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
         t0 = time.perf_counter()
         self._pending = None
+        shadow, self._shadow = self._shadow, None
+        if shadow is not None:  # what the last lookup would have proposed, against what the target then kept
+            self._learn(*shadow, context)
         tokens: list[int] = []
         natural = 0
         if k > 0:
@@ -350,15 +377,23 @@ class NgramDrafter:
                 tokens = list(cont[: min(k, natural)])
                 if tokens:
                     self._pending = (len(context), self.last_match_len, tokens)
+                else:
+                    self._shadow = (len(context), self.last_match_len, cont[:SHADOW_TOKENS])
         return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural)
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Learn from the verify: ``committed`` extends the drafted context by the accepted draft prefix."""
         pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        n_ctx, match_len, tokens = pending
+        if pending is not None:
+            self._learn(*pending, committed)
+
+    def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], committed: Sequence[int]) -> None:
+        """Count the outcome of ``tokens`` proposed after ``n_ctx`` context tokens for a match of ``match_len``,
+        as far as ``committed`` (the text the target kept) tells it: the accepted positions, then the first
+        refusal; positions not committed yet are unknown and not counted."""
         got = committed[n_ctx : n_ctx + len(tokens)]
+        if not got:
+            return
         a = 0
         while a < len(got) and got[a] == tokens[a]:
             a += 1
@@ -367,7 +402,7 @@ class NgramDrafter:
         for b, p0 in enumerate(self._prior):  # relax every bucket towards its prior (recent evidence counts)
             self._acc[b] = self._acc[b] * r + p0 * w * (1.0 - r)
             self._n[b] = self._n[b] * r + w * (1.0 - r)
-        for i in range(min(a + 1, len(tokens))):  # positions verified: accepted ones, then the first rejection
+        for i in range(min(a + 1, len(got))):  # positions verified: accepted ones, then the first rejection
             b = self._bucket(match_len + i)
             self._n[b] += 1.0
             if i < a:

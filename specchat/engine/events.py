@@ -244,6 +244,8 @@ class AutoKNotice(Notice):
     alpha_to_pay: float | None = None
     alpha: float | None = None
     k: int = 0
+    #: what the drafter's recent drafting rounds delivered against plain decoding, as timed (None: not measured)
+    measured_gain: float | None = None
 
 
 @dataclass(slots=True)

@@ -44,7 +44,7 @@ from specchat.engine.calibration_cache import CalibrationCache
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
-from specchat.engine.drafters import Draft, Drafter
+from specchat.engine.drafters import Draft, Drafter, NgramDrafter
 from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
@@ -70,8 +70,12 @@ class SpeculativeDecoder:
         cost_model: CostModel | None = None,
         auto_k: AutoK | None = None,
         calibration_cache: CalibrationCache | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.target = target
+        #: seconds, monotonic: what the rounds are timed with (a replayed cost profile passes its virtual clock,
+        #: :mod:`specchat.engine.cost_profile`)
+        self.clock = clock
         self.drafters = drafters
         self.controls = controls
         self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
@@ -91,6 +95,17 @@ class SpeculativeDecoder:
         self.verify = self._verify_curve()
         #: (drafter, drafting) as last told to the user by an AutoKNotice (auto-K starts a drafter drafting)
         self._announced: tuple[str, bool] | None = None
+        #: this round is auto-K's (its K is the engine's to choose, so the n-gram drafter's length is priced too)
+        self._auto_round = False
+        for d in drafters.values():  # the n-gram drafter sizes its drafts by the verify cost measured here
+            if isinstance(d, NgramDrafter) and d.verify_cost is None:
+                d.verify_cost = self._measured_v
+
+    def _measured_v(self) -> list[float] | None:
+        """The target's v by K as the cost model has measured it, for an auto-K round (None before a multi-row
+        timing, and with a fixed K: the user's K is a cap the drafter fills by its confidence alone, as before -
+        priced by a v extrapolated from the first few rounds' batch sizes it would stop drafting at once)."""
+        return self.cost_model.measured_v(self.drafter_name) if self._auto_round else None
 
     def _verify_curve(self) -> VerifyCurve:
         """The target's v(K) curve as the cost model fits it now, with its reason in words."""
@@ -121,7 +136,7 @@ class SpeculativeDecoder:
         counters = yield from self._prefill(context)
         reply = _Reply(target.piece)
         last = int(context[-1])
-        t_gen0 = time.perf_counter()
+        t_gen0 = self.clock()
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
@@ -129,16 +144,16 @@ class SpeculativeDecoder:
             notice = self._announce(drafter, decision)
             if notice is not None:
                 yield notice
-            t_step0 = time.perf_counter()
+            t_step0 = self.clock()
             decode_ms0 = target.decode_ms_total
             # 1. draft
             draft = drafter.draft(target.tokens + [last], k, st.sampling, rng) if k > 0 else _NO_DRAFT
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
-            t_v0 = time.perf_counter()
+            t_v0 = self.clock()
             logits = target.decode([last, *d], logits_last=len(d) + 1)
-            t_verify = (time.perf_counter() - t_v0) * 1000.0
+            t_verify = (self.clock() - t_v0) * 1000.0
             # 3. accept
             a, final = accept(logits, d, draft.q, st.sampling, rng)
             emitted, eog = self._cut([*d[:a], final], remaining)
@@ -157,7 +172,7 @@ class SpeculativeDecoder:
                 stop_reason = "eos"
                 break
         counters.finish(
-            predicted_ms=(time.perf_counter() - t_gen0) * 1000.0,
+            predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
         )  # fmt: skip
         return counters
@@ -173,7 +188,7 @@ class SpeculativeDecoder:
         0.9); a model drafter's c, if still unknown then, is timed before the prompt (on equal footing with an
         empty KV). That time is not the prompt's."""
         target = self.target
-        t0 = time.perf_counter()
+        t0 = self.clock()
         keep = min(target.sync_prefix(context), len(context) - 1)
         if target.is_recurrent and keep < len(target.tokens):
             target.clear()  # a recurrent state cannot be cut back: start over
@@ -190,11 +205,11 @@ class SpeculativeDecoder:
         )
         ratios: dict[str, float] = {}
         if draft and not target.tokens:
-            t_ratio = time.perf_counter()
+            t_ratio = self.clock()
             ratios = draft_cost_ratios(target, self.drafters, int(context[0]))
-            t0 += time.perf_counter() - t_ratio
+            t0 += self.clock() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
-        prompt_ms = (time.perf_counter() - t0) * 1000.0
+        prompt_ms = (self.clock() - t0) * 1000.0
         last = int(context[-1])
         if calibrate:
             self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
@@ -234,6 +249,7 @@ class SpeculativeDecoder:
         if not (st.speculative and self.can_speculate and drafter is not None):
             return drafter, False, 0, None
         decision = None
+        self._auto_round = st.auto_k
         if st.auto_k:
             decision = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free, k_cap=drafter.k_cap)
             if decision.remeasure:
@@ -262,7 +278,7 @@ class SpeculativeDecoder:
         return auto_k_notice(
             drafting=drafting, drafter=drafter.name, decision=decision,
             estimate=cm.estimate(drafter.name, self.auto_k.k, self.auto_k.cap), alpha=cm.window(drafter.name).alpha,
-            k=self.auto_k.k,
+            k=self.auto_k.k, measured_gain=cm.measured_gain(drafter.name),
         )  # fmt: skip
 
     def _cut(self, tokens: list[int], remaining: int) -> tuple[list[int], bool]:
@@ -300,7 +316,7 @@ class SpeculativeDecoder:
         overhead; the cost model charges it to the round's verify cost so predictions cover whole rounds.
         ``emitted`` counts the end-of-generation token when ``eog``; the reply (and the Step) do not.
         """
-        now = time.perf_counter()
+        now = self.clock()
         t_step = (now - t_step0) * 1000.0
         in_decode = (self.target.decode_ms_total - decode_ms0) + draft.decode_ms
         overhead = max(0.0, t_step - in_decode)

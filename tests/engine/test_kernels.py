@@ -12,7 +12,7 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from enginekit import N_BATCH, build_decoder, pieces, plain_then_speculative, run_turn, steps
+from enginekit import N_BATCH, TINY_NEAR_TIE, build_decoder, pieces, plain_then_speculative, run_turn, steps
 from specchat import loading
 from specchat.engine.kernels import AMX_FORMATS
 from specchat.engine.model import Model, extra_buffer_types_safe, system_info
@@ -43,7 +43,13 @@ def test_row_by_row_sends_only_one_row_batches_and_returns_the_same_logits(tiny_
         got = rowwise.decode(tokens, logits_last=17)
         assert sizes == [1] * len(tokens), "a multi-row batch reached llama_decode"
         assert got.shape == want.shape == (17, batched.n_vocab)
-        assert np.allclose(got, want, atol=0.05) and (got.argmax(1) == want.argmax(1)).all()
+        # the kernels differ by ~1e-3 on an AMX Xeon and up to ~0.03 on an AVX2-only EPYC (this tiny model's
+        # logits span ±150): the same rows within 1e-3 of their range, the same argmax wherever it is no near-tie
+        span = float(np.abs(want).max())
+        assert np.abs(got - want).max() <= 1e-3 * span
+        top2 = np.sort(want, axis=1)[:, -2:]
+        clear = (top2[:, 1] - top2[:, 0]) > TINY_NEAR_TIE
+        assert clear.any() and (got.argmax(1) == want.argmax(1))[clear].all()
         assert rowwise.tokens == batched.tokens == list(tokens)
         # a verify-like scratch batch leaves the KV as it was
         sizes.clear()

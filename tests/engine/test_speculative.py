@@ -468,12 +468,24 @@ def test_ngram_at_k_64_drafts_past_16_and_equals_plain_decoding(bundled_model):
 
     assert K_MAX == 64
     prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
+    from enginekit import VerifiedRows, assert_same_greedy_reply_up_to_near_ties
+    from specchat.race import NEAR_TIE
+
     dec = build_decoder(bundled_model, bundled_model, drafter="ngram", k=64, n_ctx=2048)
     session = ChatSession(dec, n_predict=160)
+    rows = VerifiedRows(dec.target)
     try:
-        plain, events = plain_then_speculative(session, prompt)
+        # identical to plain decoding up to a near-tie: a 65-row batch's logits may part from one row's there
+        # (an AVX2-only AMD EPYC parted at a near-tie; the AMX Xeon's replies were identical)
+        runs = []
+        for speculative in (False, True):
+            session.reset()
+            dec.controls.set_speculative(speculative)
+            events = list(session.send(prompt))
+            reply = [p.token for p in pieces(events) if p.kind != "rejected"]
+            runs.append((rows.take(), len(dec.target.tokens) - len(reply) + 1, reply))
+        assert_same_greedy_reply_up_to_near_ties(runs[0], runs[1], NEAR_TIE)
         st = steps(events)
-        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
         assert max(s.drafted for s in st) > 16 and max(s.drafted for s in st) <= 64
         # the model drafter in the same session: K = 64 asked, at most its cap drafted
         session.reset()

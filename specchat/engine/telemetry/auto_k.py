@@ -40,6 +40,9 @@ class KReason(StrEnum):
     #: cannot pay, and ``probe_max`` rounds went by: the engine re-times one draft decode now
     #: (:attr:`KDecision.remeasure`), since a cost measured under contention can be wrong
     REMEASURE = "re-measure"
+    #: a free drafter's recent drafting rounds delivered less than plain decoding would have, as timed
+    #: (:meth:`~specchat.engine.telemetry.CostModel.measured_gain`): drafting off, whatever the model predicted
+    MEASURED_LOSS = "measured loss"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +92,10 @@ class AutoK:
       band, so it does not flap at the break-even point either);
     * **probing** - at K = 0 no new acceptance evidence arrives (the old evidence keeps ageing in the
       cost model), so now and then one round drafts ``probe_k`` tokens, the K that would be best if α
-      were ``probe_alpha``. If the model then predicts a gain, K switches on at once. Otherwise the
+      were ``probe_alpha`` (a free drafter that sizes its own drafts by the measured verify cost is asked at
+      its cap: it proposes only what it expects to pay, so on a CPU where short batches cost more than their
+      rows - an AMD EPYC verifies 2 rows of the bundled Q4_1 for 1.85-2.5 single rows - a probe of 1 token,
+      the α = 0.8 optimum there, lost on every probe). If the model then predicts a gain, K switches on at once. Otherwise the
       interval between probes doubles from ``probe_min`` up to ``probe_max`` while probes fail, but
       stays where the probes' expected loss (c·K + v(K) − E(α̂, K) plain rounds each) is under
       ``probe_budget`` of the time: free n-gram probes keep coming every ``probe_min`` rounds. A
@@ -108,6 +114,20 @@ class AutoK:
     * **calibration** - v and c are ratios to the single-row target time; when no single-row timing came
       in ``calibrate_every`` observations (a model drafter always drafts, so plain rounds never happen),
       one plain round re-measures it.
+
+    **A free drafter that prices its own drafts** (n-gram: :meth:`specchat.engine.drafters.NgramDrafter.draft_length`
+    proposes a draft only where its expected tokens beat the measured v(d) by ``margin``, and proposes nothing
+    otherwise) is not switched by the predicted curve at all: it already makes the per-round choice with the draft
+    in hand, and a curve replayed from a few short early drafts turned it off for a whole reply that later
+    copied long runs (a replayed Xeon F16 summary: 0.99x where any fixed K read 1.47x). Its K is the cap, and it
+    is judged by what its rounds *delivered*: when the recent drafting rounds' measured gain (the plain time of
+    the tokens they emitted over their wall time) falls below ``1 - margin / 2`` and they lost more than
+    ``loss_rows`` single-row decodes (so a few cheap misses on a format with a flat v - F16's 2-row batch costs
+    1.0-1.14 rows - do not stop a drafter whose long copies are still to come), drafting goes off
+    (:attr:`KReason.MEASURED_LOSS`, an AMD EPYC's steep v where a few doubtful drafts lose more than the good
+    ones gain); it probes at the cap every ``probe_min`` plain rounds (doubling while probes lose), a probe that
+    proposes nothing is retried on the next round at no cost, and one whose own round paid turns drafting back
+    on with a fresh measurement.
 
     ``k_max`` bounds every K; :meth:`choose` may lower it per drafter (its kind's cap).
     """
@@ -128,6 +148,7 @@ class AutoK:
         probe_budget: float = 0.01,
         calibrate_every: int = 64,
         cannot_pay_alpha: float = 0.9,
+        loss_rows: float = 8.0,
     ) -> None:
         if not (1 <= k_max <= K_MAX):
             raise ValueError(f"k_max must be in 1..{K_MAX}, got {k_max}")
@@ -148,6 +169,7 @@ class AutoK:
         self.probe_budget = probe_budget
         self.calibrate_every = calibrate_every
         self.cannot_pay_alpha = cannot_pay_alpha
+        self.loss_rows = loss_rows
         self.reset()
 
     def reset(self) -> None:
@@ -189,6 +211,8 @@ class AutoK:
 
     # -- helpers -----------------------------------------------------------------------------------
     def _probe_size(self, cm: CostModel, drafter: str) -> int:
+        if self._free:  # it sizes its own drafts by the measured verify cost: a probe asks at the cap
+            return self._cap
         return max(1, best_k(cm.speedups(drafter, self._cap, alpha=self.probe_alpha)))
 
     def _set_interval(self, cm: CostModel, drafter: str) -> None:
@@ -219,6 +243,47 @@ class AutoK:
         self._probe_before = cm.spec_steps(drafter)
         return KDecision(self._probe_size(cm, drafter), KReason.PROBE)
 
+    def _choose_free(self, cm: CostModel, drafter: str) -> KDecision:
+        """The policy for a free drafter that prices its own drafts (class docstring): the cap, judged by what
+        its drafting rounds delivered."""
+        n_spec = cm.spec_steps(drafter)
+        if self._probe_pending:
+            if n_spec == self._probe_before:
+                return self._probe(cm, drafter)  # nothing was proposed: no cost, no evidence; again
+            self._probe_pending = False
+            drafted, accepted = cm.last_draft(drafter)
+            paid = (accepted + 1) / (cm.v(drafted) * cm.cost_ratio(drafter)) >= 1.0
+            if paid:
+                self.k = self._cap
+                self._dwell = 0
+                self._last_dir = 1
+                self._fails = 0
+                cm.forget_measured(drafter)  # the new regime is judged by its own rounds
+                return KDecision(self.k, KReason.PROBE_PAID)
+            self._fails += 1
+            self._interval = min(self.probe_min * 2 ** min(self._fails, 30), self.probe_max)
+            self._plain = 0
+            return KDecision(0, KReason.PROBE_FAILED)
+        if n_spec < self.warmup_steps and self.k > 0:
+            self.k = self._cap
+            return KDecision(self.k, KReason.WARM_UP)
+        self._dwell += 1
+        if self.k > 0:
+            gain = cm.measured_gain(drafter)
+            lost = cm.measured_loss_rows(drafter)
+            if gain is not None and gain < 1.0 - self.margin / 2 and lost > self.loss_rows:
+                self._go_off(cm, drafter)
+                self._interval = self.probe_min
+                self._last_dir = -1
+                return KDecision(0, KReason.MEASURED_LOSS)
+            self.k = self._cap
+            return KDecision(self.k, KReason.HOLD)
+        self._plain += 1
+        if self._plain >= self._interval:
+            self._plain = 0
+            return self._probe(cm, drafter)
+        return KDecision(0, KReason.HOLD)
+
     # -- the policy --------------------------------------------------------------------------------
     def choose(self, cost_model: CostModel, drafter: str, *, free: bool = False, k_cap: int | None = None) -> KDecision:
         """The K for the next round with ``drafter`` (call once per step boundary, then observe the round).
@@ -243,6 +308,8 @@ class AutoK:
                 self._plain = 0
                 return KDecision(0, KReason.REMEASURE)
             return KDecision(0, KReason.CANNOT_PAY)
+        if free:
+            return self._choose_free(cm, drafter)
         n_spec = cm.spec_steps(drafter)
         if n_spec < self.warmup_steps:
             self.k = self._cap if free else min(self.k_init, self._cap)

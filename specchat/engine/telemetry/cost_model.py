@@ -28,6 +28,10 @@ from specchat.engine.telemetry.verify_cost import MAX_ROWS, VerifyCost
 #: curve, a round of 100 ms or more always gets a fresh one. Calibrations and a changed drafter, cap or α
 #: override refresh it at once.
 CURVE_REFRESH_MS = 100.0
+#: drafting rounds (age-weighted) before what they measured corrects the prediction (CostModel.cost_ratio)
+MIN_MEASURED_ROUNDS = 3.0
+#: the correction's bounds: a cost model off by more than this is a bug, not drift
+COST_RATIO_CLAMP = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +60,7 @@ class AlphaWindow:
 class _DrafterStats:
     __slots__ = (
         "acc", "rej", "clock", "draft", "ratio", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
-        "prior_rej",
+        "prior_rej", "spent_ms", "priced_ms", "plain_ms", "measured",
     )  # fmt: skip
 
     def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
@@ -75,6 +79,12 @@ class _DrafterStats:
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
         self.replay = Replay(replay)
+        # the drafting rounds' wall time, what the cost model priced them at when they ran, and what plain
+        # decoding would have taken for the tokens they emitted (CostModel.cost_ratio, measured_gain)
+        self.spent_ms = 0.0
+        self.priced_ms = 0.0
+        self.plain_ms = 0.0
+        self.measured = 0.0  # drafting rounds in those sums (age-weighted)
 
     def age(self, f: float) -> None:
         self.acc *= f
@@ -84,6 +94,10 @@ class _DrafterStats:
         self.drafted *= f
         self.rounds *= f
         self.drafting *= f
+        self.spent_ms *= f
+        self.priced_ms *= f
+        self.plain_ms *= f
+        self.measured *= f
 
 
 class CostModel:
@@ -218,6 +232,12 @@ class CostModel:
             st.replay.add(drafted, accepted, natural, self._clock)
             st.rounds += 1.0
         if drafted > 0:
+            t1 = self.target_ms()
+            if t1:  # priced before this round's own timing joins the table
+                st.priced_ms += t1 * (self.verify.v(drafted) + self.c(drafter) * drafted)
+                st.plain_ms += t1 * (accepted + 1)
+                st.spent_ms += max(0.0, t_draft_ms) + max(0.0, t_verify_ms) + max(0.0, t_overhead_ms)
+                st.measured += 1.0
             st.drafted += drafted
             st.drafting += 1.0
             st.acc += accepted
@@ -330,6 +350,53 @@ class CostModel:
         """v(K): predicted verify cost of K+1 rows relative to one row (v(0) = 1)."""
         return self.verify.v(k)
 
+    def cost_ratio(self, drafter: str) -> float:
+        """What ``drafter``'s recent drafting rounds really took over what the cost model priced them at when
+        they ran (t1 · (v(d) + c·d) each), clamped to [1/:data:`COST_RATIO_CLAMP`, :data:`COST_RATIO_CLAMP`];
+        1.0 until :data:`MIN_MEASURED_ROUNDS` (age-weighted) rounds drafted. The speedup curve is divided by it
+        for every K > 0 (:meth:`speedups`), so where the calibration and the rounds disagree, the rounds win."""
+        st = self._drafters.get(drafter)
+        if st is None or st.measured < MIN_MEASURED_ROUNDS or st.priced_ms <= 0.0:
+            return 1.0
+        return min(COST_RATIO_CLAMP, max(1.0 / COST_RATIO_CLAMP, st.spent_ms / st.priced_ms))
+
+    def forget_measured(self, drafter: str) -> None:
+        """Drop what ``drafter``'s drafting rounds measured so far (auto-K turned it back on: the new regime is
+        judged by its own rounds)."""
+        st = self._drafters.get(drafter)
+        if st is not None:
+            st.spent_ms = st.priced_ms = st.plain_ms = 0.0
+            st.measured = 0.0
+
+    def measured_gain(self, drafter: str) -> float | None:
+        """What ``drafter``'s recent drafting rounds delivered against plain decoding: the plain time of the tokens
+        they emitted (t1 each) over their wall time; None before :data:`MIN_MEASURED_ROUNDS` rounds drafted.
+        Below 1 the drafts lost time, whatever the model predicted."""
+        st = self._drafters.get(drafter)
+        if st is None or st.measured < MIN_MEASURED_ROUNDS or st.spent_ms <= 0.0:
+            return None
+        return st.plain_ms / st.spent_ms
+
+    def measured_loss_rows(self, drafter: str) -> float:
+        """The time ``drafter``'s recent drafting rounds lost against plain decoding (their wall time minus the
+        plain time of the tokens they emitted), in single-row decodes; negative when they gained."""
+        st = self._drafters.get(drafter)
+        t1 = self.target_ms()
+        if st is None or not t1:
+            return 0.0
+        return (st.spent_ms - st.plain_ms) / t1
+
+    def measured_v(self, drafter: str | None = None) -> list[float] | None:
+        """The table v by K (``[K]`` = v of K+1 rows) once a batch of more than one row was timed, else None (the
+        flat prior is no price): what the n-gram drafter sizes its drafts by
+        (:meth:`specchat.engine.drafters.NgramDrafter.draft_length`). With ``drafter``, every multi-row entry is
+        scaled by its :meth:`cost_ratio`: what its rounds really cost against what the table priced them at."""
+        if self.verify.largest_measured_rows() <= 1:
+            return None
+        table = self.verify.table()
+        r = self.cost_ratio(drafter) if drafter is not None else 1.0
+        return table if r == 1.0 else [table[0], *(x * r for x in table[1:])]
+
     def spec_steps(self, drafter: str) -> int:
         """Rounds observed in which ``drafter`` proposed at least one token."""
         st = self._drafters.get(drafter)
@@ -367,6 +434,9 @@ class CostModel:
             )
         else:
             curve = speedup_curve(a, self.c(drafter), v_by_k, k_max)
+        r = self.cost_ratio(drafter)
+        if r != 1.0:
+            curve = [curve[0], *(x / r for x in curve[1:])]
         self._curve_key, self._curve, self._curve_ms = key, curve, self._gen_ms
         return curve
 

@@ -177,7 +177,8 @@ def k_status(
 
 
 def auto_k_notice(
-    *, drafting: bool, drafter: str, decision: KDecision, estimate: CostEstimate, alpha: float | None, k: int
+    *, drafting: bool, drafter: str, decision: KDecision, estimate: CostEstimate, alpha: float | None, k: int,
+    measured_gain: float | None = None,
 ) -> AutoKNotice:
     """The one line said when auto-K turns drafting off (``drafting`` False) or back on, with the reason in
     numbers: the draft cost c, the break-even α (the smallest α at which some K pays, with the measured v),
@@ -192,6 +193,11 @@ def auto_k_notice(
             f"auto-K: drafting on at K {k} — {seen} predicts {estimate.predicted_speedup:.2f}× plain decoding{pays}; "
             f"{cost}"
         )
+    elif decision.reason is KReason.MEASURED_LOSS and measured_gain is not None:
+        text = (
+            f"auto-K: drafting off — its recent drafts, as timed, delivered {measured_gain:.2f}× plain decoding "
+            "(verifying a batch costs more than its accepted tokens save on this CPU); it will probe now and then"
+        )
     elif need is None or not math.isfinite(need):
         text = f"auto-K: drafting off — {cost}; it cannot pay even at 100 % acceptance"
     elif decision.reason in (KReason.CANNOT_PAY, KReason.REMEASURE) or alpha is None:
@@ -203,7 +209,7 @@ def auto_k_notice(
         )
     return AutoKNotice(
         text, drafting=drafting, drafter=drafter, reason=decision.reason.value, c=c, alpha_to_pay=need, alpha=alpha,
-        k=k if drafting else 0,
+        k=k if drafting else 0, measured_gain=measured_gain,
     )
 
 
