@@ -3,7 +3,7 @@
 One concept per module:
 
 * :mod:`~specchat.history.schema` - the tables, their schema versions and the migrations (:func:`migrate`);
-* :mod:`~specchat.history.records` - what the history hands out (:class:`Conversation`,
+* :mod:`~specchat.history.records` - what the history hands out (:class:`ConversationRecord`,
   :class:`StoredMessage`, :class:`SearchHit`) and its errors (:class:`HistoryError`);
 * :mod:`~specchat.history.store` - :class:`HistoryStore`, the database itself (durability: one transaction
   per message);
@@ -45,7 +45,7 @@ from specchat.history.markdown import (
     write_export,
 )
 from specchat.history.records import (
-    Conversation,
+    ConversationRecord,
     HistoryError,
     SearchHit,
     StoredMessage,
@@ -65,7 +65,7 @@ __all__ = [
     "ROLES",
     "SCHEMA_VERSION",
     "STOP_REASONS",
-    "Conversation",
+    "ConversationRecord",
     "HistoryError",
     "HistoryStore",
     "SearchHit",

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_
 
 from specchat.engine.events import PIECE_KINDS, StopReason, Turn
 from specchat.engine.protocol import Message
-from specchat.history.records import Conversation, HistoryError, StoredMessage, now_iso
+from specchat.history.records import ConversationRecord, HistoryError, StoredMessage, now_iso
 from specchat.history.schema import TURN_MESSAGE_FIELDS, TURN_OPTIONAL_COLUMNS, TURN_REAL_COLUMNS
 from specchat.sanitize import read_stdin_text, sanitize_line
 
@@ -62,7 +62,7 @@ def _message_export(record: StoredMessage) -> dict[str, Any]:
     return out
 
 
-def build_export(conv: Conversation, records: Sequence[StoredMessage]) -> dict[str, Any]:
+def build_export(conv: ConversationRecord, records: Sequence[StoredMessage]) -> dict[str, Any]:
     return {
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
@@ -84,7 +84,7 @@ def export_messages(
 ) -> dict[str, Any]:
     """The export format for messages that are not in a database (e.g. ``specchat generate`` saving one)."""
     stamp = now_iso()
-    conv = Conversation(0, title, stamp, stamp, target, draft, system_prompt, len(messages))
+    conv = ConversationRecord(0, title, stamp, stamp, target, draft, system_prompt, len(messages))
     records = [StoredMessage(id=0, idx=i, created=stamp, message=m) for i, m in enumerate(messages)]
     data = build_export(conv, records)
     del data["conversation"]["id"]
@@ -241,7 +241,7 @@ def _record_in(m: _MessageIn, idx: int, created: str, source: str, where: str) -
     return record
 
 
-def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversation, list[StoredMessage]]:
+def parse_export(data: Any, *, source: str = "import data") -> tuple[ConversationRecord, list[StoredMessage]]:
     """Validate export data; raise :class:`HistoryError` with one line naming ``source`` and the bad field.
 
     Beyond the types: dates must be dates, roles, token kinds and stop reasons from their known sets, every
@@ -270,7 +270,7 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
     stamp = now_iso()
     c = parsed.conversation
     created = c.created or stamp
-    conv = Conversation(0, c.title, created, c.updated or created, c.target, c.draft, c.system_prompt, len(parsed.messages))
+    conv = ConversationRecord(0, c.title, created, c.updated or created, c.target, c.draft, c.system_prompt, len(parsed.messages))
     records: list[StoredMessage] = []
     for i, m in enumerate(parsed.messages):
         record = _record_in(m, i, m.created or created, source, f"messages[{i}]")
@@ -322,7 +322,7 @@ def read_export_file(path: str | Path) -> dict[str, Any]:
         ) from None
 
 
-def messages_from_export(data: Any, *, source: str = "conversation file") -> tuple[Conversation, list[Message]]:
+def messages_from_export(data: Any, *, source: str = "conversation file") -> tuple[ConversationRecord, list[Message]]:
     """Messages (with rebuilt Turn stats) of export data, e.g. for ``specchat generate --conversation``."""
     conv, records = parse_export(data, source=source)
     return conv, [r.message for r in records]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.engine.events import Turn
-from specchat.history.records import Conversation, HistoryError, StoredMessage
+from specchat.history.records import ConversationRecord, HistoryError, StoredMessage
 from specchat.sanitize import sanitize, sanitize_line
 
 
@@ -123,7 +123,7 @@ def _stat_summary(record: StoredMessage) -> str:
     return summary + f" · {cells['drafter']}"
 
 
-def render_markdown(conv: Conversation, records: Sequence[StoredMessage]) -> str:
+def render_markdown(conv: ConversationRecord, records: Sequence[StoredMessage]) -> str:
     """A conversation as Markdown readable on its own: title, model pair, messages, per-turn stats table.
 
     For people (``specchat history show`` prints it on the terminal): every text in it is made inert

@@ -21,7 +21,10 @@ class UnknownConversationError(HistoryError):
 
 
 @dataclass(frozen=True, slots=True)
-class Conversation:
+class ConversationRecord:
+    """A saved conversation as the database holds it, with its number of messages (not the engine's live
+    :class:`specchat.engine.conversation.Conversation`)."""
+
     id: int
     title: str
     created: str
@@ -38,7 +41,7 @@ class SearchHit:
     (``role``, its ``text``) that contains the query, or ``role = None`` when only the title does (or no
     query was given)."""
 
-    conversation: Conversation
+    conversation: ConversationRecord
     role: str | None = None
     text: str = ""
 

@@ -26,7 +26,7 @@ from specchat.engine.protocol import Message
 from specchat.history.exchange import build_export, parse_export
 from specchat.history.markdown import render_markdown
 from specchat.history.records import (
-    Conversation,
+    ConversationRecord,
     HistoryError,
     SearchHit,
     StoredMessage,
@@ -49,11 +49,11 @@ from specchat.history.schema import (
 from specchat.sanitize import sanitize_line
 
 
-def _conversation(row: Sequence[Any], n_messages: int) -> Conversation:
+def _conversation(row: Sequence[Any], n_messages: int) -> ConversationRecord:
     """A conversation read from the database, its one-line labels (title, model names, dates) made inert: the
     file may have been written by something other than specchat."""
     conv_id, title, created, updated, target, draft, system_prompt = row[:7]
-    return Conversation(
+    return ConversationRecord(
         conv_id, sanitize_line(title), sanitize_line(created), sanitize_line(updated), sanitize_line(target),
         sanitize_line(draft), system_prompt, n_messages=n_messages,
     )
@@ -263,7 +263,7 @@ class HistoryStore:
             if draft is not None:
                 conn.execute("UPDATE conversations SET draft = ? WHERE id = ?", (draft, conv_id))
 
-    def get_conversation(self, conv_id: int) -> Conversation:
+    def get_conversation(self, conv_id: int) -> ConversationRecord:
         with self._lock:
             row = self._require(self._conn, conv_id)
             n = self._conn.execute(
@@ -271,7 +271,7 @@ class HistoryStore:
             ).fetchone()[0]
         return _conversation(row, n)
 
-    def list_conversations(self) -> list[Conversation]:
+    def list_conversations(self) -> list[ConversationRecord]:
         """Most recently updated first."""
         with self._lock:
             rows = self._conn.execute(
@@ -507,7 +507,7 @@ class HistoryStore:
         conn.execute(f"INSERT INTO turn_stats ({columns}) VALUES ({marks})", tuple(row.values()))
 
     # -- reading --------------------------------------------------------------------------------------
-    def records(self, conv_id: int) -> tuple[Conversation, list[StoredMessage]]:
+    def records(self, conv_id: int) -> tuple[ConversationRecord, list[StoredMessage]]:
         """The conversation and its messages in order, with ids, timestamps and run details."""
         stat_cols = ("target", "auto_k", "sampling") + TURN_COLUMNS + ("turn_text", "turn_tokens", "turn_kinds", "extra")
         with self._lock:
@@ -545,7 +545,7 @@ class HistoryStore:
                 record.message.alternate_index = next(i for i, (_v, r) in enumerate(group) if r is record)
         return conv, out
 
-    def load(self, conv_id: int) -> tuple[Conversation, list[Message]]:
+    def load(self, conv_id: int) -> tuple[ConversationRecord, list[Message]]:
         """The conversation and its messages (assistant messages carry their rebuilt :class:`Turn`)."""
         conv, records = self.records(conv_id)
         return conv, [r.message for r in records]

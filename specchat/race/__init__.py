@@ -8,7 +8,7 @@ One concept per module (none imports llama_cpp or Textual: the sessions are pass
   :class:`RaceRun`, :class:`TimedPiece`);
 * :mod:`~specchat.race.verdict` - where the two texts part and whether that is a near-tie or a defect
   (:func:`local_difference`, :func:`server_difference`, :data:`NEAR_TIE`);
-* :mod:`~specchat.race.replay` - the two runs replayed by an injected clock (:class:`Replay`, :func:`play`).
+* :mod:`~specchat.race.replay` - the two runs replayed by an injected clock (:class:`RaceReplay`, :func:`play`).
 
 The names below are the package's public API; import them from here.
 """
@@ -27,11 +27,11 @@ from specchat.race.record import (
     record_server_race,
     server_label,
 )
-from specchat.race.replay import Replay, ReplayEvent, play, timeline
+from specchat.race.replay import RaceReplay, ReplayEvent, play, timeline
 from specchat.race.verdict import NEAR_TIE, SERVER_TOP_N, local_difference, server_difference
 
 __all__ = [
-    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "SERVER_TOP_N", "Lane", "RaceCancelled", "RaceResult", "RaceRun",
-    "Replay", "ReplayEvent", "TimedPiece", "local_difference", "play", "record_race", "record_server_race",
+    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "SERVER_TOP_N", "Lane", "RaceCancelled", "RaceReplay",
+    "RaceResult", "RaceRun", "ReplayEvent", "TimedPiece", "local_difference", "play", "record_race", "record_server_race",
     "server_difference", "server_label", "timeline",
 ]  # fmt: skip

@@ -1,6 +1,6 @@
 """Replaying a race: its two runs' pieces on one timeline, handed out by time.
 
-**Replay** (:class:`Replay`, pure): the two runs' pieces merged into one timeline and handed out by an
+**Replay** (:class:`RaceReplay`, pure): the two runs' pieces merged into one timeline and handed out by an
 injected clock - at replay time t exactly the pieces recorded at or before t (scaled by ``speed``), so a UI
 drives it from a timer and a test from a fake clock.
 """
@@ -28,8 +28,9 @@ def timeline(race: RaceResult) -> tuple[ReplayEvent, ...]:
     return tuple(e for *_key, e in sorted(events, key=lambda x: x[:3]))
 
 
-class Replay:
-    """Plays a race back by time, through an injected clock (pure: no thread, no sleep).
+class RaceReplay:
+    """Plays a race back by time, through an injected clock (pure: no thread, no sleep; not the engine's
+    :class:`specchat.engine.telemetry.replay.Replay`, which replays drafting rounds at every cap K).
 
     :meth:`start` notes the clock; :meth:`due` returns the pieces whose recorded time has come (every piece
     recorded at or before ``(clock - start) × speed``, compared as clock times: ``clock ≥ start + t / speed``),
@@ -98,7 +99,7 @@ def play(
     *, speed: float = 1.0,
 ) -> Iterator[ReplayEvent]:  # fmt: skip
     """The replay as a blocking iterator (headless use): sleeps until each piece is due, then yields it."""
-    replay = Replay(race, clock, speed=speed)
+    replay = RaceReplay(race, clock, speed=speed)
     replay.start()
     while not replay.done:
         yield from replay.due()

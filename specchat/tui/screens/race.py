@@ -10,7 +10,7 @@ flight ends at its next round boundary (``record_race``'s ``cancelled``), the co
 restored by ``record_race``, and the screen closes. The recorded timestamps are real (``time.monotonic``),
 whatever clock the app was given.
 
-**Replay.** :class:`RaceView` plays a :class:`~specchat.race.RaceResult` through :class:`~specchat.race.Replay`
+**Replay.** :class:`RaceView` plays a :class:`~specchat.race.RaceResult` through :class:`~specchat.race.RaceReplay`
 with the clock it is given (the app's; a fake one in tests, so what is on screen at replay time t is exactly
 the pieces recorded at or before t): two :class:`RaceLane` panes, each a
 :class:`~specchat.tui.widgets.token_view.TokenView` (the chat's widget, so the speculative pane has the chat's
@@ -36,7 +36,7 @@ from textual.widgets import Footer, Static
 
 from specchat.demo import verdict
 from specchat.errors import UserError, describe_exception
-from specchat.race import LANES, Lane, RaceCancelled, RaceResult, Replay, TimedPiece, record_race, record_server_race
+from specchat.race import LANES, Lane, RaceCancelled, RaceReplay, RaceResult, TimedPiece, record_race, record_server_race
 from specchat.tui.keys import RACE_KEYS, screen_bindings
 from specchat.tui.sanitize import sanitize_line
 from specchat.tui.widgets.token_view import TokenView
@@ -220,7 +220,7 @@ class RaceView(Vertical):
         super().__init__(id=id)
         self.clock = clock
         self.race: RaceResult | None = None
-        self.replay: Replay | None = None
+        self.replay: RaceReplay | None = None
         self._finished: set[Lane] = set()
         self._timer: Any = None
 
@@ -255,7 +255,7 @@ class RaceView(Vertical):
     def play(self, race: RaceResult) -> None:
         """Play ``race`` from its start (again, if it was playing)."""
         self.race = race
-        self.replay = Replay(race, self.clock)
+        self.replay = RaceReplay(race, self.clock)
         self._finished = set()
         for lane in LANES:
             self.lane(lane).start(lane_title(race, lane))
