@@ -18,7 +18,6 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
 
@@ -75,11 +74,6 @@ class SamplingSettings(BaseModel):
     top_k: Int = Field(40, ge=0, description="keep the k most likely tokens; 0 = off")
     top_p: Float = Field(0.95, gt=0.0, le=1.0, description="nucleus sampling mass; 1 = off")
     seed: Int | None = Field(None, ge=0, description="RNG seed; unset = a fresh seed per run")
-
-    def to_params(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=self.seed
-        )
 
 
 NGRAM_N_MAX = 16

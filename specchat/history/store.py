@@ -254,15 +254,6 @@ class HistoryStore:
             self._require(conn, conv_id)
             conn.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conv_id))
 
-    def set_models(self, conv_id: int, *, target: str | None = None, draft: str | None = None) -> None:
-        """Record a model change of a conversation (the per-turn stats keep each turn's own)."""
-        with self._transaction() as conn:
-            self._require(conn, conv_id)
-            if target is not None:
-                conn.execute("UPDATE conversations SET target = ? WHERE id = ?", (target, conv_id))
-            if draft is not None:
-                conn.execute("UPDATE conversations SET draft = ? WHERE id = ?", (draft, conv_id))
-
     def get_conversation(self, conv_id: int) -> ConversationRecord:
         with self._lock:
             row = self._require(self._conn, conv_id)
