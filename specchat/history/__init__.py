@@ -27,31 +27,12 @@ The names below are the package's public API; import them from here.
 """
 
 from specchat.history.exchange import (
-    EXPORT_FORMAT,
-    EXPORT_VERSION,
-    STOP_REASONS,
-    build_export,
-    export_messages,
-    messages_from_export,
-    parse_export,
+    EXPORT_FORMAT, EXPORT_VERSION, STOP_REASONS, build_export, export_messages, messages_from_export, parse_export,
     read_export_file,
 )
-from specchat.history.markdown import (
-    export_filename,
-    export_slug,
-    format_time,
-    k_used,
-    render_markdown,
-    write_export,
-)
+from specchat.history.markdown import export_filename, export_slug, format_time, k_used, render_markdown, write_export
 from specchat.history.records import (
-    ConversationRecord,
-    HistoryError,
-    SearchHit,
-    StoredMessage,
-    UnknownConversationError,
-    default_title,
-    now_iso,
+    ConversationRecord, HistoryError, SearchHit, StoredMessage, UnknownConversationError, default_title, now_iso,
 )
 from specchat.history.schema import APPLICATION_ID, MAX_ID, MIGRATIONS, ROLES, SCHEMA_VERSION, migrate
 from specchat.history.store import HistoryStore
