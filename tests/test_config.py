@@ -25,7 +25,6 @@ from specchat.config import (
     locate_config,
     settings_sources,
 )
-from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,11 +195,6 @@ def test_data_dir_default_file_and_home_expansion(isolated):
     assert load_settings(str(path)).effective_data_dir() == isolated.home / "chats"
     nested = write(isolated.tmp / "conf" / "c.toml", 'data_dir = "data"\n')
     assert load_settings(str(nested)).effective_data_dir() == isolated.tmp / "conf" / "data"  # next to the file
-
-
-def test_sampling_settings_convert_to_engine_params(isolated):
-    s = load_settings(overrides={"sampling": {"temperature": 0.8, "top_k": 5, "top_p": 0.5, "seed": 3}})
-    assert s.sampling.to_params() == SamplingParams(temperature=0.8, top_k=5, top_p=0.5, seed=3)
 
 
 # -- errors -------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """specchat installed the way a user installs it (``pip install .``, not editable) has what it needs: the
-built-in themes (package data, read with importlib.resources) and a config that loads.
+built-in themes (the checkout's top-level ``themes/``, shipped inside the package as package data, read with
+importlib.resources) and a config that loads.
 
-Before the themes moved into the package, a non-editable install looked for them in a ``themes/`` folder
+Before the themes shipped inside the package, a non-editable install looked for them in a ``themes/`` folder
 next to the source checkout, found nothing, and the app fell back to ``textual-dark`` with an "Unknown
 theme" warning.
 
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp / "src"
     src.mkdir()
     shutil.copytree(ROOT / "specchat", src / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "themes", src / "themes")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src)
     venv = tmp / "venv"
@@ -68,6 +71,14 @@ def run(python: Path, code: str, tmp_path: Path) -> str:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
+
+
+def test_pyproject_lists_every_package():
+    """The packages are listed in pyproject.toml (``specchat.themes`` is mapped from the top-level ``themes/``,
+    which discovery cannot do): a package of the tree missing from the list would be missing from the wheel."""
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    tree = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "specchat").rglob("__init__.py")}
+    assert sorted(listed) == sorted(tree | {"specchat.themes"})
 
 
 def test_the_installed_package_is_not_this_checkout(installed, tmp_path):

@@ -13,7 +13,7 @@ from specchat.engine.chat import ChatSession
 from specchat.engine.controls import SamplingParams
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
-from specchat.race import RaceCancelled, RaceResult, RaceRun, Replay, TimedPiece, play, record_race, timeline
+from specchat.race import RaceCancelled, RaceReplay, RaceResult, RaceRun, TimedPiece, play, record_race, timeline
 
 COPY = "Repeat this line exactly, twice: the quick brown fox jumps over the lazy dog near the river bank."
 
@@ -46,7 +46,7 @@ class FakeClock:
 
 def test_replay_hands_out_exactly_the_pieces_recorded_by_now():
     race, clock = _race(), FakeClock()
-    replay = Replay(race, clock)
+    replay = RaceReplay(race, clock)
     assert replay.due() == [] and not replay.started
     replay.start()
     assert replay.due() == [] and replay.next_at() == pytest.approx(100.10)
@@ -72,7 +72,7 @@ def test_replay_hands_out_exactly_the_pieces_recorded_by_now():
 
 def test_replay_speed_and_the_blocking_player():
     race, clock = _race(), FakeClock(0.0)
-    fast = Replay(race, clock, speed=2.0)
+    fast = RaceReplay(race, clock, speed=2.0)
     fast.start()
     clock.t = 0.06  # 0.06 s of replay at 2x = 0.12 s of race
     assert len(fast.due()) == 4
@@ -87,7 +87,7 @@ def test_replay_speed_and_the_blocking_player():
     assert len(events) == 9 and clock.t == pytest.approx(0.45)  # it waits for the slower lane to end
     assert all(s > 0 for s in slept)
     with pytest.raises(ValueError):
-        Replay(race, clock, speed=0)
+        RaceReplay(race, clock, speed=0)
 
 
 def test_a_race_on_the_bundled_model(bundled_model):

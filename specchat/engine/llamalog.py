@@ -32,10 +32,6 @@ def set_verbose(on: bool) -> None:
     _verbose = bool(on)
 
 
-def is_verbose() -> bool:
-    return _verbose
-
-
 def _write(_level: int, text: bytes | None, _user: Any) -> None:
     if _verbose and text:
         sys.stderr.write(text.decode("utf-8", errors="replace"))

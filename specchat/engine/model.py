@@ -368,9 +368,6 @@ class Model:
         """Highest position in the KV of sequence 0 (-1 when empty), straight from llama.cpp."""
         return int(llama_cpp.llama_memory_seq_pos_max(self.mem, 0))
 
-    def kv_pos_min(self) -> int:
-        return int(llama_cpp.llama_memory_seq_pos_min(self.mem, 0))
-
     def clear(self) -> None:
         llama_cpp.llama_memory_clear(self.mem, True)
         self.tokens.clear()

@@ -1,5 +1,6 @@
-"""Themes: the built-in ``specchat/themes/*.toml`` (package data, read with :mod:`importlib.resources`, so
-an installed specchat has them wherever it is installed) plus the user's ``<config dir>/themes/*.toml``.
+"""Themes: the built-in ``themes/*.toml`` (the checkout's top-level folder, shipped inside the package as
+``specchat/themes``: package data, read with :mod:`importlib.resources`, so an installed specchat has them
+wherever it is installed; :data:`BUILTIN_THEMES_DIR`) plus the user's ``<config dir>/themes/*.toml``.
 
 A theme file is one Textual :class:`~textual.theme.Theme` (same field names) plus the token colours in
 ``[variables]``::
@@ -48,8 +49,19 @@ from textual.color import Color, ColorParseError
 from textual.css.stylesheet import Stylesheet
 from textual.theme import Theme
 
-#: the built-in themes, inside the package (``package-data`` in pyproject.toml)
-BUILTIN_THEMES_DIR: Traversable = files("specchat") / "themes"
+
+def builtin_themes_dir() -> Traversable:
+    """Where the built-in themes are: ``specchat/themes`` in an installed package (``package-dir`` maps the
+    checkout's top-level ``themes/`` there, ``package-data`` ships it), else that ``themes/`` folder itself (an
+    editable install or the source tree, where the package has no ``themes`` of its own)."""
+    packaged = files("specchat") / "themes"
+    if packaged.is_dir() and any(p.name.endswith(".toml") for p in packaged.iterdir()):
+        return packaged
+    return Path(__file__).resolve().parents[2] / "themes"
+
+
+#: the built-in themes (:func:`builtin_themes_dir`)
+BUILTIN_THEMES_DIR: Traversable = builtin_themes_dir()
 
 DEFAULT_THEME = "specchat-dark"
 

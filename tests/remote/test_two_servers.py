@@ -13,7 +13,7 @@ from specchat.cli import main
 from specchat.engine.controls import SamplingParams
 from specchat.engine.protocol import Message
 from specchat.engine.remote import connect
-from specchat.race import LANE_A, LANE_B, RaceResult, Replay, record_server_race
+from specchat.race import LANE_A, LANE_B, RaceReplay, RaceResult, record_server_race
 
 from .conftest import SERVER_K, ServerProcess, free_port
 
@@ -52,7 +52,7 @@ def test_record_server_race(self_draft_server, plain_server):
             assert run.turn.prompt_n > 5  # the prompt cache was off: each server decoded the whole prompt
         # the race screen's replay plays it like a local race
         now = [0.0]
-        replay = Replay(race, clock=lambda: now[0])
+        replay = RaceReplay(race, clock=lambda: now[0])
         replay.start()
         now[0] = max(race.off.t_end, race.on.t_end)
         assert len(replay.due()) == len(race.off.pieces) + len(race.on.pieces) and replay.done

@@ -14,7 +14,8 @@ from specchat.commands.tui import make_factory
 from specchat.config import Settings
 from specchat.engine.telemetry.ab import ab_summary, turn_mode
 from specchat.history import HistoryStore
-from specchat.race import NEAR_TIE, _near_tie
+from specchat.race import NEAR_TIE
+from specchat.race.verdict import _near_tie
 from specchat.tui.app import SpecChatApp
 from specchat.tui.widgets.ab_table import pair_title
 from specchat.tui.widgets.prompt import PromptInput

@@ -16,8 +16,9 @@ from specchat.engine.events import AutoKNotice, Turn
 from specchat.race import LANES, RaceResult, RaceRun, TimedPiece
 from specchat.tui.app import SpecChatApp
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
-from specchat.tui.screens.race import STACK_BELOW, RaceScreen, RaceView
+from specchat.tui.screens.race import RaceScreen
 from specchat.tui.screens.tour import TourOptions, TourScreen
+from specchat.tui.widgets.race_view import STACK_BELOW, RaceView
 from specchat.tui.widgets.prompt import PromptInput
 
 

@@ -24,10 +24,11 @@ from specchat.config import Settings
 from specchat.engine.events import Piece
 from specchat.race import LANES
 from specchat.tui.app import SpecChatApp
-from specchat.tui.screens.race import RaceScreen, RaceView
+from specchat.tui.screens.race import RaceScreen
 from specchat.tui.sanitize import sanitize
 from specchat.tui.screens.tour import TourOptions, TourScreen
 from specchat.tui.widgets.prompt import PromptInput
+from specchat.tui.widgets.race_view import RaceView
 
 SIZE = (120, 36)
 
@@ -83,7 +84,7 @@ async def test_the_race_key_races_the_last_message_on_the_bundled_model(tmp_path
         assert isinstance(screen, RaceScreen) and screen.prompt == before[-2].content
         await settle(pilot)  # the recording is a worker on the engine thread
         race = screen.race
-        assert race is not None and not screen.recording and not app.host.generating
+        assert race is not None and not screen.busy and not app.host.generating
         assert race.off.turn.draft_n == 0 and race.on.turn.draft_n > 0 and race.k == 4
         assert race.identical or "a near-tie" in race.difference
         assert engine.messages == before and engine.controls.snapshot() == controls  # nothing changed

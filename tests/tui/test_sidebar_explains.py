@@ -13,7 +13,8 @@ from tuikit import SIZE, notifications, send, settle, wait_hold, wait_ready
 
 from specchat.tui.screens.help import GLOSSARY, HelpScreen
 from specchat.tui.widgets.chat import ChatNotice
-from specchat.tui.widgets.sidebar import BLOCKS, SPARK_WIDTH, Sidebar, bars, format_spark_acc, format_spark_tok
+from specchat.tui.widgets.sidebar import Sidebar
+from specchat.tui.widgets.sidebar_text import BLOCKS, SPARK_WIDTH, bars, format_spark_acc, format_spark_tok
 
 FULL = BLOCKS[-1]
 

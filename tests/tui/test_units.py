@@ -27,7 +27,7 @@ from specchat.tui.themes import (
     theme_dirs,
 )
 from specchat.tui.widgets.ab_table import format_ab
-from specchat.tui.widgets.sidebar import (
+from specchat.tui.widgets.sidebar_text import (
     break_even_text,
     format_k,
     format_positions,

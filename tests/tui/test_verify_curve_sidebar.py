@@ -24,9 +24,9 @@ from specchat.tui.app import SpecChatApp
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.stats import StatsSnapshot
 from specchat.tui.verify_chart import BAR_WIDTH, chart_ks, chart_rows, v_text, verify_block
-from specchat.tui.widgets.sidebar import (
+from specchat.tui.widgets.sidebar import Sidebar
+from specchat.tui.widgets.sidebar_text import (
     SPARK_WIDTH,
-    Sidebar,
     current_k,
     drafter_cap,
     format_verify,

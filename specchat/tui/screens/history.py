@@ -24,7 +24,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 
-from specchat.history import Conversation, SearchHit, write_export
+from specchat.history import ConversationRecord, SearchHit, write_export
 from specchat.tui.sanitize import sanitize
 
 #: a row's columns: id, title, messages, updated, then the model pair (or, while searching, where it matched)
@@ -56,7 +56,7 @@ def _marked(text: str, query: str, width: int, *, follow: bool = True) -> Text:
     return out
 
 
-def describe(conv: Conversation) -> str:
+def describe(conv: ConversationRecord) -> str:
     """How dialogs and notices name a conversation: its title, id and message count (plain text)."""
     title = _one_line(conv.title) or "untitled"
     if len(title) > 60:
@@ -78,7 +78,7 @@ class ConfirmDeleteScreen(ModalScreen[bool]):
         Binding("right", "app.focus_next", "Next button", show=False),
     ]
 
-    def __init__(self, conv: Conversation) -> None:
+    def __init__(self, conv: ConversationRecord) -> None:
         super().__init__()
         self.conversation = conv
 
@@ -238,7 +238,7 @@ class HistoryScreen(ModalScreen[int | None]):
         row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
         return int(row_key.value) if row_key.value is not None else None
 
-    def _selected_conversation(self) -> Conversation | None:
+    def _selected_conversation(self) -> ConversationRecord | None:
         conv_id = self.selected_id()
         return next((h.conversation for h in self.hits if h.conversation.id == conv_id), None)
 
@@ -271,7 +271,7 @@ class HistoryScreen(ModalScreen[int | None]):
             return
         self.app.push_screen(ConfirmDeleteScreen(conv), lambda yes: self._delete(conv, bool(yes)))
 
-    def _delete(self, conv: Conversation, confirmed: bool) -> None:
+    def _delete(self, conv: ConversationRecord, confirmed: bool) -> None:
         if not confirmed:
             return
         try:

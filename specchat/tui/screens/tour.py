@@ -3,7 +3,7 @@ it hurts, shown rather than told.
 
 Each scene shows its number, name, pair and mode (a fixed K, or auto-K), its one sentence of explanation and
 what to look for; then it is run as a race (the same message with speculation off, then on: the race screen's
-:class:`~specchat.tui.screens.race.RaceView`, so the speculative pane has the chat's colours and ghosts) and
+:class:`~specchat.tui.widgets.race_view.RaceView`, so the speculative pane has the chat's colours and ghosts) and
 replayed, ending with both speeds, the ratio and the verdict (helps / neutral / hurts,
 :func:`specchat.demo.verdict`). ``n`` / → and ``p`` / ← move between scenes (a scene already run is replayed,
 not recorded again), ``r`` replays, Esc closes (cancelling a scene being recorded at its next round).
@@ -20,27 +20,20 @@ auto-K scenes then show auto-K's choice.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from textual.content import Content
 from textual.message import Message
-from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widget import Widget
+from textual.widgets import Static
 
 from specchat.demo import SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs
 from specchat.errors import UserError, describe_exception
 from specchat.tui.keys import TOUR_KEYS, screen_bindings
-from specchat.tui.screens.race import (
-    LANE_TITLES,
-    RaceEnded,
-    RaceProgress,
-    RaceView,
-    progress_text,
-    record_on_engine_thread,
-)
+from specchat.tui.screens.race_base import RaceEnded, RaceProgress, RaceViewScreen, progress_text
+from specchat.tui.widgets.race_view import LANE_TITLES
 
 if TYPE_CHECKING:
     from specchat.config import Settings
@@ -87,7 +80,7 @@ def scene_heading(i: int, scenes: Sequence[Scene]) -> Content:
     )
 
 
-class TourScreen(Screen[None]):
+class TourScreen(RaceViewScreen):
     """The guided tour (see the module docstring)."""
 
     BINDINGS = screen_bindings(TOUR_KEYS)
@@ -125,38 +118,24 @@ class TourScreen(Screen[None]):
     ) -> None:
         """``results``: scenes already raced (played, not recorded again); a scene without one is recorded with
         ``host``, ``make_factory`` and ``settings`` (the app's)."""
-        super().__init__()
+        super().__init__(clock, host)
         self.options = options
         self.scenes = options.scenes
-        self.host = host
         self.make_factory = make_factory
         self.settings = settings
-        self.clock = clock
         self.results: dict[int, SceneResult] = dict(results or {})
         self.index = start
         self.prepared = all(i in self.results for i in range(len(self.scenes)))
         #: the pairs loaded so far (used and closed on the engine thread only)
         self._sessions: dict[Pair, Any] = {}
-        self.turn_id: int | None = None  # the engine-thread turn in flight (preparing or recording)
-        self._recording: int | None = None  # the scene being recorded
-        self._cancel = threading.Event()
+        self._recording: int | None = None  # the scene being recorded (the turn in flight prepares or records)
         self._after: Callable[[], None] | None = None  # what to do once the turn in flight has ended
         self.error: str | None = None
 
-    def compose(self):
+    def compose_header(self) -> Iterable[Widget]:
         yield Static(id="tour-scene")
         yield Static(id="tour-sentence")
         yield Static(id="tour-expect")
-        yield RaceView(self.clock)
-        yield Footer()
-
-    @property
-    def view(self) -> RaceView:
-        return self.query_one(RaceView)
-
-    @property
-    def busy(self) -> bool:
-        return self.turn_id is not None
 
     def on_mount(self) -> None:
         self.show_scene()
@@ -184,17 +163,10 @@ class TourScreen(Screen[None]):
             return
         if self.host is None or not self.prepared:
             return
-        self._cancel.clear()
         self._recording = i
         self.view.clear({"off": f"{LANE_TITLES['off']} \u00b7 recording first", "on": LANE_TITLES["on"]})
         self.view.show_status(f"{scene.pair.label}: getting ready\u2026 (Esc cancels)")
-        host = self.host
-        self.turn_id = host.start_turn(
-            lambda turn_id: record_on_engine_thread(
-                turn_id, None, scene.prompt, scene.k, self.post_message,
-                cancelled=lambda: self._cancel.is_set() or host.closing, prepare=lambda: self._session(scene),
-            )
-        )  # fmt: skip
+        self.start_recording(None, scene.prompt, scene.k, prepare=lambda: self._session(scene))
 
     def _session(self, scene: Scene) -> Any:
         """On the engine thread: the scene's pair, loaded the first time, with the scene's reply length."""
@@ -238,7 +210,7 @@ class TourScreen(Screen[None]):
         self.view.show_status(message.text)
 
     def on_tour_prepared(self, message: TourPrepared) -> None:
-        self._turn_ended(message.turn_id)
+        self.turn_ended(message.turn_id)
         if message.error:
             self.error = message.error
             self.view.show_status(f"the tour cannot run: {message.error}")
@@ -253,7 +225,7 @@ class TourScreen(Screen[None]):
             self.view.show_status(progress_text(message.lane, message.tokens))
 
     def on_race_ended(self, message: RaceEnded) -> None:
-        self._turn_ended(message.turn_id)
+        self.turn_ended(message.turn_id)
         i, self._recording = self._recording, None
         if message.race is not None and i is not None:
             self.results[i] = SceneResult(self.scenes[i], message.race)
@@ -263,11 +235,6 @@ class TourScreen(Screen[None]):
             return
         if message.race is not None and i == self.index:
             self.view.play(message.race)
-
-    def _turn_ended(self, turn_id: int) -> None:
-        if self.host is not None:
-            self.host.finish_turn(turn_id)
-        self.turn_id = None
 
     def _then(self) -> bool:
         """Run what waited for the turn in flight (a move, closing); True if there was something."""
@@ -283,9 +250,8 @@ class TourScreen(Screen[None]):
         if not 0 <= index < len(self.scenes):
             return
         if self.busy:
-            self._cancel.set()
             self._after = lambda: self.go(index)
-            self.view.show_status("finishing the round in flight\u2026")
+            self.cancel_turn("finishing the round in flight\u2026")
             return
         self.index = index
         self.show_scene()
@@ -303,9 +269,8 @@ class TourScreen(Screen[None]):
 
     def action_close(self) -> None:
         if self.busy:
-            self._cancel.set()
             self._after = self._close
-            self.view.show_status("closing once the work in flight has ended\u2026")
+            self.cancel_turn("closing once the work in flight has ended\u2026")
             return
         self._close()
 

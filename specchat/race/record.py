@@ -1,5 +1,5 @@
-"""The race: one message answered with speculation off and then on, recorded piece by piece, and replayed
-side by side by time.
+"""Recording a race: one message answered with speculation off and then on (or by two llama-servers), each
+run recorded piece by piece with its time.
 
 **Recording** (:func:`record_race`, on the engine thread): the same message, greedy, first with speculation
 off, then on (with a fixed K or auto-K) - one after the other, never at once: two runs sharing one CPU would
@@ -17,13 +17,6 @@ other stop request. A half-run race compares nothing, so there is no partial res
 what makes a cancel reliable: a run clears stop requests when it starts (``ChatSession``), so a request made
 between the two runs alone would be lost.
 
-**Same text.** Greedy speculative decoding keeps exactly the target's argmax, so both texts should be
-identical and only the speed differ. Verified: when the token ids part, :func:`record_race` measures the
-target's preference between the two tokens where they part; a gap within :data:`NEAR_TIE` is the batch-size
-numerics described in :mod:`specchat.engine.chat` ("Greedy replies and batch sizes": a verify batch's logits
-differ from single-row decoding by up to ~0.9 on the bundled model, so at a near-tie the argmax can flip),
-said in :attr:`RaceResult.difference`; anything larger would be a defect.
-
 **Two llama-servers** (:func:`record_server_race`, ``specchat race --server A --server-b B``). A llama-server's
 speculation is fixed by its own flags (:mod:`specchat.engine.remote`), so against servers the two lanes are two
 servers, e.g. one speculating and the same model without a draft: server A's run fills the first lane
@@ -34,10 +27,6 @@ part, server A scores the two tokens (``n_probs``: :meth:`~specchat.engine.llama
 as :func:`record_race` does locally - if both servers hold the same weights (``/v1/models``: same vocabulary,
 parameter count, file size and type; the model name when a server does not say). Two different models may
 legitimately answer differently: that is said, not called a defect.
-
-**Replay** (:class:`Replay`, pure): the two runs' pieces merged into one timeline and handed out by an
-injected clock - at replay time t exactly the pieces recorded at or before t (scaled by ``speed``), so a UI
-drives it from a timer and a test from a fake clock.
 """
 
 from __future__ import annotations
@@ -51,8 +40,9 @@ from specchat.engine.drafter_kinds import NONE
 from specchat.engine.events import EngineError, Event, Notice, Piece, PieceKind, PromptDone, Step, Turn
 from specchat.engine.protocol import Message
 from specchat.errors import UserError
+from specchat.race.verdict import local_difference, server_difference
 
-if TYPE_CHECKING:  # the replay half is pure: a UI imports this module without llama.cpp
+if TYPE_CHECKING:  # the replay half is pure: a UI imports this package without llama.cpp
     from specchat.engine.chat import ChatSession
     from specchat.engine.remote import RemoteSession
 
@@ -63,11 +53,6 @@ LANE_A: Lane = "off"
 LANE_B: Lane = "on"
 #: what a local race's lanes are
 LOCAL_LABELS: dict[Lane, str] = {"off": "speculation off", "on": "speculation on"}
-#: how many of server A's most likely tokens are asked for where two same-weights replies part
-SERVER_TOP_N = 40
-#: logit gaps up to this are near-ties that batch-size numerics can flip (measured up to 0.86 between batch
-#: splits on the bundled SmolLM2: specchat.engine.chat); a larger gap where the texts part would be a defect
-NEAR_TIE = 1.0
 
 
 class RaceCancelled(Exception):
@@ -207,61 +192,6 @@ def _local_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[]
     return run
 
 
-def _first_difference(off: RaceRun, on: RaceRun) -> int | None:
-    """The index of the first token where the two replies differ (by id), None when they are identical.
-
-    A reply of a llama-server may hold an id it never named (-1: :mod:`specchat.engine.remote`); then equal
-    texts count as identical."""
-    a, b = off.turn.tokens, on.turn.tokens
-    if (min(a, default=0) < 0 or min(b, default=0) < 0) and off.text == on.text:
-        return None
-    first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-    if first is None and len(a) != len(b):
-        first = min(len(a), len(b))
-    return first
-
-
-def _tie_verdict(gap: float, first: int, a: str, how: str, where: str) -> str:
-    """The one line saying where two replies of the same weights part and whether that is a near-tie."""
-    kind = "a near-tie" if abs(gap) <= NEAR_TIE else "not a near-tie: a defect, please report it"
-    return (
-        f"the texts part at token {first + 1} ({a!r} {how}): {kind} - {where} scores them {abs(gap):.2f} apart, "
-        "and a verify batch's logits differ from one-token decoding by about that much (specchat/engine/chat.py)"
-    )
-
-
-def _eot_verdict(first: int) -> str:
-    return f"one reply stopped after {first} tokens and the other went on: the end-of-text token was a near-tie"
-
-
-def _near_tie(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> float:
-    """How much the target prefers ``run``'s token over ``other``'s where they part, decoded in one batch on
-    fresh caches (the logit gap; small = a near-tie)."""
-    dec = session.decoder
-    context = prompt_ids + list(run.turn.tokens[:at])
-    dec.reset()
-    logits = dec.target.decode(context, logits_last=1)
-    dec.reset()
-    assert logits is not None
-    row = logits[0]
-    return float(row[run.turn.tokens[at]] - row[other.turn.tokens[at]])
-
-
-def local_difference(session: ChatSession, prompt_ids: list[int], off: RaceRun, on: RaceRun) -> tuple[int | None, str]:
-    """Where the runs without (``off``) and with speculation (``on``) part (None: identical) and why, in one
-    line: the target scores the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect)."""
-    first = _first_difference(off, on)
-    if first is None:
-        return None, ""
-    if first >= min(len(off.turn.tokens), len(on.turn.tokens)):
-        return first, _eot_verdict(first)
-    gap = _near_tie(session, prompt_ids, off, on, first)
-    piece = session.decoder.target.piece
-    a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
-    b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
-    return first, _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target")
-
-
 def record_race(
     session: ChatSession,
     prompt: str,
@@ -327,44 +257,6 @@ def _weights_id(session: RemoteSession) -> tuple:
     return figures if any(v is not None for v in figures) else (session.server_info.model,)
 
 
-def _server_gap(a: RemoteSession, prompt_ids: list[int], run_a: RaceRun, run_b: RaceRun, at: int) -> float:
-    """How much server A's model prefers its own token over B's where the replies part (a logit gap, from the
-    server's log-probabilities); when B's token is not among A's :data:`SERVER_TOP_N` most likely, the gap to
-    the least of them (a lower bound)."""
-    context = prompt_ids + list(run_a.turn.tokens[:at])
-    top = a.server.top_logprobs(context, SERVER_TOP_N)
-    mine, theirs = run_a.turn.tokens[at], run_b.turn.tokens[at]
-    floor = min(top.values(), default=0.0)
-    return top.get(mine, floor) - top.get(theirs, floor)
-
-
-def server_difference(
-    a: RemoteSession, prompt_ids: list[int], off: RaceRun, on: RaceRun, *, model_b: str | None
-) -> tuple[int | None, str]:
-    """Where server A's run ``off`` and server B's run ``on`` part (None: identical) and why, in one line.
-
-    ``model_b`` None: both servers hold the same weights, so a parting is judged by server A's own scores of
-    the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect); else B's model,
-    and the texts of two different models may differ."""
-    first = _first_difference(off, on)
-    if first is None:
-        return None, ""
-    both = first < min(len(off.turn.tokens), len(on.turn.tokens))
-    if model_b is not None:
-        where = f"at token {first + 1}" if both else f"after {first} tokens (one reply stopped)"
-        return first, (
-            f"the texts part {where}: server A runs {a.server_info.model} and server B {model_b}, which are not "
-            "the same weights (/v1/models), so their greedy replies may differ - not a defect"
-        )
-    if not both:
-        return first, _eot_verdict(first)
-    if min(off.turn.tokens[first], on.turn.tokens[first]) < 0:
-        return first, f"the texts part at token {first + 1}, where a server did not name the token's id"
-    gap = _server_gap(a, prompt_ids, off, on, first)
-    mine, theirs = (a.server.detokenize([run.turn.tokens[first]]) for run in (off, on))
-    return first, _tie_verdict(gap, first, mine, f"on server A, {theirs!r} on server B", "server A's model")
-
-
 def record_server_race(
     a: RemoteSession,
     b: RemoteSession,
@@ -421,105 +313,3 @@ def record_server_race(
         drafter=f"{a.drafter_label} vs {b.drafter_label}", k=None, off=off, on=on, first_difference=first,
         difference=difference, remote=True, same_weights=same,
     )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayEvent:
-    """A piece of one lane, due at replay time ``piece.t`` (seconds, before the speed is applied)."""
-
-    lane: Lane
-    piece: TimedPiece
-
-
-def timeline(race: RaceResult) -> tuple[ReplayEvent, ...]:
-    """Both runs' pieces in time order (a tie goes to the baseline lane, then to the order recorded)."""
-    events = [(p.t, i, j, ReplayEvent(lane, p)) for i, lane in enumerate(LANES) for j, p in enumerate(race.run(lane).pieces)]
-    return tuple(e for *_key, e in sorted(events, key=lambda x: x[:3]))
-
-
-class Replay:
-    """Plays a race back by time, through an injected clock (pure: no thread, no sleep).
-
-    :meth:`start` notes the clock; :meth:`due` returns the pieces whose recorded time has come (every piece
-    recorded at or before ``(clock - start) × speed``, compared as clock times: ``clock ≥ start + t / speed``),
-    each once and in time order. :meth:`finished` says whether a
-    lane's run is over (its final figures may be shown), :meth:`next_at` when the next piece is due (for a UI
-    timer), :attr:`done` whether everything was played.
-    """
-
-    def __init__(self, race: RaceResult, clock: Callable[[], float], *, speed: float = 1.0) -> None:
-        if not speed > 0:
-            raise ValueError(f"speed must be > 0, got {speed}")
-        self.race = race
-        self.clock = clock
-        self.speed = speed
-        self.events = timeline(race)
-        self._next = 0
-        self._t0: float | None = None
-
-    def start(self) -> None:
-        self._t0 = self.clock()
-        self._next = 0
-
-    @property
-    def started(self) -> bool:
-        return self._t0 is not None
-
-    def elapsed(self) -> float:
-        """Recorded time reached so far (seconds of the race, i.e. replay seconds × speed)."""
-        if self._t0 is None:
-            return 0.0
-        return (self.clock() - self._t0) * self.speed
-
-    def _at(self, t: float) -> float:
-        """The clock time at which recorded time ``t`` is replayed (the one comparison every method uses, so a
-        timer set to :meth:`next_at` finds its piece due, without rounding in between)."""
-        assert self._t0 is not None
-        return self._t0 + t / self.speed
-
-    def due(self) -> list[ReplayEvent]:
-        if self._t0 is None:
-            return []
-        now = self.clock()
-        out = []
-        while self._next < len(self.events) and now >= self._at(self.events[self._next].piece.t):
-            out.append(self.events[self._next])
-            self._next += 1
-        return out
-
-    def finished(self, lane: Lane) -> bool:
-        """The lane's run has ended by now (its Turn had arrived at this recorded time)."""
-        return self._t0 is not None and self.clock() >= self._at(self.race.run(lane).t_end)
-
-    def next_at(self) -> float | None:
-        """The clock time at which the next piece is due, None when every piece was handed out."""
-        if self._t0 is None or self._next >= len(self.events):
-            return None
-        return self._at(self.events[self._next].piece.t)
-
-    @property
-    def done(self) -> bool:
-        return self.started and self._next >= len(self.events) and all(self.finished(lane) for lane in LANES)
-
-
-def play(
-    race: RaceResult, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-    *, speed: float = 1.0,
-) -> Iterator[ReplayEvent]:  # fmt: skip
-    """The replay as a blocking iterator (headless use): sleeps until each piece is due, then yields it."""
-    replay = Replay(race, clock, speed=speed)
-    replay.start()
-    while not replay.done:
-        yield from replay.due()
-        at = replay.next_at()
-        if at is None:
-            at = max(replay._at(race.run(lane).t_end) for lane in LANES)
-        wait = at - clock()
-        if wait > 0:
-            sleep(wait)
-
-
-__all__ = [
-    "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "Lane", "RaceCancelled", "RaceResult", "RaceRun", "Replay", "ReplayEvent",
-    "TimedPiece", "local_difference", "play", "record_race", "record_server_race", "server_difference", "server_label", "timeline",
-]  # fmt: skip
