@@ -385,14 +385,16 @@ class NgramDrafter:
         """Learn from the verify: ``committed`` extends the drafted context by the accepted draft prefix."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._learn(*pending, committed)
+            self._learn(*pending, committed, verified=True)
 
-    def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], committed: Sequence[int]) -> None:
+    def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], committed: Sequence[int], *,
+               verified: bool = False) -> None:  # fmt: skip
         """Count the outcome of ``tokens`` proposed after ``n_ctx`` context tokens for a match of ``match_len``,
         as far as ``committed`` (the text the target kept) tells it: the accepted positions, then the first
-        refusal; positions not committed yet are unknown and not counted."""
+        refusal; for a shadow (``verified`` False) positions not committed yet are unknown and not counted, for
+        a verified draft the first position past what was kept was refused."""
         got = committed[n_ctx : n_ctx + len(tokens)]
-        if not got:
+        if not got and not verified:
             return
         a = 0
         while a < len(got) and got[a] == tokens[a]:
@@ -402,7 +404,8 @@ class NgramDrafter:
         for b, p0 in enumerate(self._prior):  # relax every bucket towards its prior (recent evidence counts)
             self._acc[b] = self._acc[b] * r + p0 * w * (1.0 - r)
             self._n[b] = self._n[b] * r + w * (1.0 - r)
-        for i in range(min(a + 1, len(got))):  # positions verified: accepted ones, then the first rejection
+        known = len(tokens) if verified else len(got)
+        for i in range(min(a + 1, known)):  # positions verified: accepted ones, then the first rejection
             b = self._bucket(match_len + i)
             self._n[b] += 1.0
             if i < a:
