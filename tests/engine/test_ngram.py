@@ -84,9 +84,12 @@ def test_ngram_cost_aware_length():
     """With a verify cost: long drafts when verify rows are free, none when each row costs a full step."""
     src = list(range(1, 60))
     ctx = src + src[:2]  # a two-token match: p ~ 0.67 per position by the prior
-    flat = NgramDrafter(1, 4, verify_cost=lambda k: 1.0)
+    flat = NgramDrafter(1, 4, verify_cost=lambda: [1.0] * 65)  # the table v by K, as CostModel.measured_v gives it
     assert len(flat.draft(ctx, 8, SP, RNG).tokens) == 8
-    steep = NgramDrafter(1, 4, verify_cost=lambda k: 1.0 + k)  # a row costs as much as a decode
+    steep = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + k for k in range(65)])  # a row costs as much as a decode
+    assert steep.draft(ctx, 8, SP, RNG).tokens == []
+    unmeasured = NgramDrafter(1, 4, verify_cost=lambda: None)  # not measured beyond one row: the confidence rule
+    assert unmeasured.draft(ctx, 8, SP, RNG).tokens == NgramDrafter(1, 4).draft(ctx, 8, SP, RNG).tokens
     assert steep.draft(ctx, 8, SP, RNG).tokens == []
 
 

@@ -434,7 +434,7 @@ class CostModel:
             )
         else:
             curve = speedup_curve(a, self.c(drafter), v_by_k, k_max)
-        r = self.cost_ratio(drafter)
+        r = self.cost_ratio(drafter) if alpha is None else 1.0  # an α override is the geometric model as priced
         if r != 1.0:
             curve = [curve[0], *(x / r for x in curve[1:])]
         self._curve_key, self._curve, self._curve_ms = key, curve, self._gen_ms
