@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.bench.arithmetic import Calibration, arithmetic, calibrate
+from specchat.bench.arithmetic import Calibration, arithmetic, calibrate, speed_cap
 from specchat.bench.progress import ProgressLine
 from specchat.bench.report import (
     build_report,
@@ -269,7 +269,13 @@ def main(
             if args.plot and mine:
                 print(format_plot(mine), file=out)
         if many and rows and reference is not None:
-            print(format_formats(rows, list(sessions), reference), file=out)
+            caps = {
+                (prompt, label): cap
+                for prompt in dict.fromkeys(r.prompt for r in rows) for label, cal in cals.items()
+                if (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
+                                     cal.cost_model.verify.table())) is not None
+            }  # fmt: skip
+            print(format_formats(rows, list(sessions), reference, caps), file=out)
         if args.json:
             arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))

@@ -4,8 +4,9 @@ Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Al
 :meth:`SpeculativeDecoder._choose_k` read the controls and picked the drafter and K:
 
 1. **draft** - the drafter proposes up to K tokens continuing ``committed + [last]``;
-2. **verify** - one target batch ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
-   all K+1 rows;
+2. **verify** - the target's rows ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
+   all K+1 rows: one batch, or leading single rows first where this CPU measured a small batch dearer
+   than its rows one by one (:meth:`SpeculativeDecoder._verify`);
 3. **accept** - :func:`specchat.engine.sampling.accept`: at temperature 0 the longest prefix where
    ``d_i == argmax p_i`` plus the target's argmax at the first mismatch (corrected) or after the last
    draft (bonus); at T > 0 exact rejection sampling, bonus sampled from p_{K+1};
@@ -151,9 +152,8 @@ class SpeculativeDecoder:
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
-            t_v0 = self.clock()
-            logits = target.decode([last, *d], logits_last=len(d) + 1)
-            t_verify = (self.clock() - t_v0) * 1000.0
+            logits, decodes = self._verify(last, d, greedy=st.sampling.temperature <= 0)
+            t_verify = sum(ms for _, ms in decodes)
             # 3. accept
             a, final = accept(logits, d, draft.q, st.sampling, rng)
             emitted, eog = self._cut([*d[:a], final], remaining)
@@ -166,7 +166,7 @@ class SpeculativeDecoder:
             yield from reply.emit(emitted, d, a, eog)
             yield self._record(
                 counters, st, drafter, speculative, k, decision, draft, len(d), a, len(emitted), eog,
-                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify, t_gen0=t_gen0,
+                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify, t_gen0=t_gen0, decodes=decodes,
             )  # fmt: skip
             if eog:
                 stop_reason = "eos"
@@ -224,6 +224,31 @@ class SpeculativeDecoder:
         # rolling rate count from it)
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
         return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
+
+    def _verify(self, last: int, draft: Sequence[int], *, greedy: bool) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        """Step 2: the target's logits on the rows ``[last, *draft]`` at ``n_past...``, decoded the cheapest way
+        this CPU measured (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.plan`: one batch, or
+        leading single rows where a small batch costs more than its rows one by one), with each decode's
+        (rows, ms). At temperature 0 a single row whose argmax refuses its draft token ends the verify there:
+        the rows after a rejection are never used (step 3 stops at the first), so they are not paid for. The
+        rows are the target's own either way - a single row is exactly what plain decoding computes."""
+        tokens = [last, *draft]
+        plan = self.cost_model.verify.plan(len(tokens)) if draft else (1,)
+        decodes: list[tuple[int, float]] = []
+        parts: list[np.ndarray] = []
+        start = 0
+        for i, rows in enumerate(plan):
+            t0 = self.clock()
+            part = self.target.decode(tokens[start : start + rows], logits_last=rows)
+            decodes.append((rows, (self.clock() - t0) * 1000.0))
+            assert part is not None
+            parts.append(part)
+            start += rows
+            if greedy and i < len(plan) - 1:
+                judged = tokens[start - rows + 1 : start + 1]  # row j predicts the token after the j-th
+                if any(int(part[j].argmax()) != t for j, t in enumerate(judged)):
+                    break
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), decodes
 
     def _stop_reason(self, n_reply: int, max_new: int) -> StopReason | None:
         """Why the reply ends before the next round (a stop request, the token budget, a full context), or None."""
@@ -308,6 +333,7 @@ class SpeculativeDecoder:
         decode_ms0: float,
         t_verify: float,
         t_gen0: float,
+        decodes: Sequence[tuple[int, float]] = (),
     ) -> Step:
         """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
         how its K was chosen and the figures of the reply so far and of the cost model's recent window.
@@ -330,7 +356,7 @@ class SpeculativeDecoder:
         if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
             cm.observe_step(
                 name, k, drafted, accepted, draft.t_ms, t_verify, drafted + 1, t_overhead_ms=overhead,
-                natural=draft.natural, catch_up_ms=draft.catch_up_ms,
+                natural=draft.natural, catch_up_ms=draft.catch_up_ms, verify_decodes=decodes,
             )  # fmt: skip
         else:
             cm.observe_plain(t_verify + overhead)

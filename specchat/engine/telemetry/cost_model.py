@@ -10,6 +10,7 @@ most every :data:`CURVE_REFRESH_MS` of generation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specchat.engine.drafter_kinds import K_MAX
@@ -210,9 +211,15 @@ class CostModel:
         t_overhead_ms: float = 0.0,
         natural: int | None = None,
         catch_up_ms: float = 0.0,
+        verify_decodes: Sequence[tuple[int, float]] | None = None,
     ) -> None:
         """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
         the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``verify_decodes``: the verify's decodes as (rows, ms) when it was split (:meth:`VerifyCost.plan`; a
+        rejection in its leading single rows may have ended it early): each joins the table at its own size,
+        with the round's overhead shared by rows, so the one-batch costs the plan is made from stay one-batch
+        costs. None: one decode of ``rows_verified`` rows taking ``t_verify_ms``.
 
         ``catch_up_ms``: the part of ``t_draft_ms`` spent reading context the drafter had missed
         (:attr:`specchat.engine.drafters.Draft.catch_up_ms`): not a cost per drafted token. The draft cost
@@ -250,7 +257,12 @@ class CostModel:
                 self._add_draft_ms(st, max(0.0, t_draft_ms) / drafted)
             st.spec_steps += 1
             st.last = (drafted, accepted)
-        self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
+        if not verify_decodes:
+            self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
+        else:
+            decoded = sum(rows for rows, _ in verify_decodes)
+            for rows, ms in verify_decodes:
+                self.verify.observe(rows, ms + t_overhead_ms * rows / decoded)
 
     def observe_draft_cost(self, drafter: str, ms_per_token: float) -> None:
         """A draft-cost measurement outside generation (one timed draft decode, see
