@@ -46,7 +46,18 @@ from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter, NgramDrafter
-from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
+from specchat.engine.events import (
+    AutoKNotice,
+    CostEstimate,
+    Event,
+    Piece,
+    PieceKind,
+    PromptDone,
+    Step,
+    StopReason,
+    VerifyCurve,
+    VerifySource,
+)
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, KDecision, TurnCounters
@@ -56,6 +67,11 @@ from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_fi
 PROBE_CATCH_UP = 32
 #: the draft of a round that does not draft (K = 0): shared, never changed
 _NO_DRAFT = Draft()
+#: seconds between refits of the figures a Step shows (the v(K) curve and the cost estimate with its break-even
+#: α) while K and the drafter stay the same: the sidebar redraws about ten times a second, and refitting every
+#: round cost plain decoding 5 % of its time (0.27 s of 5.2 s over 200 rounds of the bundled Q4_1, cProfile on
+#: an AMD EPYC Zen 4: the break-even bisection's speedup curves) - the gap to llama-server issue 20 measured
+FIGURES_REFRESH_S = 0.1
 
 
 class SpeculativeDecoder:
@@ -98,9 +114,13 @@ class SpeculativeDecoder:
         self._announced: tuple[str, bool] | None = None
         #: this round is auto-K's (its K is the engine's to choose, so the n-gram drafter's length is priced too)
         self._auto_round = False
+        #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
+        self._figures: tuple[tuple[str, int, int], float, CostEstimate] | None = None
         for d in drafters.values():  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
                 d.verify_cost = self._measured_v
+            if isinstance(d, NgramDrafter) and d.boundary is None:  # and stops copying at a turn's end
+                d.boundary = target.is_eog
 
     def _measured_v(self) -> list[float] | None:
         """The target's v by K as the cost model has measured it, for an auto-K round (None before a multi-row
@@ -171,6 +191,8 @@ class SpeculativeDecoder:
             if eog:
                 stop_reason = "eos"
                 break
+        self.verify = self._verify_curve()  # the curve between turns is the whole reply's (EngineInfo.verify)
+        self._figures = None
         counters.finish(
             predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
@@ -360,9 +382,14 @@ class SpeculativeDecoder:
             )  # fmt: skip
         else:
             cm.observe_plain(t_verify + overhead)
-        self.verify = self._verify_curve()
         cap = drafter.k_cap if drafter is not None else K_MAX
-        cost = cm.estimate(name, k, cap, verify=self.verify)
+        key = (name, k, cap)
+        if self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S:
+            cost = self._figures[2]
+        else:
+            self.verify = self._verify_curve()
+            cost = cm.estimate(name, k, cap, verify=self.verify)
+            self._figures = (key, now, cost)
         recent = recent_figures(cm.window(name)) if drafter is not None else None
         status = k_status(
             speculative=speculative, k_control=st.k, k_round=k, k_cap=cap,
