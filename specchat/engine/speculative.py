@@ -13,8 +13,8 @@ Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Al
 4. **roll back** - ``llama_memory_seq_rm`` drops the rejected rows from the target KV and the drafter
    trims its own KV to the committed tokens;
 5. **emit** - :class:`_Reply` turns the round's tokens into :class:`Piece` events (ghosts of the rejected
-   draft right before the correction), and :meth:`SpeculativeDecoder._record` counts the round and
-   yields its :class:`Step`.
+   draft right before the correction); the round's facts become one :class:`Round`, which
+   :meth:`SpeculativeDecoder._record` counts (the reply's counters, the cost model) and reports as a :class:`Step`.
 
 The last sampled token is never in the target KV between rounds: it is the first row of the next
 verify batch. K = 0, speculation off, or an empty draft make the round a plain single-row decode.
@@ -53,6 +53,7 @@ from specchat.engine.events import (
     Piece,
     PieceKind,
     PromptDone,
+    Round,
     Step,
     StopReason,
     VerifyCurve,
@@ -114,6 +115,8 @@ class SpeculativeDecoder:
         self._announced: tuple[str, bool] | None = None
         #: this round is auto-K's (its K is the engine's to choose, so the n-gram drafter's length is priced too)
         self._auto_round = False
+        #: when the reply being generated started (the clock's seconds), for its figures
+        self._t_gen0 = 0.0
         #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
         self._figures: tuple[tuple[str, int, int], float, CostEstimate] | None = None
         for d in drafters.values():  # the n-gram drafter sizes its drafts by the verify cost measured here
@@ -157,7 +160,7 @@ class SpeculativeDecoder:
         counters = yield from self._prefill(context)
         reply = _Reply(target.piece)
         last = int(context[-1])
-        t_gen0 = self.clock()
+        t_gen0 = self._t_gen0 = self.clock()
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
@@ -182,12 +185,16 @@ class SpeculativeDecoder:
             if d:
                 drafter.rollback(target.tokens)
             last = emitted[-1]
-            # 5. emit
+            # 5. emit, and record the round
             yield from reply.emit(emitted, d, a, eog)
-            yield self._record(
-                counters, st, drafter, speculative, k, decision, draft, len(d), a, len(emitted), eog,
-                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify, t_gen0=t_gen0, decodes=decodes,
+            t_step, overhead = self._elapsed(t_step0, decode_ms0, draft)
+            rnd = Round(
+                drafter=drafter.name if drafter is not None else NONE, k=k, speculative=speculative, drafted=len(d),
+                accepted=a, emitted=len(emitted) - int(eog), natural=draft.natural if k > 0 else None,
+                t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+                catch_up_ms=draft.catch_up_ms, verify_decodes=tuple(decodes),
             )  # fmt: skip
+            yield self._record(counters, st, rnd, decision)
             if eog:
                 stop_reason = "eos"
                 break
@@ -337,71 +344,42 @@ class SpeculativeDecoder:
         tokens = tokens[:remaining]
         return tokens, eog_at is not None and len(tokens) == eog_at + 1
 
-    def _record(
-        self,
-        counters: TurnCounters,
-        st: ControlState,
-        drafter: Drafter | None,
-        speculative: bool,
-        k: int,
-        decision: KDecision | None,
-        draft: Draft,
-        drafted: int,
-        accepted: int,
-        emitted: int,
-        eog: bool,
-        *,
-        t_step0: float,
-        decode_ms0: float,
-        t_verify: float,
-        t_gen0: float,
-        decodes: Sequence[tuple[int, float]] = (),
-    ) -> Step:
-        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
-        how its K was chosen and the figures of the reply so far and of the cost model's recent window.
-
-        The round's time outside llama_decode (Python, sampling, the consumer of the events) is its
-        overhead; the cost model charges it to the round's verify cost so predictions cover whole rounds.
-        ``emitted`` counts the end-of-generation token when ``eog``; the reply (and the Step) do not.
-        """
-        now = self.clock()
-        t_step = (now - t_step0) * 1000.0
+    def _elapsed(self, t_step0: float, decode_ms0: float, draft: Draft) -> tuple[float, float]:
+        """The round's ms since ``t_step0`` and its part outside llama_decode (Python, sampling, the consumer of
+        the events): its overhead, which the cost model charges to the round's verify."""
+        t_step = (self.clock() - t_step0) * 1000.0
         in_decode = (self.target.decode_ms_total - decode_ms0) + draft.decode_ms
-        overhead = max(0.0, t_step - in_decode)
-        added = emitted - int(eog)
-        counters.add_step(
-            drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms, t_verify_ms=t_verify,
-            t_overhead_ms=overhead, t_step_ms=t_step, k=k, speculative=speculative,
-        )  # fmt: skip
-        name = drafter.name if drafter is not None else NONE
+        return t_step, max(0.0, t_step - in_decode)
+
+    def _record(self, counters: TurnCounters, st: ControlState, rnd: Round, decision: KDecision | None) -> Step:
+        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
+        how its K was chosen and the figures of the reply so far and of the cost model's recent window (refit at
+        most every :data:`FIGURES_REFRESH_S` while the drafter and K stay)."""
+        now = self.clock()
+        counters.add(rnd)
         cm = self.cost_model
-        if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
-            cm.observe_step(
-                name, k, drafted, accepted, draft.t_ms, t_verify, drafted + 1, t_overhead_ms=overhead,
-                natural=draft.natural, catch_up_ms=draft.catch_up_ms, verify_decodes=decodes,
-            )  # fmt: skip
-        else:
-            cm.observe_plain(t_verify + overhead)
+        cm.observe(rnd)
+        drafter = self.drafters.get(rnd.drafter)
         cap = drafter.k_cap if drafter is not None else K_MAX
-        key = (name, k, cap)
+        key = (rnd.drafter, rnd.k, cap)
         if self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S:
             cost = self._figures[2]
         else:
             self.verify = self._verify_curve()
-            cost = cm.estimate(name, k, cap, verify=self.verify)
+            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
             self._figures = (key, now, cost)
-        recent = recent_figures(cm.window(name)) if drafter is not None else None
+        recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
         status = k_status(
-            speculative=speculative, k_control=st.k, k_round=k, k_cap=cap,
+            speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
             auto_k=self.auto_k if decision is not None else None, decision=decision, best_k=cost.best_k,
             k_used=recent.k_used if recent is not None else None,
         )  # fmt: skip
         return Step(
-            k=k, drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms,
-            t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
-            auto_k=bool(st.auto_k and speculative), drafter=name, n_past=len(self.target.tokens),
-            cost=cost, natural=draft.natural if k > 0 else None, status=status,
-            reply=reply_figures(counters, (now - t_gen0) * 1000.0), recent=recent,
+            k=rnd.k, drafted=rnd.drafted, accepted=rnd.accepted, emitted=rnd.emitted, t_draft_ms=rnd.t_draft_ms,
+            t_verify_ms=rnd.t_verify_ms, t_overhead_ms=rnd.t_overhead_ms, t_step_ms=rnd.t_step_ms,
+            speculative=rnd.speculative, auto_k=bool(st.auto_k and rnd.speculative), drafter=rnd.drafter,
+            n_past=len(self.target.tokens), cost=cost, natural=rnd.natural, status=status,
+            reply=reply_figures(counters, (now - self._t_gen0) * 1000.0), recent=recent,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.events import CostEstimate, VerifyCurve
+from specchat.engine.events import CostEstimate, Round, VerifyCurve
 from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
 from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
@@ -302,6 +302,19 @@ class CostModel:
         self._clock += 1
         self._curve_key = None
         self.verify.observe(rows, t_ms)
+
+    def observe(self, rnd: Round) -> None:
+        """One round of the loop (:class:`~specchat.engine.events.Round`): a drafting round when the drafter was
+        asked (K > 0; it may have proposed nothing, and that counts too), else a plain single-row decode. The
+        round's overhead is charged to its verify, so the predictions cover whole rounds."""
+        if rnd.k > 0:
+            self.observe_step(
+                rnd.drafter, rnd.k, rnd.drafted, rnd.accepted, rnd.t_draft_ms, rnd.t_verify_ms, rnd.drafted + 1,
+                t_overhead_ms=rnd.t_overhead_ms, natural=rnd.natural, catch_up_ms=rnd.catch_up_ms,
+                verify_decodes=rnd.verify_decodes,
+            )  # fmt: skip
+        else:
+            self.observe_plain(rnd.t_verify_ms + rnd.t_overhead_ms)
 
     def observe_plain(self, t_ms: float) -> None:
         """One plain single-row decode (K = 0, speculation off) that took ``t_ms``."""
