@@ -69,10 +69,11 @@ PROBE_CATCH_UP = 32
 #: the draft of a round that does not draft (K = 0): shared, never changed
 _NO_DRAFT = Draft()
 #: seconds between refits of the figures a Step shows (the v(K) curve and the cost estimate with its break-even
-#: α) while K and the drafter stay the same: the sidebar redraws about ten times a second, and refitting every
-#: round cost plain decoding 5 % of its time (0.27 s of 5.2 s over 200 rounds of the bundled Q4_1, cProfile on
-#: an AMD EPYC Zen 4: the break-even bisection's speedup curves) - the gap to llama-server issue 20 measured
-FIGURES_REFRESH_S = 0.1
+#: α) while K and the drafter stay the same: the app posts the stats at most ~4 times a second
+#: (:mod:`specchat.tui.generation`), and refitting every round cost plain decoding 5 % of its time (0.27 s of
+#: 5.2 s over 200 rounds of the bundled Q4_1, cProfile on an AMD EPYC Zen 4: one refit is ~2.7 ms, mostly the
+#: break-even bisection's speedup curves) - the gap to llama-server issue 20 measured
+FIGURES_REFRESH_S = 0.25
 
 
 class SpeculativeDecoder:
