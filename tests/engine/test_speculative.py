@@ -502,3 +502,44 @@ def test_ngram_at_k_64_drafts_past_16_and_equals_plain_decoding(bundled_model):
         assert all(s.k <= 16 for s in steps(events))
     finally:
         session.close()
+
+
+def test_a_verify_planned_as_single_rows_is_plain_decoding_and_ends_at_the_first_refusal(bundled_model):
+    """The cheapest-verify plan on the real bundled model: with the 2..6-row batches priced dearer than their
+    rows one by one (as an AMD EPYC Zen 4 measures them for this file), the n-gram drafter's short drafts are
+    verified as single rows - no multi-row batch of 6 rows or fewer reaches llama.cpp - and at temperature 0 the
+    first refused draft token ends the verify. The reply is plain decoding's, token for token (a single row is
+    exactly what plain decoding computes)."""
+    dec = build_decoder(bundled_model, None, k=4, drafter="ngram")
+    try:
+        ctx = dec.target.tokenize(PROMPTS[0] * 3, add_bos=True)  # its reply repeats the prompt
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 48)
+        dec.reset()
+        cm = dec.cost_model
+        t1 = cm.target_ms()  # this machine's single row, from the plain turn
+        assert t1
+        for _ in range(8):  # one-batch costs: 2 rows 2.6, 3 rows 3.6, ... 9 rows 7.0 single rows
+            for rows, v in ((2, 2.6), (3, 3.6), (4, 4.6), (5, 5.6), (6, 6.6), (9, 7.0)):
+                cm.verify.observe(rows, t1 * v)
+        assert cm.verify.plan(5) == (1,) * 5 and cm.verify.plan(2) == (1, 1)
+        target = dec.target
+        sizes: list[int] = []
+        real_decode = target.decode
+
+        def counting_decode(tokens, *, logits_last=1):
+            if logits_last:
+                sizes.append(len(tokens))
+            return real_decode(tokens, logits_last=logits_last)
+
+        target.decode = counting_decode  # type: ignore[method-assign]
+        dec.controls.set_speculative(True)
+        spec, events = run_turn(dec, ctx, 48)
+        st = steps(events)
+        assert spec.tokens == plain.tokens
+        assert any(s.drafted >= 2 for s in st)
+        assert all(n == 1 for n in sizes), sizes  # every drafted verify here was 5 rows or fewer: single rows
+        # each round decoded its kept tokens' rows and no more: a refusal ended it (a + 1 rows of d + 1)
+        assert len(sizes) == sum(s.accepted + 1 for s in st)
+    finally:
+        dec.close()
