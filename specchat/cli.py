@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "race": "answer one message with speculation off, then on: both speeds, the ratio, the same text",
     "demo": "the guided tour of when speculation helps and when it hurts (--headless)",
     "models": "list, derive and download models",
-    "history": "list, show, export, import or delete saved conversations",
+    "history": "list, show, export, import or delete saved conversations; stats of their replies across builds",
     "config": "show the effective settings or where the config file is",
 }
 

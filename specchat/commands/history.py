@@ -18,7 +18,7 @@ from pathlib import Path
 from specchat.commands.arguments import location_overrides
 from specchat.errors import UserError
 from specchat.history import MAX_ID, HistoryStore, UnknownConversationError, format_time, read_export_file
-from specchat.sanitize import json_text, sanitize_line
+from specchat.sanitize import json_text, sanitize, sanitize_line
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE")
     p = action("delete", "delete a conversation and its statistics")
     p.add_argument("id", metavar="ID", help="conversation ID")
+    p = action("stats", "acceptance, mean accepted length and tok/s of the saved replies per group, and drops between builds")
+    p.add_argument("--by", metavar="FIELDS", help="group by these of target,drafter,build,cpu (default: target,drafter,build)")
 
 
 def _db_path(args: argparse.Namespace) -> Path:
@@ -150,6 +152,21 @@ def run(args: argparse.Namespace) -> int:
         for c, pair in zip(conversations, pairs):
             title = _short(c.title, 60) or "(untitled)"
             print(f"{c.id:>{id_w}}  {format_time(c.updated):<20}  {c.n_messages:>4}  {pair:<{pair_w}}  {title}")
+        return 0
+
+    if command == "stats":
+        from specchat.history.stats import acceptance_drops, format_stats, group_stats, parse_groups
+
+        try:
+            by = parse_groups(args.by)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if not path.exists():
+            print(f"no saved replies yet (no history database at {path})")
+            return 0
+        with HistoryStore(path, readonly=True) as store:
+            rows = store.reply_stats()
+        sys.stdout.write(sanitize(format_stats(group_stats(rows, by), by, acceptance_drops(rows))))
         return 0
 
     if command == "import":

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from specchat.engine.build import engine_build, this_cpu
 from specchat.engine.controls import Controls
 from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.drafter_kinds import K_MAX, NONE
@@ -205,7 +206,7 @@ class ChatSession(Conversation):
         drafting = st.speculative and dec.can_speculate and dec.drafter is not None
         turn: Turn = counters.to_turn(
             k=st.k if drafting else 0, drafter=dec.drafter_name or NONE, speculative=st.speculative,
-            target=dec.target.name,
+            target=dec.target.name, build=engine_build(), cpu=this_cpu(),
         )
         if record:
             self._messages.append(reply_message(turn))

@@ -315,6 +315,10 @@ class Turn:
     rejections: int = 0
     asked_steps: int = 0
     spec_on_steps: int = 0
+    #: what produced the reply: the llama.cpp build (:func:`specchat.engine.build.engine_build`) and the CPU
+    #: (:func:`specchat.engine.calibration_cache.cpu_identity`); "" for a server's reply and older saved turns
+    build: str = ""
+    cpu: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

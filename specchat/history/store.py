@@ -315,6 +315,25 @@ class HistoryStore:
             self._require(conn, conv_id)
             conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
 
+    def reply_stats(self) -> list[dict[str, Any]]:
+        """Every saved reply's statistics for :mod:`specchat.history.stats`, oldest first: when it was made,
+        target, drafter, counts, timings, and the Turn fields kept in ``extra`` (the llama.cpp build, the CPU)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT m.created, t.target, t.drafter, t.draft_n, t.draft_n_accepted, t.n_spec_steps,"
+                " t.predicted_n, t.predicted_ms, t.extra FROM turn_stats t JOIN messages m ON m.id = t.message_id"
+                " ORDER BY m.created, m.id"
+            ).fetchall()
+        out = []
+        for created, target, drafter, draft_n, accepted, spec_steps, predicted_n, predicted_ms, extra in rows:
+            more = json.loads(extra) if extra else {}
+            out.append({
+                "created": created, "target": target or "", "drafter": drafter or "", "draft_n": draft_n or 0,
+                "accepted": accepted or 0, "spec_steps": spec_steps or 0, "predicted_n": predicted_n or 0,
+                "predicted_ms": predicted_ms or 0.0, "build": str(more.get("build") or ""), "cpu": str(more.get("cpu") or ""),
+            })  # fmt: skip
+        return out
+
     # -- messages -------------------------------------------------------------------------------------
     def append_message(
         self,

@@ -187,6 +187,8 @@ class TurnCounters:
         drafter: str = "",
         speculative: bool = False,
         target: str = "",
+        build: str = "",
+        cpu: str = "",
         **overrides,
     ) -> Turn:
         """The :class:`Turn` event; ``overrides`` may set any of :meth:`finish`'s fields first."""
@@ -224,6 +226,8 @@ class TurnCounters:
             rejections=self.rejections,
             asked_steps=self.asked_steps,
             spec_on_steps=self.spec_on_steps,
+            build=build,
+            cpu=cpu,
         )
 
 
