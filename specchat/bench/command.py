@@ -89,6 +89,10 @@ def validate_args(args: Any) -> tuple[list[int], list[dict[str, str]]]:
         parent = Path(args.json).expanduser().parent
         if not parent.is_dir():
             raise UserError(f"--json {args.json}: directory {parent} does not exist; create it or choose another path")
+    if isinstance(getattr(args, "plot", None), str):
+        from specchat.bench.chart import check_chart_path
+
+        check_chart_path(args.plot)
     if not any(k > 0 for k in ks) and not args.auto and not args.no_arithmetic:
         pass  # baseline-only is allowed: it measures the target alone
     return ks, suite
@@ -137,6 +141,21 @@ def load_targets(
             session.close()
         raise
     return out
+
+
+def _chart(plot: str, label: str | None, rows: Any, arith: Any, meta: dict[str, Any]) -> Path:
+    """``--plot FILE``: the speedup chart of one target (with several, FILE-<label>.svg each), captioned with the
+    target, drafter, threads and this CPU."""
+    from specchat.bench.chart import check_chart_path, speedup_chart
+    from specchat.engine.build import engine_build, this_cpu
+
+    path = check_chart_path(plot)
+    if label:
+        path = path.with_name(f"{path.stem}-{label.replace(' ', '_')}{path.suffix}")
+    caption = (f"specchat bench: {label or meta.get('target', '?')} + {meta.get('drafter', '?')}, threads "
+               f"{meta.get('threads', '?')}, {meta.get('n_predict', '?')} tokens, medians of interleaved pairs; "
+               f"CPU {this_cpu()}; {engine_build()}")  # fmt: skip
+    return speedup_chart(path, rows, arith, caption)
 
 
 def main(
@@ -266,8 +285,11 @@ def main(
                     print(w, file=out)
             if label in ariths:
                 print(format_arithmetic(ariths[label]), file=out)
-            if args.plot and mine:
+            if args.plot is True and mine:
                 print(format_plot(mine), file=out)
+            if isinstance(args.plot, str) and mine:
+                chart = _chart(args.plot, label if many else None, mine, ariths.get(label), meta)
+                print(f"wrote the chart of {label or dec.target.name} to {chart}", file=err)
         if many and rows and reference is not None:
             caps = {
                 (prompt, label): cap
@@ -318,8 +340,10 @@ def _main_remote(
             print(format_table(rows), file=out)
             for w in noise_warnings(rows):
                 print(w, file=out)
-        if args.plot and rows:
+        if args.plot is True and rows:
             print(format_plot(rows), file=out)
+        if isinstance(args.plot, str) and rows:
+            print(f"wrote the chart to {_chart(args.plot, None, rows, None, meta)}", file=err)
         if args.json:
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=None, interrupted=runner.interrupted))
             print(f"\nwrote {len(records)} record(s) to {args.json}", file=err)

@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="sampling seed (used when --temperature > 0)")
     p.add_argument("--auto", action="store_true", help="also measure auto-K (the cost model chooses K each step)")
     p.add_argument("--json", metavar="FILE", help="write every record, the summary and the arithmetic as JSON")
-    p.add_argument("--plot", action="store_true", help="draw speedup vs K in the terminal")
+    p.add_argument("--plot", nargs="?", const=True, default=None, metavar="FILE",
+                   help="draw speedup vs K: in the terminal, or with FILE.svg / FILE.png a chart with the cost model's "
+                        "prediction and the break-even line (needs matplotlib: pip install 'specchat[plot]')")
     p.add_argument("--formats", metavar="LIST",
                    help="also measure the target re-encoded in these weight formats (e.g. F16,Q8_0; derived into "
                         "<data dir>/models when missing), interleaved in one run, with each run's tok/s as a multiple "

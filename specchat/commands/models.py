@@ -81,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p_tune.add_argument("--no-runs", action="store_true", dest="no_runs",
                         help="only time the verify cost: recommend from predictions, no generation runs")
     p_tune.add_argument("--json", action="store_true", help="print the saved result as JSON instead of the report")
+    p_tune.add_argument("--plot", metavar="FILE",
+                        help="also draw v(K) per format to FILE.svg or FILE.png (needs matplotlib: pip install 'specchat[plot]')")
     prog = p_tune.add_mutually_exclusive_group()
     prog.add_argument("--progress", action="store_true", help="draw the progress line on stderr even when it is not a terminal")
     prog.add_argument("--no-progress", action="store_true", dest="no_progress", help="no progress line on stderr")

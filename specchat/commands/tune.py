@@ -23,6 +23,10 @@ def _check(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} {value} must be a positive number")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads} must be at least 1")
+    if getattr(args, "plot", None):
+        from specchat.bench.chart import check_chart_path
+
+        check_chart_path(args.plot)
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -68,6 +72,12 @@ def run_tune(args: argparse.Namespace) -> int:
     else:
         print(format_result(result, models_dir(data_dir)))
         print(f"\nsaved to {path}; 'specchat models list' shows it")
+    if getattr(args, "plot", None):
+        from specchat.bench.chart import check_chart_path, verify_cost_chart
+
+        caption = f"specchat models tune: {result.source}, threads {result.threads}; CPU {result.cpu}"
+        chart = verify_cost_chart(check_chart_path(args.plot), [(v.label, v.v) for v in result.variants], caption)
+        print(f"wrote the chart to {chart}", file=sys.stderr)
     return 0
 
 
