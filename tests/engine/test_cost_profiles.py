@@ -22,11 +22,16 @@ PROFILES = {p.stem: CostProfile.load(p) for p in sorted((DATA / "cpu-profiles").
 TRACES = ReplyTrace.load_all(DATA / "traces-smollm2.json")
 FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
-#: these are the floors the replay reaches today (worst cases: a Xeon Q4_1 copy-then-new reply, where the n-gram
-#: drafter's confidently wrong long drafts in the new text cost more than fixed K 8's short ones; an EPYC Q4_1
-#: copy-then-new reply, 0.93x plain). The replay is deterministic: a change that lowers either fails here
-VS_BEST = 0.90
-VS_PLAIN = 0.92
+#: these are the floors the replay reaches today (worst cases: the EPYC's slower-measured "Q4_1 tune" costs on the
+#: copy-heavy reply, 0.943 of fixed K 16, where the copy's end costs a long draft; the Xeon's Q4_1 on prose and
+#: copy-then-new, 0.962 of fixed K 8; against plain decoding the EPYC's Q4_1 on prose, 0.974, where quoted
+#: sentences of 18-61 matched tokens break off after one or two). The replay is deterministic: a change that
+#: lowers either fails here
+VS_BEST = 0.94
+VS_PLAIN = 0.97
+#: the same when the calibration priced every verify at half what the rounds cost: the rounds correct the prices
+#: after MIN_MEASURED_ROUNDS, and the drafts made before that are paid for (the EPYC's Q4_1 on prose: 0.924)
+OPTIMISTIC_VS_PLAIN = 0.92
 
 CASES = [
     pytest.param(cpu, f.label, name, id=f"{cpu}-{f.label.replace(' ', '_')}-{name}")
@@ -92,7 +97,7 @@ def test_when_the_rounds_cost_more_than_the_calibration_said_the_rounds_win(cpu,
     optimistic = true.scaled(0.5)
     plain = simulate(true, TRACES[prompt], k=0)
     auto = simulate(true, TRACES[prompt], k=None, calibration=optimistic)
-    assert auto.tok_s >= VS_PLAIN * plain.tok_s, f"auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
+    assert auto.tok_s >= OPTIMISTIC_VS_PLAIN * plain.tok_s, f"auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
 
 
 def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row_and_stops_at_a_rejection():
