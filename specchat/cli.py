@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "models": "list, derive and download models",
     "history": "list, show, export, import or delete saved conversations; stats of their replies across builds",
     "config": "show the effective settings or where the config file is",
+    "serve": "the chat app in a web browser (textual-serve): prints the URL; the app's options pass through",
 }
 
 
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from specchat.commands import tui  # imported by build_parser already (the app's flags)
 
-    given = tui.app_flags_given(args) if args.command is not None else []
+    # serve passes the app's flags on to the app it serves
+    given = tui.app_flags_given(args) if args.command not in (None, "serve") else []
     if given:  # an app flag before a command would do nothing: say so instead of ignoring it
         parser.error(
             f"{given[0]} is an option of the chat app, not of 'specchat {args.command}'; "

@@ -74,6 +74,21 @@ def app_flags_given(args: argparse.Namespace) -> list[str]:
     return given
 
 
+def app_argv(args: argparse.Namespace) -> list[str]:
+    """The chat app's flags given in ``args``, as a command line again (``specchat serve`` passes them on)."""
+    argv: list[str] = []
+    for flag, dest, *_ in _FLAGS:
+        value = getattr(args, dest, None)
+        if value is not None:
+            argv += [flag, str(value)]
+    auto_k = getattr(args, "tui_auto_k", None)
+    if auto_k is not None:
+        argv.append("--auto-k" if auto_k else "--no-auto-k")
+    if getattr(args, "tui_no_history", False):
+        argv.append("--no-history")
+    return argv
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """Only the flags the user gave, nested like the settings (they beat the file and the environment)."""
     out: dict[str, Any] = {}
