@@ -182,3 +182,29 @@ def test_the_suffix_settings_and_their_one_line_errors(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_settings(cfg)
     assert "min_token_prob" in str(err.value) and "\n" not in str(err.value).strip()
+
+
+def test_closing_during_the_first_build_stops_it_without_saving_a_partial_index(tmp_path, db):
+    import threading
+
+    for i in range(5):
+        save(db, f"question {i}", f"reply {i} " * 10)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(text: str) -> list[int]:
+        started.set()
+        release.wait(10)
+        return byte_tokens(text)
+
+    corpus = start(tmp_path, tokenize=slow)
+    assert started.wait(10)
+    closer = threading.Thread(target=corpus.close)
+    closer.start()
+    for _ in range(1000):  # close() has said so before the tokenizer returns
+        if corpus._closed:
+            break
+        threading.Event().wait(0.01)
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive() and corpus.index() is None
+    assert not index_path(tmp_path, "bytes").exists()

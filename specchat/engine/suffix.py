@@ -277,6 +277,8 @@ class SuffixIndex:
     def compact(self) -> None:
         """Re-sort everything: the documents added since the last sort join the sorted arrays, removed ones go."""
         with self._lock:
+            if self._dead == 0 and self._sorted_n == self._n:
+                return  # already one sorted corpus
             docs = sorted(self._docs.items(), key=lambda kv: kv[1][0])
             parts: list[np.ndarray] = []
             at = 0

@@ -39,6 +39,10 @@ SUFFIX_DIR = "suffix"
 _STOP = -1
 
 
+class _Stopped(Exception):
+    """The corpus was closed in the middle of a build (the target's tokenizer is about to go away)."""
+
+
 def index_path(data_dir: Path, fingerprint: str) -> Path:
     """The index file for one tokenizer (``fingerprint``: a hash of its vocabulary)."""
     return Path(data_dir) / SUFFIX_DIR / f"{fingerprint[:32]}.npz"
@@ -121,7 +125,9 @@ class HistoryCorpus:
             self._queue.put(int(conv_id))
 
     def close(self, save: bool = True) -> None:
-        """Stop listening, finish the queued changes, and save the index if it changed."""
+        """Stop listening, finish the queued changes, and save the index if it changed. A first build still under
+        way stops at its next message and is not saved (it is started again next time): the target, whose tokenizer
+        it uses, is closed right after this."""
         if self._closed:
             return
         self._closed = True
@@ -138,6 +144,9 @@ class HistoryCorpus:
         try:
             self._index = self._startup()
             self.status = f"ready: {self._index.n_tokens:,} tokens of {len(self._index):,} messages"
+        except _Stopped:
+            self.status = "stopped before the index was built"
+            return
         except Exception as exc:  # noqa: BLE001 - the drafter then drafts from the conversation alone
             self._say(f"the suffix drafter has no history to draft from: {exc}")
             self.status = "off: the history could not be read"
@@ -155,6 +164,8 @@ class HistoryCorpus:
             try:
                 with self._open() as store:
                     self._reconcile(self._index, store.corpus_messages(conv_id) if store else [], group=conv_id)
+            except _Stopped:
+                return
             except Exception as exc:  # noqa: BLE001 - one bad conversation must not stop the corpus
                 log.info("suffix corpus: conversation %s not indexed: %s", conv_id, exc)
 
@@ -193,6 +204,8 @@ class HistoryCorpus:
         return index
 
     def _tokens(self, text: str) -> list[int]:
+        if self._closed and not self._ready.is_set():  # closed during the first build: give it up
+            raise _Stopped
         tokens = self.tokenize(text)
         return [*tokens, self.end_token] if self.end_token is not None else tokens
 
