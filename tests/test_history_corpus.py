@@ -111,6 +111,7 @@ def test_another_tokenizer_gets_its_own_index(tmp_path, db):
     try:
         assert found(a, REPLY * 2) == byte_tokens(REPLY * 2)[24:32]
         words = word_tokens(REPLY * 3)
+        assert b.wait(10)
         assert b.index().lookup(words[:8], 4, max_spec_factor=4.0).tokens == words[8:12]
     finally:
         a.close()
