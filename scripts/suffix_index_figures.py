@@ -12,6 +12,7 @@ run it under ``taskset -c 1``. Prints the figures and the CPU model.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import tempfile
@@ -95,11 +96,14 @@ def main() -> None:
         cand = index.lookup(ctx, 64)
         looks.append(time.perf_counter() - t0)
         hits += cand is not None and bool(cand.tokens)
-    print(f"CPU: {cpu_name()}, one core")
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"CPU: {cpu_name()}, one core (load average {load1:.1f} on {os.cpu_count()} cores)")
     print(f"corpus: {len(docs):,} messages, {total:,} tokens")
     print(f"build: {build_s:.2f} s   save: {save_s:.2f} s   load: {load_s:.2f} s ({file_bytes / total:.1f} B/token on disk)")
     print(f"memory: {nbytes / total:.1f} bytes per indexed token ({nbytes / 2**20:.0f} MiB)")
-    print(f"add a 500-token reply: mean {statistics.fmean(adds) * 1e3:.2f} ms, max {max(adds) * 1e3:.2f} ms")
+    adds.sort()
+    print(f"add a 500-token reply: mean {statistics.fmean(adds) * 1e3:.2f} ms, median {adds[len(adds) // 2] * 1e3:.2f} ms,"
+          f" p95 {adds[int(0.95 * len(adds))] * 1e3:.2f} ms, max {adds[-1] * 1e3:.2f} ms")
     print(f"lookup: median {statistics.median(looks) * 1e3:.3f} ms, p95 {sorted(looks)[int(0.95 * len(looks))] * 1e3:.3f} ms"
           f" ({hits} of {len(looks)} drafted)")
 
