@@ -209,3 +209,23 @@ def test_closing_during_the_first_build_stops_it_without_saving_a_partial_index(
     closer.join(10)
     assert not closer.is_alive() and corpus.index() is None
     assert not index_path(tmp_path, "bytes").exists()
+
+
+def test_the_writers_thread_only_queues_the_change(tmp_path, db):
+    """The app saves on its own thread; the corpus tokenises and reads the database on its thread only."""
+    import threading
+
+    threads: list[str] = []
+
+    def tokenize(text: str) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return byte_tokens(text)
+
+    corpus = start(tmp_path, tokenize=tokenize)
+    try:
+        assert corpus.wait(10)
+        save(db, "add two numbers", REPLY)
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        assert threads and set(threads) == {"specchat-suffix-corpus"}
+    finally:
+        corpus.close()

@@ -4,8 +4,10 @@ step with the history database on a thread of its own (issue 23).
 * **Per tokenizer.** Messages are tokenised with the target's tokenizer (``tokenize``), and the index is kept in
   ``<data dir>/suffix/<fingerprint>.npz`` (:func:`index_path`), so a target of another family gets its own file and
   switching back finds the old one.
-* **Start-up: load, then reconcile** (measured with ``scripts/suffix_index_figures.py`` on the AMD EPYC here: over 5 M
-  tokens a load takes ~0.4 s against ~5-10 s to sort afresh, before the tokenising a rebuild also needs). The saved
+* **Start-up: load, then reconcile** - persisted, because a rebuild is dominated by tokenising: llama.cpp's
+  tokenizer through ctypes gave 0.08-0.1 M tokens/s here (the bundled SmolLM2, 2,000-character messages, AMD EPYC,
+  one shared core), ~50 s for 5 M tokens, then ~6 s to sort; loading the saved index takes 0.25-0.3 s
+  (``scripts/suffix_index_figures.py``), and reading the history's texts to compare checksums is one query. The saved
   file names every document by (conversation id, message id) with a CRC-32 of its text; the messages in the database
   are compared with it: one that is gone leaves the index, a new one or one whose text differs (stale) is tokenised
   and added. A file that cannot be read, fails its checksum or was written for another tokenizer is rebuilt from the
