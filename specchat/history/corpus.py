@@ -7,7 +7,8 @@ step with the history database on a thread of its own (issue 23).
 * **Start-up: load, then reconcile** - persisted, because a rebuild is dominated by tokenising: llama.cpp's
   tokenizer through ctypes gave 0.08-0.1 M tokens/s here (the bundled SmolLM2, 2,000-character messages, AMD EPYC,
   one shared core), ~50 s for 5 M tokens, then ~6 s to sort; loading the saved index takes 0.25-0.3 s
-  (``scripts/suffix_index_figures.py``), and reading the history's texts to compare checksums is one query. The saved
+  (``scripts/suffix_index_figures.py``), and reading the history's texts to compare checksums is one query: a whole
+  start-up from the saved index over a real 39 MiB history of 10,000 messages (5 M tokens) took 0.63 s wall. The saved
   file names every document by (conversation id, message id) with a CRC-32 of its text; the messages in the database
   are compared with it: one that is gone leaves the index, a new one or one whose text differs (stale) is tokenised
   and added. A file that cannot be read, fails its checksum or was written for another tokenizer is rebuilt from the

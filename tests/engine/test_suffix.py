@@ -221,3 +221,23 @@ def test_generate_draft_suffix_copies_saved_replies_and_equals_plain_decoding(ca
         assert spec["tokens"] == plain[p]["tokens"]
         assert spec["draft_n_accepted"] > ngram["draft_n_accepted"]
     assert list((data_dir / "suffix").glob("*.npz"))
+
+
+@pytest.mark.usefixtures("isolated_config")
+def test_loading_gives_the_suffix_drafter_the_history_unless_the_setting_turns_it_off(tiny_target, tmp_path):
+    from specchat.config import Settings
+    from specchat.engine.model import Model
+    from specchat.history.corpus import HistoryCorpus
+    from specchat.loading import suffix_drafter, tokenizer_fingerprint
+
+    target = Model(tiny_target, n_ctx=256, n_batch=128, threads=1)
+    try:
+        off = suffix_drafter(Settings(data_dir=tmp_path, suffix={"corpus": False}), target)
+        assert off.corpus is None and off.index() is None
+        on = suffix_drafter(Settings(data_dir=tmp_path, suffix={"exclude": [7]}), target)
+        assert isinstance(on.corpus, HistoryCorpus) and on.corpus.exclude == {7}
+        assert on.corpus.wait(10) and len(on.index()) == 0  # no history yet: an empty index
+        on.close()  # saves it, per tokenizer
+        assert (tmp_path / "suffix" / f"{tokenizer_fingerprint(target)[:32]}.npz").is_file()
+    finally:
+        target.close()
