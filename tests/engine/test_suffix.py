@@ -241,3 +241,11 @@ def test_loading_gives_the_suffix_drafter_the_history_unless_the_setting_turns_i
         assert (tmp_path / "suffix" / f"{tokenizer_fingerprint(target)[:32]}.npz").is_file()
     finally:
         target.close()
+
+
+def test_suffix_resolves_as_a_free_drafter_with_the_configured_target():
+    from specchat.models.registry import resolve_pair
+
+    pair = resolve_pair("bundled", "suffix")
+    assert pair.drafter == SUFFIX and pair.draft is None
+    assert resolve_pair("bundled", " Suffix ").drafter == SUFFIX
