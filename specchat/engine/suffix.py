@@ -11,10 +11,12 @@ extends every candidate's match backwards against the context in one vectorised 
 hash collisions: a candidate must really match n tokens). A suffix tree (SuffixDecoding's) or automaton in pure
 Python costs hundreds of bytes per token in objects and ~1 µs per token per level to build; a true suffix array
 by prefix doubling needs ~5 full ``argsort`` passes; the sorted n-gram index needs one per order and answers in
-a few ``searchsorted`` calls. Measured with the script on the AMD EPYC here (one core of two, shared: load average
-3.5-5), 10,000 synthetic messages, 5.0 M tokens: a build in 6-6.5 s wall, a save 0.2 s, a load 0.25-0.3 s; 20.3 bytes
-per indexed token (the corpus 4.5 with its room to grow, keys and positions 8 per order); adding a 500-token
-reply 1.0 ms median (2.5-3.7 ms mean, with the core's waits); a lookup 0.09 ms median, 0.44-0.47 ms p95.
+a few ``searchsorted`` calls. Measured with the script on the AMD EPYC here (one core of two, shared, the script
+under ``nice -n 10`` at load average 5-6.6, so wall times include long waits for the core), 10,000 synthetic
+messages, 5.0 M tokens: a build takes 2.0 s of CPU (15.6 s wall at that load; 6-6.5 s wall before order 12 was
+hashed from 4 and 8), a save 0.2-0.5 s, a load 0.12 s of CPU (0.25-0.5 s wall); 20.3 bytes per indexed token (the
+corpus 4.5 with its room to grow, keys and positions 8 per order); adding a 500-token reply 0.6-1.0 ms median
+(3.3-3.7 ms mean with the waits); a lookup 0.05-0.09 ms median, 0.32-0.47 ms p95.
 
 **Incremental:** documents added after the last sort go to a small dict (key -> positions) beside the sorted
 arrays (a 500-token reply costs ~1000 dict updates); a removed document's tokens are overwritten with
