@@ -229,3 +229,15 @@ def test_the_writers_thread_only_queues_the_change(tmp_path, db):
         assert threads and set(threads) == {"specchat-suffix-corpus"}
     finally:
         corpus.close()
+
+
+def test_an_unreadable_history_leaves_the_drafter_with_the_conversation_and_one_notice(tmp_path):
+    (tmp_path / "history.sqlite3").write_bytes(b"this is no SQLite database" * 100)
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and corpus.index() is None
+        assert len(corpus.notices) == 1 and "no history to draft from" in corpus.notices[0]
+        assert "\n" not in corpus.notices[0]
+    finally:
+        corpus.close()
+    assert (tmp_path / "history.sqlite3").read_bytes() == b"this is no SQLite database" * 100
