@@ -52,6 +52,8 @@ SEP = -1
 FORMAT_VERSION = 1
 _MULT = 0x9E3779B97F4A7C15  # the hash's multiplier (golden-ratio constant: odd, well mixed)
 _MASK = (1 << 64) - 1
+#: the longest continuation one lookup returns (the buffer always keeps this much room past the corpus)
+MAX_DRAFT = 1024
 #: the default n-gram orders looked up (longest first): 12 finds the long copies without wading through the
 #: hundreds of occurrences a common 4-gram has, 4 the short ones
 ORDERS = (12, 4)
@@ -162,7 +164,7 @@ class SuffixIndex:
         self._clear()
 
     def _clear(self) -> None:
-        self._buf = np.full(1024, SEP, dtype=np.int32)  # the corpus; always SEP past ``_n``
+        self._buf = np.full(MAX_DRAFT, SEP, dtype=np.int32)  # the corpus; always SEP past ``_n``
         self._n = 0
         self._sorted_n = 0  # positions below this are in the sorted arrays
         self._ord = {n: _Order(n) for n in self.orders}
@@ -245,7 +247,7 @@ class SuffixIndex:
             if key in self._docs:
                 self.remove(key)
             start = self._n + 1
-            need = start + len(arr) + 1024
+            need = start + len(arr) + MAX_DRAFT
             if need > len(self._buf):
                 grown = np.full(max(need, 2 * len(self._buf)), SEP, dtype=np.int32)
                 grown[: self._n] = self._buf[: self._n]
@@ -347,7 +349,7 @@ class SuffixIndex:
                 if best < o.n:  # only hash collisions, or occurrences in removed documents
                     continue
                 occ = cand[mlen == best]
-                limit = min(max_tokens, int(math.floor(max_spec_factor * best + max_spec_offset)))
+                limit = min(max_tokens, MAX_DRAFT, int(math.floor(max_spec_factor * best + max_spec_offset)))
                 return self._walk(occ, best, limit, min_token_prob)
         return None
 
@@ -457,4 +459,4 @@ class SuffixIndex:
         return index, meta if isinstance(meta, dict) else {}
 
 
-__all__ = ["FORMAT_VERSION", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "SuffixIndex"]
+__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "SuffixIndex"]

@@ -249,3 +249,12 @@ def test_suffix_resolves_as_a_free_drafter_with_the_configured_target():
     pair = resolve_pair("bundled", "suffix")
     assert pair.drafter == SUFFIX and pair.draft is None
     assert resolve_pair("bundled", " Suffix ").drafter == SUFFIX
+
+
+def test_a_huge_draft_request_is_held_to_the_longest_continuation_kept():
+    from specchat.engine.suffix import MAX_DRAFT
+
+    index = SuffixIndex()
+    index.add((1, 1), list(range(5000)))
+    cand = index.lookup(list(range(2000)), 10**6, max_spec_factor=16.0)
+    assert cand.tokens == list(range(2000, 2000 + MAX_DRAFT))
