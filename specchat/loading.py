@@ -7,7 +7,8 @@ It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.
 
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
-and always offers the n-gram drafter. ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+and always offers the n-gram drafter; ``draft = "suffix"`` adds the suffix drafter with the history's index
+(:func:`suffix_drafter`). ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
 The target's weights go where the ``repack`` setting says (:func:`repack_for`),
 and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
@@ -22,8 +23,9 @@ from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
 from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import Controls, ControlState, SamplingParams
-from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE, SUFFIX
 from specchat.engine.drafters import Drafter, ModelDrafter, NgramDrafter
+from specchat.engine.suffix_drafter import SuffixDrafter
 from specchat.engine.gguf import read_gguf_info
 from specchat.engine.kernels import AMX_FORMATS
 from specchat.engine.model import Model, extra_buffer_types_safe
@@ -126,7 +128,9 @@ def load_engine(
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
-    selected = pair.drafter if pair.drafter in (NGRAM, NONE) else None
+    if pair.drafter == SUFFIX and not target.is_recurrent:
+        drafters[SUFFIX] = suffix_drafter(settings, target)
+    selected = pair.drafter if pair.drafter in (NGRAM, SUFFIX, NONE) else None
     try:
         if draft_path is not None and target.is_recurrent:
             raise UserError(
@@ -179,6 +183,55 @@ def load_engine(
         seed=settings.sampling.seed,
         draft_label=selected or NONE,
     )
+
+
+def tokenizer_fingerprint(target: Model) -> str:
+    """A hash of the target's vocabulary (its type and every token's text): targets of one family share it, and so
+    share one suffix index; another family gets its own (:func:`specchat.history.corpus.index_path`)."""
+    import hashlib
+
+    summary = VocabSummary.from_llama_vocab(target.vocab, str(target.path))
+    h = hashlib.sha256(f"{summary.vocab_type}:{summary.n_tokens}:".encode())
+    for text in summary.texts:
+        h.update(len(text).to_bytes(4, "little"))
+        h.update(text)
+    return h.hexdigest()
+
+
+def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
+    """The ``suffix`` drafter for ``target``: n-gram settings for the conversation, and (unless ``suffix.corpus`` is
+    off) the history's index, loaded or built on a thread of its own (:class:`specchat.history.corpus.HistoryCorpus`)
+    so nothing here waits for it; closing the drafter saves the index. Messages are indexed without an end token:
+    the end-of-turn id a chat template closes a reply with is not the vocabulary's ``eot`` for every family
+    (SmolLM2's is ``<|endoftext|>``, 0, while its replies end with ``<|im_end|>``, 2), and a document's end already
+    stops a draft."""
+    from specchat.history.corpus import HistoryCorpus, index_path
+
+    s = settings.suffix
+    corpus = None
+    if s.corpus:
+        fingerprint = tokenizer_fingerprint(target)
+        corpus = HistoryCorpus(
+            settings.history_path(), index_path(settings.effective_data_dir(), fingerprint),
+            lambda text: target.tokenize(text, add_bos=False, special=False),
+            fingerprint=fingerprint, exclude=s.exclude,
+        ).start()  # fmt: skip
+    return SuffixDrafter(
+        corpus, settings.ngram.min_n, settings.ngram.max_n, max_spec_factor=s.max_spec_factor,
+        min_token_prob=s.min_token_prob, on_close=corpus.close if corpus is not None else None,
+    )  # fmt: skip
+
+
+def wait_for_history(session: ChatSession | RemoteSession, timeout: float | None = None) -> list[str]:
+    """Block until a ``suffix`` drafter's history index is built (``specchat generate`` measures with it); the
+    notices said on the way (a rebuilt index). Nothing to wait for: []."""
+    decoder = getattr(session, "decoder", None)
+    drafter = decoder.drafters.get(SUFFIX) if decoder is not None else None
+    corpus = getattr(drafter, "corpus", None)
+    if corpus is None or not hasattr(corpus, "wait"):
+        return []
+    corpus.wait(timeout)
+    return list(corpus.notices)
 
 
 def measure_verify_cost(settings: Settings) -> tuple[float, list[float]]:

@@ -358,7 +358,7 @@ def test_example_file_is_valid_and_documents_every_field_with_its_default(isolat
     missing = [".".join(p) for p in field_paths() if p not in documented]
     assert not missing, f"config.example.toml does not document: {missing}"
     # and nothing documented is unknown to the model
-    known = set(field_paths()) | {("sampling",), ("ngram",)}
+    known = set(field_paths()) | {("sampling",), ("ngram",), ("suffix",)}
     unknown = [p for p in documented if p not in known and p[0] != "keymap"]
     assert not unknown, f"config.example.toml documents unknown keys: {unknown}"
 
@@ -383,7 +383,8 @@ def test_field_paths_walks_nested_models():
     paths = field_paths()
     assert ("sampling", "temperature") in paths and ("ngram", "max_n") in paths and ("keymap",) in paths
     assert ("sampling",) not in paths
-    assert len(paths) == len(set(paths)) == 22
+    assert ("suffix", "exclude") in paths
+    assert len(paths) == len(set(paths)) == 26
 
 
 # -- specchat config show / path ----------------------------------------------------------------------------

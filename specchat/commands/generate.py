@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE, SUFFIX
 from specchat.errors import UserError
 
 ANSI = {
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
     p.add_argument("--server", metavar="URL", help="a llama-server's URL: it generates the reply with its own models and speculation")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
-    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default) or '{NONE}'")
+    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default), '{SUFFIX}' (also drafts from the history) or '{NONE}'")
     p.add_argument("--k", type=int, help=f"draft length K, 0..{K_MAX} (0 = no speculation); default 3")
     p.add_argument("--auto-k", action="store_true", default=None, help="let the cost model choose K each step")
     p.add_argument("--temperature", type=float, help="0 = greedy (default)")
@@ -133,10 +133,12 @@ def run(args: argparse.Namespace) -> int:
     conversation = load_conversation(args.conversation) if args.conversation else None
 
     from specchat.engine.events import EngineError, Notice, Piece, Turn
-    from specchat.loading import load_engine
+    from specchat.loading import load_engine, wait_for_history
 
     auto_k = bool(args.auto_k)
     session = load_engine(settings, auto_k=auto_k)
+    for line in wait_for_history(session):  # --draft suffix: draft from the whole history, so wait for its index
+        print(f"specchat: {sanitize(line)}", file=sys.stderr)
     if settings.k == 0 and not session.controls.fixed:
         session.controls.set_speculative(False)
     note = session.info().note

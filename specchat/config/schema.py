@@ -18,7 +18,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE, SUFFIX
 from specchat.errors import UserError
 
 APP_NAME = "specchat"
@@ -92,6 +92,19 @@ class NgramSettings(BaseModel):
         if self.min_n > self.max_n:
             raise ValueError(f"min_n ({self.min_n}) must not exceed max_n ({self.max_n})")
         return self
+
+
+class SuffixSettings(BaseModel):
+    """The suffix drafter (``draft = "suffix"``): prompt lookup over the conversation plus an index of every saved
+    conversation in the history (:mod:`specchat.history.corpus`); its lengths follow SuffixDecoding (Oliaro et al.
+    2024; ArcticInference's defaults: ``max_spec_factor`` 1.0, ``min_token_prob`` 0.1)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    corpus: bool = Field(True, description="draft from the saved conversations too; false = this conversation only")
+    exclude: list[Int] = Field(default_factory=list, description="conversation IDs never drafted from")
+    max_spec_factor: Float = Field(1.0, gt=0.0, le=16.0, description="a history draft is at most this x its match length")
+    min_token_prob: Float = Field(0.1, ge=0.0, le=1.0, description="drop draft tokens less frequent than this")
 
 
 #: ``repack``: put the target's weights in llama.cpp's extra buffer types (its ``--repack``), see
@@ -187,11 +200,12 @@ class Settings(BaseSettings):
     )
 
     target: Text = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
-    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {NONE}")
+    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {SUFFIX} | {NONE}")
     k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
     auto_k: bool = Field(True, description="let the cost model choose K")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
     ngram: NgramSettings = Field(default_factory=NgramSettings)
+    suffix: SuffixSettings = Field(default_factory=SuffixSettings)
     threads: Int = Field(
         default_factory=default_threads, ge=1, le=MAX_THREADS,
         description=f"CPU threads for llama.cpp (at most 4 x the {default_threads()} CPUs here)",

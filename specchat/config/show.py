@@ -60,6 +60,8 @@ def toml_value(value: Any) -> str:
         return json_text(value)
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{json_text(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, (list, tuple)):  # suffix.exclude
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML form for {value!r}")
 
 

@@ -157,10 +157,10 @@ def read_toml(path: Path, origin: str) -> dict[str, Any]:
 
 
 def _leaves(data: Any, prefix: Key = ()) -> list[Key]:
-    """Keys of the values in ``data``; an empty ``sampling``/``ngram`` table sets nothing."""
+    """Keys of the values in ``data``; an empty ``sampling``/``ngram``/``suffix`` table sets nothing."""
     if isinstance(data, dict):
         if not data:
-            return [] if prefix in (("sampling",), ("ngram",)) else [prefix]
+            return [] if prefix in (("sampling",), ("ngram",), ("suffix",)) else [prefix]
         out: list[Key] = []
         for key, value in data.items():
             out.extend(_leaves(value, prefix + (str(key),)))
@@ -217,7 +217,7 @@ def _file_layer(location: ConfigLocation) -> Layer | None:
     return layer
 
 
-_TABLE_FIELDS = ("sampling", "ngram", "keymap")
+_TABLE_FIELDS = ("sampling", "ngram", "suffix", "keymap")
 
 
 def _field_allows_none(key: Key) -> bool:

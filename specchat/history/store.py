@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
+from specchat.history import changes
 from specchat.history.exchange import build_export, parse_export
 from specchat.history.markdown import render_markdown
 from specchat.history.records import (
@@ -229,6 +230,11 @@ class HistoryStore:
             )
         return row
 
+    def _changed(self, conv_id: int) -> None:
+        """After a committed write: tell :mod:`specchat.history.changes`' listeners (the suffix corpus)."""
+        if str(self.path) != ":memory:":
+            changes.notify(self.path, conv_id)
+
     # -- conversations --------------------------------------------------------------------------------
     def create_conversation(
         self,
@@ -314,6 +320,7 @@ class HistoryStore:
         with self._transaction() as conn:
             self._require(conn, conv_id)
             conn.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))
+        self._changed(conv_id)
 
     def reply_stats(self) -> list[dict[str, Any]]:
         """Every saved reply's statistics for :mod:`specchat.history.stats`, oldest first: when it was made,
@@ -352,7 +359,9 @@ class HistoryStore:
         are stored with the stats. The first user message names an untitled conversation.
         """
         with self._transaction() as conn:
-            return self._insert(conn, conv_id, None, message, target, auto_k, sampling, created)
+            message_id = self._insert(conn, conv_id, None, message, target, auto_k, sampling, created)
+        self._changed(conv_id)
+        return message_id
 
     def replace_last_assistant(
         self,
@@ -376,7 +385,9 @@ class HistoryStore:
             if row is None or row[2] != "assistant":
                 raise ValueError(f"conversation {conv_id} does not end with an assistant message")
             conn.execute("DELETE FROM messages WHERE id = ?", (row[0],))
-            return self._insert(conn, conv_id, row[1], message, target, auto_k, sampling, None)
+            message_id = self._insert(conn, conv_id, row[1], message, target, auto_k, sampling, None)
+        self._changed(conv_id)
+        return message_id
 
     def truncate_after(self, conv_id: int, idx: int) -> int:
         """Delete the messages after position ``idx`` (``-1`` deletes all); returns how many (edit/regenerate)."""
@@ -384,7 +395,9 @@ class HistoryStore:
             self._require(conn, conv_id)
             cur = conn.execute("DELETE FROM messages WHERE conversation_id = ? AND idx > ?", (conv_id, idx))
             conn.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now_iso(), conv_id))
-            return cur.rowcount
+            removed = cur.rowcount
+        self._changed(conv_id)
+        return removed
 
     def sync(
         self,
@@ -414,6 +427,8 @@ class HistoryStore:
             runs = [known.get(_version_key(v)) for v in m.versions()] if m.alternates else None
             with self._transaction() as conn:
                 ids.append(self._insert(conn, conv_id, None, m, target, auto_k, sampling, None, versions=runs))
+        if ids:
+            self._changed(conv_id)
         return ids
 
     def _insert(
@@ -590,7 +605,28 @@ class HistoryStore:
                 )
             # _insert bumps `updated` to the newest message; keep the exported value when it is later.
             conn.execute("UPDATE conversations SET title = ?, updated = max(updated, ?) WHERE id = ?", (conv.title, conv.updated, new_id))
+        self._changed(new_id)
         return new_id
+
+    # -- the suffix corpus ----------------------------------------------------------------------------
+    def corpus_messages(self, conv_id: int | None = None) -> list[tuple[int, int, str]]:
+        """(conversation id, message id, text) of every user and assistant message in the conversations (the
+        chosen version of each reply; system prompts left out), of one conversation with ``conv_id``: what the
+        suffix drafter's index copies from (:mod:`specchat.history.corpus`)."""
+        where = "m.alternate_of IS NULL AND m.role IN ('user', 'assistant')"
+        with self._lock:
+            if conv_id is None:
+                rows = self._conn.execute(
+                    f"SELECT m.conversation_id, m.id, m.content FROM messages m WHERE {where}"
+                    " ORDER BY m.conversation_id, m.idx"
+                ).fetchall()
+            else:
+                rows = self._conn.execute(
+                    f"SELECT m.conversation_id, m.id, m.content FROM messages m WHERE {where}"
+                    " AND m.conversation_id = ? ORDER BY m.idx",
+                    (conv_id,),
+                ).fetchall()
+        return [(int(c), int(i), str(t)) for c, i, t in rows]
 
 
 def _version_key(m: Message) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specchat.engine.compat import CompatResult, VocabSummary, check_compatible
-from specchat.engine.drafter_kinds import NGRAM, NONE
+from specchat.engine.drafter_kinds import NGRAM, NONE, SUFFIX
 from specchat.engine.gguf import GGUFInfo, info_from_parsed, validate_gguf
 from specchat.errors import ModelFileError
 from specchat.models.hub import PART_SUFFIX, FileCheck, check_file
@@ -147,6 +147,8 @@ def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str 
             configured_state = "target only, speculation off (draft = none)"
         elif pair.drafter == NGRAM:
             configured_state = "target with the n-gram drafter (no draft model)"
+        elif pair.drafter == SUFFIX:
+            configured_state = "target with the suffix drafter (the conversation and the history; no draft model)"
         else:
             assert pair.draft is not None
             d_entry = add(pair.draft, "configured draft")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE
+from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE, SUFFIX
 from specchat.errors import ModelFileError
 from specchat.models.bundled import BUNDLED, bundled_model_path
 from specchat.models.presets import (
@@ -124,7 +124,7 @@ class ResolvedPair:
     """What a target/draft setting pair means on this machine."""
 
     target: Path
-    drafter: str  # a kind of specchat.engine.drafter_kinds: MODEL, NGRAM or NONE
+    drafter: str  # a kind of specchat.engine.drafter_kinds: MODEL, NGRAM, SUFFIX or NONE
     draft: Path | None  # the draft GGUF when drafter == MODEL
     preset: str | None = None  # the preset that chose the pair (target = "preset:NAME")
 
@@ -136,6 +136,8 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     preset = get_preset(target_spec) if target_spec.startswith(PRESET_PREFIX) else None
     if draft_spec.lower() == NONE:
         return ResolvedPair(target, NONE, None, preset.name if preset else None)
+    if draft_spec.lower() == SUFFIX:  # free like n-gram: the preset's target, drafting from the history
+        return ResolvedPair(target, SUFFIX, None, preset.name if preset else None)
     if draft_spec.lower() == NGRAM:
         if preset is not None and isinstance(preset.draft, NgramDraft):
             return ResolvedPair(target, NGRAM, None, preset.name)

@@ -17,7 +17,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 from textual.fuzzy import Matcher
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX
 from specchat.engine.protocol import ChatEngine
 from specchat.models.presets import PRESET_PREFIX, PRESETS
 from specchat.tui.sanitize import sanitize_line
@@ -55,7 +55,8 @@ def model_choices() -> list[tuple[str, str, str, str]]:
     ``target = "preset:NAME"`` with ``draft = "ngram"`` selects the preset's whole pair (see
     :mod:`specchat.models.registry`).
     """
-    choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download")]
+    choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download"),
+               (f"bundled SmolLM2 + {SUFFIX}", "bundled", SUFFIX, "drafts from this conversation and every saved one")]
     for name, preset in PRESETS.items():
         choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
     return choices

@@ -557,6 +557,7 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         labels = [label for label, *_ in model_choices()]
         assert "preset smollm2-f16-q41" in labels
         assert ("preset smollm2-q8-ngram", "preset:smollm2-q8-ngram", "ngram") in [c[:3] for c in model_choices()]
+        assert ("bundled SmolLM2 + suffix", "bundled", "suffix") in [c[:3] for c in model_choices()]  # issue 23
 
 
 async def test_palette_lists_every_key_action(make_app):

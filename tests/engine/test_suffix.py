@@ -1,0 +1,260 @@
+"""The suffix index (issue 23): longest match, frequency-scored continuations, documents kept apart, incremental
+add and remove, persistence and corrupt files; the suffix drafter on top of it; and exactness on the real bundled
+model - ``specchat generate --draft suffix`` after saving conversations gives plain decoding's greedy ids."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specchat.engine.controls import SamplingParams
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, NGRAM, SUFFIX
+from specchat.engine.suffix import CorruptIndexError, SuffixIndex
+from specchat.engine.suffix_drafter import SuffixDrafter
+
+GREEDY = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+def doc(key, tokens):
+    return (key, list(tokens), 0)
+
+
+# -- the index ---------------------------------------------------------------------------------------------
+def test_lookup_returns_the_continuation_of_the_longest_match():
+    index = SuffixIndex.build([doc((1, 1), [9, 1, 2, 3, 4, 50, 51, 52]), doc((1, 2), [7, 0, 1, 2, 3, 4, 60, 61])])
+    cand = index.lookup([0, 1, 2, 3, 4], 8)
+    assert cand is not None and cand.tokens == [60, 61] and cand.match_len == 5 and cand.occurrences == 1
+    assert index.doc_at(cand.position) == (1, 2)
+    assert index.lookup([5, 6, 7, 8], 8) is None  # nothing of it was ever said
+
+
+def test_continuations_are_scored_by_frequency_and_cut_at_min_token_prob():
+    common = [1, 2, 3, 4]
+    docs = [doc((i, 0), common + [10, 11, 12]) for i in range(3)] + [doc((9, 0), common + [20, 21, 22])]
+    index = SuffixIndex.build(docs)
+    cand = index.lookup(common, 8)
+    assert cand.tokens == [10, 11, 12] and cand.probs == pytest.approx([0.75, 0.75, 0.75])
+    assert index.lookup(common, 8, min_token_prob=0.8).tokens == []  # the majority is not sure enough
+
+
+def test_draft_length_follows_the_match_length_as_max_spec_factor_says():
+    index = SuffixIndex.build([doc((1, 1), list(range(100, 140)))])
+    assert len(index.lookup([100, 101, 102, 103], 30).tokens) == 4  # factor 1.0: as long as the match
+    assert len(index.lookup([100, 101, 102, 103], 30, max_spec_factor=2.5).tokens) == 10
+    assert len(index.lookup(list(range(100, 120)), 8, max_spec_factor=4.0).tokens) == 8  # the cap asked for
+
+
+def test_a_draft_never_runs_past_its_document():
+    index = SuffixIndex.build([doc((1, 1), [1, 2, 3, 4, 5]), doc((1, 2), [6, 7, 8, 9, 10])])
+    assert index.lookup([1, 2, 3, 4], 10, max_spec_factor=4.0).tokens == [5]
+    # and a match never reaches back across the start of a document
+    cand = index.lookup([4, 5, 6, 7, 8, 9], 10, max_spec_factor=4.0)
+    assert cand.match_len == 4 and cand.tokens == [10]
+
+
+def test_added_documents_are_found_without_a_resort_and_removed_ones_never_again():
+    index = SuffixIndex.build([doc((1, 1), [1, 2, 3, 4, 5, 6])])
+    index.add((2, 1), [40, 41, 42, 43, 44, 45])
+    assert index.lookup([40, 41, 42, 43], 4).tokens == [44, 45]
+    assert len(index) == 2 and index.n_tokens == 12
+    assert index.remove((1, 1)) and not index.remove((1, 1))
+    assert index.lookup([1, 2, 3, 4], 4) is None
+    index.add((2, 2), [1, 2, 3, 4, 99])
+    assert index.lookup([1, 2, 3, 4], 4).tokens == [99]
+    assert index.remove_group(2) == 2 and len(index) == 0 and index.lookup([40, 41, 42, 43], 4) is None
+
+
+def test_replacing_a_document_under_its_key_drops_the_old_text():
+    index = SuffixIndex()
+    index.add((1, 1), [1, 2, 3, 4, 5])
+    index.add((1, 1), [1, 2, 3, 4, 6])
+    assert index.lookup([1, 2, 3, 4], 4).tokens == [6] and len(index) == 1
+
+
+def test_long_matches_are_found_past_the_most_frequent_short_ngram():
+    """A 4-gram said hundreds of times (more than the candidates looked at) still leads to the one long copy:
+    the order-12 table finds it first."""
+    filler = [doc((i, 0), [1, 2, 3, 4, 7]) for i in range(600)]
+    long_doc = doc((999, 0), list(range(200, 212)) + [1, 2, 3, 4, 8, 9])
+    index = SuffixIndex.build([long_doc, *filler], max_candidates=64)
+    cand = index.lookup(list(range(200, 212)) + [1, 2, 3, 4], 2)
+    assert cand.tokens == [8, 9] and cand.match_len == 16
+
+
+def test_save_and_load_keep_every_document_and_merge_the_added_ones(tmp_path):
+    index = SuffixIndex.build([doc((1, 1), [1, 2, 3, 4, 5, 6])])
+    index.add((2, 7), [10, 11, 12, 13, 14], checksum=1234)
+    index.remove((1, 1))
+    path = tmp_path / "i.npz"
+    index.save(path, {"fingerprint": "abc"})
+    loaded, meta = SuffixIndex.load(path)
+    assert meta == {"fingerprint": "abc"} and loaded.keys() == [(2, 7)] and loaded.checksum((2, 7)) == 1234
+    assert loaded.lookup([10, 11, 12, 13], 4).tokens == [14]
+    assert loaded.lookup([1, 2, 3, 4], 4) is None
+    assert loaded.nbytes() > 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "flip", "empty"])
+def test_a_damaged_file_is_one_clear_error(tmp_path, damage):
+    path = tmp_path / "i.npz"
+    SuffixIndex.build([doc((1, 1), list(range(50)))]).save(path)
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not an index at all")
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:  # one byte of the corpus changed: the checksum says so
+        arr = dict(np.load(path))
+        arr["corpus"] = arr["corpus"].copy()
+        arr["corpus"][5] += 1
+        with open(path, "wb") as f:
+            np.savez(f, **arr)
+    with pytest.raises(CorruptIndexError) as err:
+        SuffixIndex.load(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_of_other_orders_is_stale(tmp_path):
+    path = tmp_path / "i.npz"
+    SuffixIndex.build([doc((1, 1), list(range(50)))], orders=(6, 3)).save(path)
+    with pytest.raises(CorruptIndexError, match="other n-gram orders"):
+        SuffixIndex.load(path)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="non-negative"):
+        SuffixIndex().add((1, 1), [1, -5, 2])
+    with pytest.raises(ValueError, match="orders"):
+        SuffixIndex(orders=(0,))
+
+
+# -- the drafter -----------------------------------------------------------------------------------------------
+def test_suffix_is_a_free_drafter_kind_with_the_ngram_cap():
+    assert DRAFTER_KINDS[SUFFIX].free and DRAFTER_KINDS[SUFFIX].k_cap == DRAFTER_KINDS[NGRAM].k_cap
+    assert SuffixDrafter.kind == SUFFIX and SuffixDrafter.k_cap == DRAFTER_KINDS[SUFFIX].k_cap
+
+
+def test_the_drafter_copies_from_the_history_when_its_match_is_longer():
+    reply = list(range(300, 340))
+    index = SuffixIndex.build([doc((5, 11), [1000, 1001] + reply)])
+    d = SuffixDrafter(index, max_spec_factor=2.0)
+    context = [1, 2, 3, 4, 5, 6] + reply[:10]  # this conversation never said it; the history did
+    out = d.draft(context, 16, GREEDY, RNG)
+    assert out.tokens == reply[10:26] and d.last_source == "history" and d.source() == "history (5, 11)"
+    assert d.time_one_token(1) == 0.0
+
+
+def test_the_drafter_stays_with_the_conversation_when_its_match_is_longer():
+    index = SuffixIndex.build([doc((5, 11), [20, 21, 22, 23, 90, 91])])
+    d = SuffixDrafter(index)
+    context = [10, 11, 20, 21, 22, 23, 24, 25, 26, 27, 5, 10, 11, 20, 21, 22, 23]
+    assert d.lookup(context, 3) == [24, 25, 26] and d.last_source == "conversation"
+
+
+def test_without_an_index_it_drafts_like_ngram():
+    from specchat.engine.drafters import NgramDrafter
+
+    context = [7, 8, 9, 1, 2, 3, 4, 5, 6, 1, 2, 3, 4]
+    builds = [None, lambda: None]  # no corpus, or one still building
+    for corpus in builds:
+        d = SuffixDrafter(corpus)
+        assert d.lookup(context, 4) == NgramDrafter().lookup(context, 4) == [5, 6, 1, 2]
+
+
+def test_the_history_draft_stops_after_an_end_of_turn_token():
+    index = SuffixIndex.build([doc((1, 1), [1, 2, 3, 4, 5, 2, 9, 9])])  # 2 plays end-of-turn
+    d = SuffixDrafter(index, boundary=lambda t: t == 2, max_spec_factor=4.0)
+    assert d.lookup([0, 1, 2, 3, 4], 10) == [5, 2]
+
+
+def test_the_decoder_prices_and_bounds_the_suffix_drafter_like_ngram(tiny_target):
+    """SpeculativeDecoder hands its n-gram drafters the measured verify cost and the target's end-of-turn test;
+    the suffix drafter is one (a subclass), so it gets both with no change to the decoder."""
+    from specchat.engine.controls import ControlState, Controls
+    from specchat.engine.model import Model
+    from specchat.engine.speculative import SpeculativeDecoder
+
+    target = Model(tiny_target, n_ctx=256, n_batch=128, threads=1)
+    drafter = SuffixDrafter(SuffixIndex())
+    dec = SpeculativeDecoder(target, {SUFFIX: drafter}, Controls(ControlState(k=4)), drafter=SUFFIX)
+    try:
+        assert drafter.verify_cost is not None and drafter.boundary == target.is_eog
+    finally:
+        dec.close()
+
+
+# -- exactness on the bundled model ---------------------------------------------------------------------------
+def _generate(capsys, data_dir: Path, prompt: str, *flags: str) -> dict:
+    from specchat.cli import main
+
+    rc = main(["--data-dir", str(data_dir), "generate", "--json", "--prompt", prompt, "--n-predict", "48", *flags])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.usefixtures("isolated_config")
+def test_generate_draft_suffix_copies_saved_replies_and_equals_plain_decoding(capsys, tmp_path):
+    """A few conversations saved (the bundled model's own greedy replies); asked again, ``--draft suffix`` drafts
+    from them - more accepted than n-gram, which sees only this conversation - and the greedy ids are plain
+    decoding's. The index is then on disk under <data dir>/suffix."""
+    from specchat.engine.protocol import Message
+    from specchat.history import HistoryStore
+
+    data_dir = tmp_path / "d"
+    prompts = ["Write a Python function that adds two numbers.", "Name three colours of the rainbow."]
+    plain = {p: _generate(capsys, data_dir, p, "--draft", "none") for p in prompts}
+    with HistoryStore(data_dir / "history.sqlite3") as store:
+        for p in prompts:
+            conv = store.create_conversation()
+            store.append_message(conv, Message("user", p))
+            store.append_message(conv, Message("assistant", plain[p]["text"]))
+    for p in prompts:
+        ngram = _generate(capsys, data_dir, p, "--draft", "ngram", "--k", "16")
+        spec = _generate(capsys, data_dir, p, "--draft", "suffix", "--k", "16")
+        assert spec["tokens"] == plain[p]["tokens"]
+        assert spec["draft_n_accepted"] > ngram["draft_n_accepted"]
+    assert list((data_dir / "suffix").glob("*.npz"))
+
+
+@pytest.mark.usefixtures("isolated_config")
+def test_loading_gives_the_suffix_drafter_the_history_unless_the_setting_turns_it_off(tiny_target, tmp_path):
+    from specchat.config import Settings
+    from specchat.engine.model import Model
+    from specchat.history.corpus import HistoryCorpus
+    from specchat.loading import suffix_drafter, tokenizer_fingerprint
+
+    target = Model(tiny_target, n_ctx=256, n_batch=128, threads=1)
+    try:
+        off = suffix_drafter(Settings(data_dir=tmp_path, suffix={"corpus": False}), target)
+        assert off.corpus is None and off.index() is None
+        on = suffix_drafter(Settings(data_dir=tmp_path, suffix={"exclude": [7]}), target)
+        assert isinstance(on.corpus, HistoryCorpus) and on.corpus.exclude == {7}
+        assert on.corpus.wait(10) and len(on.index()) == 0  # no history yet: an empty index
+        on.close()  # saves it, per tokenizer
+        assert (tmp_path / "suffix" / f"{tokenizer_fingerprint(target)[:32]}.npz").is_file()
+    finally:
+        target.close()
+
+
+def test_suffix_resolves_as_a_free_drafter_with_the_configured_target():
+    from specchat.models.registry import resolve_pair
+
+    pair = resolve_pair("bundled", "suffix")
+    assert pair.drafter == SUFFIX and pair.draft is None
+    assert resolve_pair("bundled", " Suffix ").drafter == SUFFIX
+
+
+def test_a_huge_draft_request_is_held_to_the_longest_continuation_kept():
+    from specchat.engine.suffix import MAX_DRAFT
+
+    index = SuffixIndex()
+    index.add((1, 1), list(range(5000)))
+    cand = index.lookup(list(range(2000)), 10**6, max_spec_factor=16.0)
+    assert cand.tokens == list(range(2000, 2000 + MAX_DRAFT))

@@ -1,0 +1,243 @@
+"""The suffix drafter's corpus kept with the history (issue 23): a real SQLite file, its own thread; a reply saved,
+a conversation deleted or imported reaches the index; the index persists per tokenizer; a corrupt or stale file is
+rebuilt with one notice and the history is untouched; excluded conversations are never indexed; the settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from specchat.engine.protocol import Message
+from specchat.history import HistoryStore
+from specchat.history.corpus import HistoryCorpus, index_path
+
+
+def byte_tokens(text: str) -> list[int]:
+    """A tokenizer for tests: one id per UTF-8 byte."""
+    return list(text.encode())
+
+
+def word_tokens(text: str) -> list[int]:
+    """Another tokenizer (another family): one id per word, by a stable hash."""
+    import zlib
+
+    return [zlib.crc32(w.encode()) % 50_000 for w in text.split()]
+
+
+REPLY = "def add(a, b):\n    return a + b  # the sum of both numbers\n"
+
+
+def found(corpus: HistoryCorpus, text: str, tokenize=byte_tokens) -> list[int]:
+    """What the index continues the first 24 tokens of ``text`` with."""
+    assert corpus.settle(), "the corpus did not catch up"
+    index = corpus.index()
+    assert index is not None
+    toks = tokenize(text)
+    cand = index.lookup(toks[:24], 8, max_spec_factor=4.0)
+    return cand.tokens if cand is not None else []
+
+
+def save(store: HistoryStore, user: str, reply: str) -> int:
+    conv = store.create_conversation()
+    store.append_message(conv, Message("user", user))
+    store.append_message(conv, Message("assistant", reply))
+    return conv
+
+
+@pytest.fixture
+def db(tmp_path):
+    store = HistoryStore(tmp_path / "history.sqlite3")
+    yield store
+    store.close()
+
+
+def start(tmp_path, fingerprint="bytes", tokenize=byte_tokens, **kw) -> HistoryCorpus:
+    return HistoryCorpus(tmp_path / "history.sqlite3", index_path(tmp_path, fingerprint), tokenize,
+                         fingerprint=fingerprint, **kw).start()  # fmt: skip
+
+
+def test_a_saved_reply_reaches_the_index_and_a_deleted_conversation_leaves_it(tmp_path, db):
+    save(db, "hello", "an earlier reply that has nothing to do with it")
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and len(corpus.index()) == 2
+        conv = save(db, "add two numbers", REPLY)  # written by another store object: heard all the same
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        db.delete(conv)
+        assert found(corpus, REPLY) == []
+        assert len(corpus.index()) == 2
+    finally:
+        corpus.close()
+
+
+def test_an_import_and_a_regenerated_reply_reach_the_index(tmp_path, db):
+    conv = save(db, "add two numbers", "first try: " + "x" * 40)
+    exported = db.export_json(conv)
+    corpus = start(tmp_path)
+    try:
+        db.replace_last_assistant(conv, Message("assistant", REPLY))
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        assert found(corpus, "first try: " + "x" * 40) == []  # the replaced version is gone
+        db.import_json(exported)
+        assert found(corpus, "first try: " + "x" * 40) != []
+    finally:
+        corpus.close()
+
+
+def test_the_index_persists_and_catches_up_with_changes_made_while_closed(tmp_path, db):
+    keep = save(db, "add two numbers", REPLY)
+    gone = save(db, "something else entirely", "a reply to be deleted while no corpus listens " * 2)
+    corpus = start(tmp_path)
+    assert corpus.wait(10)
+    corpus.close()
+    path = index_path(tmp_path, "bytes")
+    assert path.is_file()
+    db.delete(gone)  # nobody listening
+    save(db, "later", "a reply saved later, by another process as it were")
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and corpus.notices == []  # loaded, not rebuilt
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        assert found(corpus, "a reply to be deleted while no corpus listens ") == []
+        assert found(corpus, "a reply saved later, by another process as it were") != []
+        assert {k[0] for k in corpus.index().keys()} == {keep, gone + 1}
+    finally:
+        corpus.close()
+
+
+def test_another_tokenizer_gets_its_own_index(tmp_path, db):
+    save(db, "add two numbers", REPLY * 3)
+    a = start(tmp_path)
+    b = start(tmp_path, fingerprint="words", tokenize=word_tokens)
+    try:
+        assert found(a, REPLY * 2) == byte_tokens(REPLY * 2)[24:32]
+        words = word_tokens(REPLY * 3)
+        assert b.wait(10)
+        assert b.index().lookup(words[:8], 4, max_spec_factor=4.0).tokens == words[8:12]
+    finally:
+        a.close()
+        b.close()
+    assert index_path(tmp_path, "bytes") != index_path(tmp_path, "words")
+    assert index_path(tmp_path, "bytes").is_file() and index_path(tmp_path, "words").is_file()
+
+
+@pytest.mark.parametrize("how", ["corrupt", "stale"])
+def test_a_corrupt_or_stale_index_is_rebuilt_with_one_notice(tmp_path, db, how):
+    save(db, "add two numbers", REPLY)
+    path = index_path(tmp_path, "bytes")
+    if how == "corrupt":
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"PK\x03\x04 this is not the index it claims to be")
+    else:  # a file of this name written for another vocabulary
+        other = start(tmp_path, fingerprint="words", tokenize=word_tokens)
+        other.wait(10)
+        other.close()
+        index_path(tmp_path, "words").rename(path)
+    heard: list[str] = []
+    corpus = start(tmp_path, notice=heard.append)
+    try:
+        assert corpus.wait(10)
+        assert len(heard) == 1 and "rebuilt from the history" in heard[0] and "\n" not in heard[0]
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+    finally:
+        corpus.close()
+    assert [m.content for m in db.load(1)[1]] == ["add two numbers", REPLY]  # the history is untouched
+    corpus = start(tmp_path)  # the rebuilt file is good
+    try:
+        assert corpus.wait(10) and corpus.notices == []
+    finally:
+        corpus.close()
+
+
+def test_excluded_conversations_are_never_indexed(tmp_path, db):
+    private = save(db, "my secret", REPLY)
+    corpus = start(tmp_path, exclude=[private])
+    try:
+        assert corpus.wait(10) and len(corpus.index()) == 0
+        db.append_message(private, Message("user", "more of it " * 5))
+        assert found(corpus, REPLY) == []
+        assert len(corpus.index()) == 0
+    finally:
+        corpus.close()
+
+
+def test_no_history_yet_is_an_empty_index_that_fills_once_chatting_starts(tmp_path):
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and len(corpus.index()) == 0 and corpus.notices == []
+        with HistoryStore(tmp_path / "history.sqlite3") as store:
+            save(store, "add two numbers", REPLY)
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+    finally:
+        corpus.close()
+
+
+@pytest.mark.usefixtures("isolated_config")
+def test_the_suffix_settings_and_their_one_line_errors(tmp_path):
+    from specchat.config import ConfigError, load_settings
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('draft = "suffix"\n[suffix]\ncorpus = false\nexclude = [3, 4]\n')
+    s = load_settings(cfg)
+    assert s.draft == "suffix" and s.suffix.corpus is False and s.suffix.exclude == [3, 4]
+    cfg.write_text("[suffix]\nmin_token_prob = 2\n")
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert "min_token_prob" in str(err.value) and "\n" not in str(err.value).strip()
+
+
+def test_closing_during_the_first_build_stops_it_without_saving_a_partial_index(tmp_path, db):
+    import threading
+
+    for i in range(5):
+        save(db, f"question {i}", f"reply {i} " * 10)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(text: str) -> list[int]:
+        started.set()
+        release.wait(10)
+        return byte_tokens(text)
+
+    corpus = start(tmp_path, tokenize=slow)
+    assert started.wait(10)
+    closer = threading.Thread(target=corpus.close)
+    closer.start()
+    for _ in range(1000):  # close() has said so before the tokenizer returns
+        if corpus._closed:
+            break
+        threading.Event().wait(0.01)
+    release.set()
+    closer.join(10)
+    assert not closer.is_alive() and corpus.index() is None
+    assert not index_path(tmp_path, "bytes").exists()
+
+
+def test_the_writers_thread_only_queues_the_change(tmp_path, db):
+    """The app saves on its own thread; the corpus tokenises and reads the database on its thread only."""
+    import threading
+
+    threads: list[str] = []
+
+    def tokenize(text: str) -> list[int]:
+        threads.append(threading.current_thread().name)
+        return byte_tokens(text)
+
+    corpus = start(tmp_path, tokenize=tokenize)
+    try:
+        assert corpus.wait(10)
+        save(db, "add two numbers", REPLY)
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        assert threads and set(threads) == {"specchat-suffix-corpus"}
+    finally:
+        corpus.close()
+
+
+def test_an_unreadable_history_leaves_the_drafter_with_the_conversation_and_one_notice(tmp_path):
+    (tmp_path / "history.sqlite3").write_bytes(b"this is no SQLite database" * 100)
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and corpus.index() is None
+        assert len(corpus.notices) == 1 and "no history to draft from" in corpus.notices[0]
+        assert "\n" not in corpus.notices[0]
+    finally:
+        corpus.close()
+    assert (tmp_path / "history.sqlite3").read_bytes() == b"this is no SQLite database" * 100
