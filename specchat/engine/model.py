@@ -200,6 +200,7 @@ class Model:
             self._batch.seq_id[i][0] = 0
         self.tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
+        self._eog_cache: dict[int, bool] = {}
         self.decode_ms_total = 0.0  # time spent inside llama_decode, for overhead accounting
         self.is_recurrent = bool(llama_cpp.llama_model_is_recurrent(self.model)) or bool(
             llama_cpp.llama_model_is_hybrid(self.model)
@@ -258,7 +259,12 @@ class Model:
         return out
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        """The token ends a generation (llama.cpp's EOG set), memoised per id: the n-gram drafter asks it of every
+        token of every continuation it looks up (its turn boundary), a ctypes call each time otherwise."""
+        known = self._eog_cache.get(token)
+        if known is None:
+            known = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     # -- decoding -----------------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, logits_last: int = 1) -> np.ndarray | None:
