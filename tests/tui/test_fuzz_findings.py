@@ -23,7 +23,7 @@ async def test_engine_messages_that_arrive_once_the_app_is_closing_are_not_drawn
         await send(pilot, "go")
         await wait_hold(pilot, engine)
         turn_id = app.host.turn_id
-        snapshot = app._stats.snapshot()
+        snapshot = app.chat_screen.stats.snapshot()
     late = [
         StatsUpdated(snapshot),
         PiecesBatch(turn_id, [("late", "plain")], ["a notice"]),

@@ -291,9 +291,9 @@ async def test_the_race_races_the_prompt_text_else_the_last_message():
         await wait_ready(pilot)
         await send(pilot, "first message")
         await settle(pilot)
-        assert app.race_text() == "first message"
+        assert app.chat_screen.race_text() == "first message"
         app.query_one(PromptInput).text = "typed, not sent"
-        assert app.race_text() == "typed, not sent"
+        assert app.chat_screen.race_text() == "typed, not sent"
 
 
 # -- auto-K turning drafting off: the offer of a fixed K ------------------------------------------------------

@@ -228,10 +228,10 @@ async def test_auto_k_judging_a_model_draft_unprofitable_offers_fixed_k(tmp_path
         await settle(pilot)
         offers = [n for n in notifications(app) if "Use fixed K" in n]
         assert len(offers) == 1 and "unprofitable" in offers[0], notifications(app)
-        assert app.assistant_messages()[-1].turn.draft_n == 0
+        assert app.chat_screen.assistant_messages()[-1].turn.draft_n == 0
         await palette(pilot, "use fixed k")
         state = app.engine.controls.snapshot()
         assert not state.auto_k and state.k == 4 and state.speculative
         await send(pilot, "Say it again.")
         await settle(pilot)
-        assert app.assistant_messages()[-1].turn.draft_n > 0  # fixed K: the model drafter drafts every round
+        assert app.chat_screen.assistant_messages()[-1].turn.draft_n > 0  # fixed K: the model drafter drafts every round
