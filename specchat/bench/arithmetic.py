@@ -143,6 +143,32 @@ def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Se
             "predicted_best_speedup": curve[bk]}  # fmt: skip
 
 
+def _row_prediction(r: SummaryRow, alpha: float, c: float, vt: Sequence[float], t1: float, o0: float) -> dict[str, Any]:
+    """One fixed-K row's predictions (geometric, with the overheads, from its rounds) beside its measurement;
+    ``o0`` is the baseline's overhead per round."""
+    k = int(r.k or 0)
+    e = expected_tokens(alpha, k)
+    # the same S with the rounds' measured time outside llama_decode added to both sides:
+    # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
+    with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
+    # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
+    # runs' own draft cost per token and overhead per round, against one token per plain round
+    c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
+    cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
+    from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
+    return {
+        "k": k,
+        "E": e,
+        "predicted_from_rounds": from_rounds,
+        "tokens_per_round": r.tokens_per_round,
+        "v": vt[k],
+        "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
+        "predicted_with_overhead": with_o,
+        "overhead_ms_per_round": r.overhead_per_round,
+        "measured_speedup": r.speedup,
+    }
+
+
 def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
     """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
     vt = cal.v_table()
@@ -190,28 +216,7 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
             entry["curve"] = curve
             base = next((r for r in prs or [] if r.mode == "baseline"), None)
             o0 = base.overhead_per_round if base else 0.0
-            for r in fixed:
-                k = int(r.k or 0)
-                e = expected_tokens(alpha, k)
-                # the same S with the rounds' measured time outside llama_decode added to both sides:
-                # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
-                with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
-                # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
-                # runs' own draft cost per token and overhead per round, against one token per plain round
-                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
-                cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
-                from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
-                entry["rows"].append({
-                    "k": k,
-                    "E": e,
-                    "predicted_from_rounds": from_rounds,
-                    "tokens_per_round": r.tokens_per_round,
-                    "v": vt[k],
-                    "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
-                    "predicted_with_overhead": with_o,
-                    "overhead_ms_per_round": r.overhead_per_round,
-                    "measured_speedup": r.speedup,
-                })  # fmt: skip
+            entry["rows"] = [_row_prediction(r, alpha, c, vt, t1, o0) for r in fixed]
             replay = replay_of_rounds(fixed, alpha, c, vt)
             if replay is not None:
                 entry["replay"] = replay
