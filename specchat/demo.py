@@ -214,7 +214,7 @@ class SceneResult:
             "k_status": status.label if status is not None else None, "notices": list(on.notices),
             "identical": self.race.identical, "difference": self.race.difference or None,
             "sentence": self.scene.sentence, "expect": self.scene.expect,
-        }  # fmt: skip
+        }
 
 
 def run_tour(
@@ -280,4 +280,4 @@ def format_results(results: Sequence[SceneResult]) -> str:
 __all__ = [
     "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene", "SceneResult",
     "ensure_pairs", "format_results", "missing_pairs", "pairs", "run_tour", "verdict",
-]  # fmt: skip
+]

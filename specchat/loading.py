@@ -61,7 +61,7 @@ def connect_server_b(settings: Settings, progress: Progress | None = None) -> Re
         return connect(
             pair[1], system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=progress,
-        )  # fmt: skip
+        )
     except ServerError as exc:
         raise ServerError(f"server B: {exc}") from None
 
@@ -107,7 +107,7 @@ def load_engine(
         return connect(
             server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=report,
-        )  # fmt: skip
+        )
     data_dir = settings.effective_data_dir()
     pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target

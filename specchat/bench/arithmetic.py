@@ -122,7 +122,7 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
         cost_model=cm, drafter=drafter.name if drafter is not None else NONE,
         draft_kind=drafter.kind if drafter is not None else NONE, context_n=len(ctx), reps=reps,
         weights=target.weights, row_by_row=target.row_by_row,
-    )  # fmt: skip
+    )
 
 
 def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
@@ -140,7 +140,7 @@ def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Se
     curve = replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
     bk = best_k(curve)
     return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
-            "predicted_best_speedup": curve[bk]}  # fmt: skip
+            "predicted_best_speedup": curve[bk]}
 
 
 def _row_prediction(r: SummaryRow, alpha: float, c: float, vt: Sequence[float], t1: float, o0: float) -> dict[str, Any]:
@@ -228,7 +228,7 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
                 CostEstimate(alpha=alpha, c=c, v=vt[rk], best_k=rk, predicted_speedup=rs,
                              target_ms_per_token=t1, draft_ms_per_token=draft_ms,
                              alpha_to_pay=break_even_alpha(c, vt, K_MAX))
-            )  # fmt: skip
+            )
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
             if measured:
                 mk = max(measured, key=lambda k: measured[k])

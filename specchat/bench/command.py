@@ -33,7 +33,7 @@ DEFAULT_KS = "0,1,2,3,5,8"
 #: the bench's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
                     ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"),
-                    ("--flash-attn", "flash_attn"))  # fmt: skip
+                    ("--flash-attn", "flash_attn"))
 DEFAULT_N_PREDICT = 256
 
 
@@ -126,7 +126,7 @@ def load_targets(
     variants = variants_for(
         source, formats or [], mdir, one_row="none" if extra_buffer_types_safe() else "source", threads=settings.threads,
         progress=lambda msg: progress(0, 1, msg), flash_attn=flash_attn or [settings.flash_attn],
-    )  # fmt: skip
+    )
     out: dict[str, tuple[Any, Any]] = {}
     try:
         for v in variants:
@@ -345,7 +345,7 @@ def _main_remote(
         runner = BenchRunner(
             session, suite, [k], args.runs, progress=progress, on_record=on_record, run_fn=run_remote_once,
             plan=plan, drafter=info.draft_name,
-        )  # fmt: skip
+        )
         records = runner.run()
         progress.close()
         rows = summarize(records)
@@ -420,7 +420,7 @@ def _main_servers(
         )
         out.flush()
         records, interrupted = run_ab(ab_plan(suite, args.runs, sa, sb), {p["name"]: p["prompt"] for p in suite},
-                                      progress=progress, on_record=on_record)  # fmt: skip
+                                      progress=progress, on_record=on_record)
         progress.close()
         ratios = ab_ratios(records["A"], records["B"])
         if interrupted:
@@ -430,7 +430,7 @@ def _main_servers(
             rows = summarize(records[side.name])
             meta = {"server": side.session.server.url, **_server_meta(info, side.k, args, settings, suite)}
             reports[side.name.lower()] = build_report(meta=meta, records=records[side.name], rows=rows, arith=None,
-                                                      interrupted=interrupted)  # fmt: skip
+                                                      interrupted=interrupted)
             if rows:
                 print(f"\nserver {side.name}: {info.target_name}", file=out)
                 print(format_table(rows), file=out)

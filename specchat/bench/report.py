@@ -162,7 +162,7 @@ def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference
     w_t = max([8, *(len(t) for t in targets)])
     head = f"{'prompt':<{w_p}} {'target':<{w_t}} " + " ".join(f"{c:>7}" for c in cols)
     lines = ["", f"× {reference}: each run's tok/s / the same round's {reference} baseline run, median over rounds", head,
-             "-" * len(head)]  # fmt: skip
+             "-" * len(head)]
     for prompt in prompts:
         first = True
         for t in targets:

@@ -203,7 +203,7 @@ def _run_list(args: argparse.Namespace) -> int:
         for c in curves:
             vs = " ".join(f"v({k})={c['v'][str(k)]:.1f}" for k in VERIFY_KS if str(k) in c["v"])
             out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}, flash attention "
-                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")  # fmt: skip
+                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")
             out.append(f"      {c['reason']}")
     tuned = _tune_results(data_dir)
     if tuned:
@@ -262,7 +262,7 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
                 "flash_attn": k.flash_attn, "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
                 "v": {str(i): curve.at(i) for i in range(len(curve.v))}, "reason": curve.reason,
                 "measured_rows": curve.measured_rows, "measured_at": entry.measured_at,
-            })  # fmt: skip
+            })
     return out
 
 

@@ -43,7 +43,7 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
 )
 #: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),
-                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))  # fmt: skip
+                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))
 #: the app's on/off flags: (flag, dest, the value when not given)
 _SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 

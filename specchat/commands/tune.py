@@ -125,7 +125,7 @@ def _predict_modes(
 
 
 def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
-          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:  # fmt: skip
+          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:
     from specchat.bench.runner import BenchRunner
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
@@ -141,14 +141,14 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     assert mdir is not None
     say = lambda msg: progress(0, 1, msg)  # noqa: E731
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
-                            threads=settings.threads, progress=say, flash_attn=flash_attn)  # fmt: skip
+                            threads=settings.threads, progress=say, flash_attn=flash_attn)
     for v in variants:
         # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
         s = settings.model_copy(
             update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn, "server_url": None}
         )
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
-                                        auto_k=False)  # fmt: skip
+                                        auto_k=False)
     first = next(iter(sessions.values()))
     drafter = first.decoder.drafter_name or NONE
     speculates = drafter != NONE and first.decoder.can_speculate
@@ -157,7 +157,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     prompts = {p["name"]: p["prompt"] for p in DEFAULT_SUITE}
     cache = CalibrationCache(data_dir / CALIBRATION_DIR)
     costs = tn.measure_verify_costs(sessions, prompts["prose"], reps=args.reps, split_threads_batch=split,
-                                    progress=progress, cache=cache)  # fmt: skip
+                                    progress=progress, cache=cache)
     results = _variant_results(variants, costs, sessions)
     notes: list[str] = []
     if not speculates:
@@ -168,7 +168,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         runner = BenchRunner(
             sessions, suite, [0], args.runs, auto=speculates, progress=progress,
             reference=next(v.label for v in variants if v.source), baseline_only=[v.label for v in variants if v.one_row],
-        )  # fmt: skip
+        )
         records = runner.run()
         if runner.interrupted:
             raise KeyboardInterrupt
@@ -184,7 +184,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         source=source.name, source_path=str(source), threads=settings.threads, split_threads_batch=split,
         drafter=drafter, cpu=cpu_identity(), measured_at=tn.now(), variants=results, choices=choices,
         split_recommended=bool(gains) and statistics.median(gains) >= tn.SPLIT_GAIN, notes=notes,
-    )  # fmt: skip
+    )
 
 
 __all__ = ["run_tune"]

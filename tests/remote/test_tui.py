@@ -35,7 +35,7 @@ async def test_app_streams_colours_saves_and_explains_fixed_k(tmp_path, self_dra
     settings = Settings(
         server_url=self_draft_server.url, n_predict=24, data_dir=tmp_path, theme="specchat-dark",
         sampling={"temperature": 0.0},
-    )  # fmt: skip
+    )
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     notes: list[str] = []
@@ -103,7 +103,7 @@ def test_specchat_server_in_a_real_terminal(tmp_path, self_draft_server, cols, r
         sys.executable, ["-m", "specchat.cli", "--server", self_draft_server.url, "--n-predict", "16",
                          "--temperature", "0"],
         env=env, dimensions=(rows, cols),
-    )  # fmt: skip
+    )
     screen = Screen(child, cols, rows)
     try:
         screen.wait_for(r"ready")
@@ -142,7 +142,7 @@ async def test_app_when_the_server_is_unreachable_or_dies_mid_reply(tmp_path, ll
     # dies mid-reply: the partial reply stays on screen and in history, marked, with one error line
     server = llama_server()
     settings = Settings(server_url=server.url, n_predict=400, data_dir=tmp_path, theme="specchat-dark",
-                        sampling={"temperature": 0.0})  # fmt: skip
+                        sampling={"temperature": 0.0})
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:

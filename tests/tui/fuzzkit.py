@@ -189,7 +189,7 @@ class Fuzz:
         "edit_last": 3, "new_chat": 2,
         "history_open": 3, "history_search": 2, "history_move": 2, "history_enter": 3, "history_delete": 2,
         "history_close": 2, "export": 2, "theme": 1, "palette": 1, "resize": 2,
-    }  # fmt: skip
+    }
 
     def __init__(
         self,

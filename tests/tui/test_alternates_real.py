@@ -31,7 +31,7 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
     settings = Settings(
         target="bundled", draft="ngram", k=3, auto_k=False, n_predict=40, n_ctx=1024, threads=1,
         data_dir=tmp_path, theme="specchat-dark",
-    )  # fmt: skip
+    )
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     try:

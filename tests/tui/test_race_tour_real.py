@@ -45,7 +45,7 @@ class Clock:
 
 def _settings(tmp_path: Path, target: str, draft: str, **kw) -> Settings:
     values = dict(target=target, draft=draft, k=4, auto_k=False, n_predict=16, n_ctx=1024, threads=1,
-                  data_dir=tmp_path / "data", theme="specchat-dark")  # fmt: skip
+                  data_dir=tmp_path / "data", theme="specchat-dark")
     values.update(kw)
     return Settings(**values)
 

@@ -293,7 +293,7 @@ async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with
     settings = Settings(
         target="bundled", draft="ngram", k=4, auto_k=False, n_predict=48, n_ctx=1024, threads=1,
         data_dir=tmp_path, theme="specchat-dark",
-    )  # fmt: skip
+    )
     steps: list[Step] = []
     real_factory = make_factory(settings)
 

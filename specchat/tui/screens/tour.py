@@ -192,7 +192,7 @@ class TourScreen(RaceViewScreen):
                 ensure_pairs(
                     scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads,
                     progress=lambda text: self.post_message(TourStatus(text)),
-                )  # fmt: skip
+                )
             except UserError as exc:
                 self.post_message(TourPrepared(turn_id, str(exc)))
             except Exception as exc:
@@ -277,5 +277,5 @@ class TourScreen(RaceViewScreen):
             self.host.submit(
                 lambda: [session.close() for session in sessions.values()], name="tour-close",
                 description="close the tour's models",
-            )  # fmt: skip
+            )
         self.dismiss()

@@ -15,7 +15,6 @@ reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 from __future__ import annotations
 
 from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
 from textual.widgets import Static
 
 from specchat.engine.controls import ControlState
