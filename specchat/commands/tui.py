@@ -159,7 +159,7 @@ def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
 def derive_demo_models(models_dir: Path, *, threads: int = 1, progress: Callable[[str], None] | None = None) -> Any:
     """The tour's deriver of the demo files (:func:`specchat.models.derive.derive_demo`), imported when it runs
     (on the app's engine thread), like the engine factory's loader."""
-    from specchat.models.derive import derive_demo
+    from specchat.models.derive import derive_demo  # numpy: on the engine thread when the tour runs
 
     return derive_demo(models_dir, threads=threads, progress=progress)
 
