@@ -27,15 +27,20 @@ def test_the_import_contracts_are_kept():
     assert "0 broken" in result.stdout
 
 
-def test_the_import_contracts_catch_a_violation(tmp_path):
-    """A copy of the package with two violations: the engine imports Textual, and the models import the TUI."""
+def planted_copy(tmp_path: Path, plants: dict[str, str]) -> Path:
+    """A copy of the package and its contracts with each ``{file: import line}`` appended as a violation."""
     shutil.copytree(ROOT / "specchat", tmp_path / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    with open(tmp_path / "specchat" / "engine" / "events.py", "a") as f:
-        f.write("\nimport textual  # a deliberate violation\n")
-    with open(tmp_path / "specchat" / "models" / "presets.py", "a") as f:
-        f.write("\nfrom specchat.tui import keys  # a deliberate violation\n")
-    result = lint_imports(tmp_path)
+    for file, line in plants.items():
+        with open(tmp_path / "specchat" / file, "a") as f:
+            f.write(f"\n{line}  # a deliberate violation\n")
+    return tmp_path
+
+
+def test_the_import_contracts_catch_a_violation(tmp_path):
+    """A copy of the package with two violations: the engine imports Textual, and the models import the TUI."""
+    planted = planted_copy(tmp_path, {"engine/events.py": "import textual", "models/presets.py": "from specchat.tui import keys"})
+    result = lint_imports(planted)
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "each layer imports only from the layers below it BROKEN" in out
@@ -146,13 +151,11 @@ def test_every_import_of_specchat_names_a_module_or_name_that_exists():
 def test_the_tui_contracts_catch_a_violation(tmp_path):
     """A copy of the package with two violations: the sidebar imports the cost model (not the engine's face),
     and the recorder (a plain module) imports Textual."""
-    shutil.copytree(ROOT / "specchat", tmp_path / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    with open(tmp_path / "specchat" / "tui" / "widgets" / "sidebar.py", "a") as f:
-        f.write("\nfrom specchat.engine.telemetry.cost_model import CostModel  # a deliberate violation\n")
-    with open(tmp_path / "specchat" / "tui" / "recorder.py", "a") as f:
-        f.write("\nfrom textual.widget import Widget  # a deliberate violation\n")
-    result = lint_imports(tmp_path)
+    planted = planted_copy(tmp_path, {
+        "tui/widgets/sidebar.py": "from specchat.engine.telemetry.cost_model import CostModel",
+        "tui/recorder.py": "from textual.widget import Widget",
+    })
+    result = lint_imports(planted)
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "the TUI imports only the engine's face" in out and "BROKEN" in out

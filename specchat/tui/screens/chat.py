@@ -157,6 +157,15 @@ class ChatScreen(Screen[None]):
             self.notify("The model is still loading; try again in a moment.", severity="warning")
         return None
 
+    def idle_engine(self, busy: str, timeout: float | None = None) -> ChatEngine | None:
+        """The engine, if one is loaded and no reply is being generated; else None, having said why (``busy``:
+        the warning while a reply is generated)."""
+        engine = self.engine_or_explain()
+        if engine is not None and self.host.generating:
+            self.notify(busy, severity="warning", timeout=timeout)
+            return None
+        return engine
+
     # -- the sidebar, or the status bar on a narrow terminal ------------------------------------------------
     def sidebar_visible(self, width: int | None = None) -> bool:
         """Shown unless hidden with its key, or the terminal is narrower than :data:`SIDEBAR_MIN_WIDTH`."""
@@ -293,11 +302,8 @@ class ChatScreen(Screen[None]):
 
         Esc (the stop key) cancels and puts back what the prompt held. Not while a reply is being generated.
         """
-        engine = self.engine_or_explain()
+        engine = self.idle_engine("A reply is still being generated: press Esc to stop it first, then edit.")
         if engine is None:
-            return
-        if self.host.generating:
-            self.notify("A reply is still being generated: press Esc to stop it first, then edit.", severity="warning")
             return
         last = next((m for m in reversed(engine.messages) if m.role == "user"), None)
         if last is None:
@@ -501,11 +507,8 @@ class ChatScreen(Screen[None]):
                 self._current.border_subtitle = "stopping\u2026"
 
     def action_regenerate(self) -> None:
-        engine = self.engine_or_explain()
+        engine = self.idle_engine("A reply is still being generated: press Esc first.")
         if engine is None:
-            return
-        if self.host.generating:
-            self.notify("A reply is still being generated: press Esc first.", severity="warning")
             return
         messages = list(engine.messages)
         if messages and messages[-1].role == "assistant":
@@ -538,12 +541,8 @@ class ChatScreen(Screen[None]):
         Refused with a notice during a reply (the engine would be choosing a version under a reply being
         generated after it; the keys work again once it ends).
         """
-        engine = self.engine_or_explain()
+        engine = self.idle_engine("A reply is being generated: flip between versions once it ends (Esc stops it).", 4)
         if engine is None:
-            return
-        if self.host.generating:
-            self.notify("A reply is being generated: flip between versions once it ends (Esc stops it).",
-                        severity="warning", timeout=4)
             return
         chosen = versions.flip(engine, step, first_key(self.session.effective_keys, "regenerate", "ctrl+r"))
         if isinstance(chosen, Refusal):
