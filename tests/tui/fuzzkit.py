@@ -254,9 +254,10 @@ class Fuzz:
         and the engine's messages go through rather than every widget: ~5x faster a sequence here.
         """
         for _ in range(rounds):
-            nodes = [self.app]
+            nodes = [self.app, self.app.chat_screen]  # the chat screen gets the engine's messages, even under a dialog
             try:
-                nodes.append(self.app.screen)
+                if self.app.screen is not self.app.chat_screen:
+                    nodes.append(self.app.screen)
             except Exception:  # no screen: the app is closing
                 pass
             if self.app.focused is not None:
