@@ -17,7 +17,6 @@ dead terminal blocks Textual's exit (:mod:`specchat.tui.lifecycle`).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -37,6 +36,7 @@ from specchat.tui.heap import freeze_startup_heap
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
 from specchat.tui.lifecycle import HANGUP_EXIT_S, StopSignals, is_hangup
 from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress
+from specchat.tui.priority import yield_cpu_to_engine
 from specchat.tui.recorder import Recorder
 from specchat.tui.sanitize import sanitize, sanitize_line
 from specchat.tui.screens.chat import ChatScreen
@@ -44,10 +44,6 @@ from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.tour import TourOptions, TourScreen
 from specchat.tui.state import UiState, save_state
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
-
-#: niceness of the UI thread once the engine thread exists, if llama.cpp takes every core (Linux only;
-#: see SpecChatApp.ui_needs_to_yield)
-UI_NICE = 19
 
 #: the actions of the key table that are the application's; every other one is the chat screen's
 APP_OWN_ACTIONS = frozenset({"help", "quit"})
@@ -168,51 +164,10 @@ class SpecChatApp(App[None]):
             return driver_class
         return FastEscapeLinuxDriver if driver_class is LinuxDriver else driver_class
 
-    def ui_needs_to_yield(self) -> bool:
-        """Lower the UI thread's priority only when llama.cpp's threads take every core.
-
-        With ``threads`` = the core count (the default), llama.cpp's compute threads meet at a barrier after
-        every operation: a UI thread that wakes up to draw preempts one of them and the others wait. At nice
-        19 the UI draws in the gaps instead. Measured on 2 cores (bundled SmolLM2 + ngram, K = 3, 150 tokens,
-        alternating with ``specchat generate``): reply tok/s 0.83-1.07x of generate (median ~0.96) at nice
-        19, 0.71-1.0x (median ~0.75) at nice 10, 0.65-0.85x at nice 0.
-
-        With fewer threads than cores there is a core for the UI, and nice 19 only starves it whenever
-        anything else runs: measured through a pty (tests/perf/ui_latency.py, ``--threads 1``, 2 cores,
-        load average ~4 from other processes, runs alternated), keystroke-to-screen while a reply streams
-        was p50 146-178 ms, p95 0.95-1.1 s before (nice 19) and p50 24-26 ms, p95 86-99 ms after (nice 0,
-        with the Esc driver and the 15 Hz updates). So then the UI keeps nice 0. The price under load: the
-        UI's CPU comes out of the process's scheduler share (see :mod:`specchat.tui.generation`).
-        """
-        import os
-
-        return self.settings.threads >= (os.cpu_count() or 1)
-
-    def _yield_cpu_to_engine(self) -> None:
-        """Give the UI thread the lowest CPU priority, below the engine's threads, when
-        :meth:`ui_needs_to_yield` (Linux; a no-op elsewhere).
-
-        The engine thread is created first, so it and the llama.cpp threads it starts keep the normal
-        priority. With autogroup scheduling (the default on desktop Linux) niceness only ranks the threads
-        of this session, so other programs do not starve the UI any more than before. Lowering a priority
-        cannot be undone without privileges.
-        """
-        import os
-        import sys
-
-        if not sys.platform.startswith("linux") or UI_NICE <= 0 or not self.ui_needs_to_yield():
-            return
-        self.host.start_thread()  # the engine thread now exists, at nice 0
-        try:
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), UI_NICE))
-        except OSError:
-            pass
-
     def on_mount(self) -> None:
         if self.stop_signals:
             self.lifecycle.install(self._on_stop_signal)
-        self._yield_cpu_to_engine()
+        yield_cpu_to_engine(self.settings.threads, self.host.start_thread)
         self._setup_themes()
         self._setup_keymap()
         if self._state_note:

@@ -84,8 +84,8 @@ class EngineHost:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def start_thread(self) -> None:
-        """Create the engine thread now (it inherits the calling thread's priority: see the app's
-        ``_yield_cpu_to_engine``)."""
+        """Create the engine thread now (it inherits the calling thread's priority: see
+        :func:`specchat.tui.priority.yield_cpu_to_engine`)."""
         self._executor.submit(lambda: None).result()
 
     def _run(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:

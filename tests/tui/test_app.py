@@ -645,7 +645,8 @@ def test_ui_thread_yields_cpu_to_the_engine_thread_only_when_llama_takes_every_c
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from fake_engine import FakeEngine
         from tuikit import fake_settings, wait_ready
-        from specchat.tui.app import SpecChatApp, UI_NICE
+        from specchat.tui.app import SpecChatApp
+        from specchat.tui.priority import UI_NICE
         seen = {{}}
         def factory(progress):
             tid = threading.get_native_id()
