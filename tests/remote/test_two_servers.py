@@ -227,7 +227,7 @@ def test_bench_two_servers_runs_interleaved(self_draft_server, plain_server, tmp
     import argparse
     import io
 
-    from specchat import bench
+    from specchat.bench import command as bench
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "one", "prompt": "Say one."}, {"name": "two", "prompt": "Say two."}]))
@@ -346,7 +346,7 @@ def test_bench_two_servers_interrupted_keeps_what_was_measured(self_draft_server
     import argparse
     import io
 
-    from specchat import bench
+    from specchat.bench import command as bench
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "one", "prompt": "Say one."}]))
