@@ -109,11 +109,9 @@ class SpecChatApp(App[None]):
         self.run_worker(work, group=group, name=name, description=description, exit_on_error=False)
 
     def get_default_screen(self) -> ChatScreen:
-        """The chat screen, built once; it calls :meth:`_chat_ready` once its widgets are mounted."""
+        """The chat screen, built once (its widgets mount in its own task: :meth:`on_mount` waits for them)."""
         recorder = Recorder(self.history_store, self.export_dir)
-        self._chat_screen = ChatScreen(
-            self.host, recorder, self._clock, history_note=self.history_note, on_ready=self._chat_ready
-        )
+        self._chat_screen = ChatScreen(self.host, recorder, self._clock, history_note=self.history_note)
         return self._chat_screen
 
     @property
@@ -164,7 +162,10 @@ class SpecChatApp(App[None]):
             return driver_class
         return FastEscapeLinuxDriver if driver_class is LinuxDriver else driver_class
 
-    def on_mount(self) -> None:
+    async def on_mount(self) -> None:
+        """Start-up: signals, priorities, themes, keymap; then, once the chat screen's widgets are mounted (as
+        when the app composed them itself: before a test's pilot or the first key), the models load on the
+        engine thread and the tour opens if asked."""
         if self.stop_signals:
             self.lifecycle.install(self._on_stop_signal)
         yield_cpu_to_engine(self.settings.threads, self.host.start_thread)
@@ -172,9 +173,7 @@ class SpecChatApp(App[None]):
         self._setup_keymap()
         if self._state_note:
             self.notify(f"UI state: {self._state_note}", severity="warning", timeout=10)
-
-    def _chat_ready(self) -> None:
-        """The chat screen's widgets are mounted: load the models (the window is already up), open the tour."""
+        await self.chat_screen.mounted.wait()
         self._start_load(self.engine_factory)
         if self.tour is not None and self.tour.open_at_start:
             self.open_tour()

@@ -851,7 +851,7 @@ async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_an
         await wait_ready(pilot)
         await send(pilot, "explain speculative decoding")
         await settle(pilot)
-        live = reply_spans(first.assistant_messages()[-1].tokens)
+        live = reply_spans(first.chat_screen.assistant_messages()[-1].tokens)
     (conv,) = history_store.list_conversations()
     _, saved = history_store.load(conv.id)
 

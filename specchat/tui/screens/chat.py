@@ -18,6 +18,7 @@ arguments: the speculation keys (:mod:`specchat.tui.speculation`) and history (:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
@@ -69,7 +70,7 @@ class ChatScreen(Screen[None]):
     """The conversation on screen. See the module docstring.
 
     ``host`` is the app's engine host (the engine thread, the engine, the turn); ``recorder`` the link to
-    history; ``on_ready`` is called once the widgets are mounted (the app starts loading the models then).
+    history. :attr:`mounted` is set once the widgets are mounted (the app starts loading the models then).
     """
 
     def __init__(
@@ -79,14 +80,14 @@ class ChatScreen(Screen[None]):
         clock: Callable[[], float],
         *,
         history_note: str | None = None,
-        on_ready: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__()
         self.host = host
         self.recorder = recorder
         self._clock = clock
         self._history_note = history_note
-        self._on_ready = on_ready
+        #: set by on_mount: the app's start-up waits for it (the sidebar shows the loading, the chat its notices)
+        self.mounted = asyncio.Event()
         self.stats = LiveStats()
         self.show_ghosts = True
         self.markdown_view = False
@@ -115,7 +116,7 @@ class ChatScreen(Screen[None]):
         self.sidebar.show_controls(None)
         if self._history_note:
             self.chat.mount(ChatNotice(self._history_note))
-        self._on_ready()
+        self.mounted.set()
 
     @property
     def sidebar(self) -> Sidebar:
