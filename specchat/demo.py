@@ -31,14 +31,14 @@ never imported here, so the TUI can import the scenes while it never imports lla
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specchat.bench.suite import DEFAULT_SUITE
 from specchat.engine.drafter_kinds import NGRAM
 from specchat.errors import ModelFileError, UserError
-from specchat.models.presets import PRESET_PREFIX
+from specchat.models.presets import PRESET_PREFIX, SMOLLM2_F16_FILE
 from specchat.models.registry import models_dir, resolve_pair
 from specchat.race import RaceResult, record_race
 
@@ -50,11 +50,17 @@ Derive = Callable[..., Iterable[tuple[Path, Any]]]
 
 @dataclass(frozen=True, slots=True)
 class Pair:
-    """A target and a drafter as the settings name them (``target``, ``draft``; see :mod:`specchat.models.registry`)."""
+    """A target and a drafter as the settings name them (``target``, ``draft``; see :mod:`specchat.models.registry`),
+    and any other settings the pair runs with (``extra``: e.g. ``(("flash_attn", "off"),)``, as tune measured it)."""
 
     target: str
     draft: str
     label: str
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    def settings_update(self) -> dict[str, Any]:
+        """What a scene sets on the app's settings to run this pair."""
+        return {"target": self.target, "draft": self.draft, **dict(self.extra)}
 
 
 def _suite_prompt(name: str) -> str:
@@ -77,7 +83,9 @@ PLAIN_PROMPT = "Explain in a few sentences why the sky is blue."
 
 @dataclass(frozen=True, slots=True)
 class Scene:
-    """One scene of the tour. ``k`` = a fixed K, or None for auto-K."""
+    """One scene of the tour. ``k`` = a fixed K, or None for auto-K. ``expected``: the verdicts
+    (:func:`verdict`) its ``expect`` sentence agrees with; a measured verdict outside them is told with the
+    arithmetic instead (:func:`outcome_line`), never under a sentence it contradicts."""
 
     name: str
     pair: Pair
@@ -87,6 +95,7 @@ class Scene:
     sentence: str  # the one sentence on screen
     expect: str  # what the user should see
     tags: tuple[str, ...] = field(default=())
+    expected: tuple[str, ...] = ("helps", "neutral", "hurts")
 
     @property
     def mode(self) -> str:
@@ -98,47 +107,122 @@ SCENES: tuple[Scene, ...] = (
         "n-gram on a copy-heavy edit", HELPS_PAIR, 16, COPY_PROMPT, 160,
         "The reply copies the code it was given, so n-gram lookup drafts long runs for free and the target "
         "accepts them in one batch.",
-        "long green runs of accepted drafts; faster than without speculation", ("helps",),
+        "long green runs of accepted drafts; faster than without speculation", ("helps",), ("helps",),
     ),
     Scene(
         "n-gram on free prose", HELPS_PAIR, 16, PROSE_PROMPT, 128,
         "A new story has nothing to copy: the n-gram drafter mostly finds no match and stays quiet.",
-        "mostly plain tokens, a few short drafts; about the speed of no speculation", ("neutral",),
+        "mostly plain tokens, a few short drafts; about the speed of no speculation", ("neutral",), ("neutral",),
     ),
     Scene(
         "a draft as costly as the target", SELF_DRAFT_PAIR, 4, PLAIN_PROMPT, 96,
         "The model drafting for itself is always right, but each draft token costs a whole target decode: "
         "acceptance near 100 % and still slower.",
         "almost everything accepted (green), yet fewer tokens per second than without speculation", ("hurts",),
+        ("hurts",),
     ),
     Scene(
         "a cheap draft that guesses badly", LAYER_SKIP_PAIR, 4, PLAIN_PROMPT, 96,
         "A layer-skip draft keeps 12 of the 30 blocks: cheap, but most of its guesses are wrong and are thrown "
         "away.",
-        "ghost text (rejected drafts) everywhere, few accepted tokens; slower", ("hurts",),
+        "ghost text (rejected drafts) everywhere, few accepted tokens; slower", ("hurts",), ("hurts",),
     ),
     Scene(
         "auto-K on the copy-heavy edit", HELPS_PAIR, None, COPY_PROMPT, 160,
         "Auto-K measures what drafting costs and gains, and keeps n-gram drafting on where the reply copies.",
-        "drafting stays on; the sidebar's K follows the copies", ("auto-K", "helps"),
+        "drafting stays on; the sidebar's K follows the copies", ("auto-K", "helps"), ("helps",),
     ),
     Scene(
         "auto-K on free prose", HELPS_PAIR, None, PROSE_PROMPT, 128,
         "On prose auto-K lets the n-gram drafter propose only what it trusts, and turns drafting off when "
         "nothing pays.",
-        "few drafts; about the speed of no speculation", ("auto-K", "neutral"),
+        "few drafts; about the speed of no speculation", ("auto-K", "neutral"), ("neutral",),
     ),
     Scene(
         "auto-K with the costly draft", SELF_DRAFT_PAIR, None, PLAIN_PROMPT, 96,
         "Auto-K times the draft before the first round and does not draft: it says why in one line.",
-        "a notice that drafting is off for cost; plain tokens at plain speed", ("auto-K", "hurts"),
+        "a notice that drafting is off for cost; plain tokens at plain speed", ("auto-K", "hurts"), ("neutral",),
     ),
     Scene(
         "auto-K with the layer-skip draft", LAYER_SKIP_PAIR, None, PLAIN_PROMPT, 96,
         "Auto-K sees the layer-skip draft's cost and low acceptance and turns drafting off, probing now and then.",
-        "a notice that drafting is off; plain speed instead of a slowdown", ("auto-K", "hurts"),
+        "a notice that drafting is off; plain speed instead of a slowdown", ("auto-K", "hurts"), ("neutral",),
     ),
 )
+
+
+#: the acceptance the helps pick assumes for the copy-heavy scene: what the bench measured n-gram drafting at on
+#: the copy-heavy prompt (0.93-0.98 over K 8-64, on the Xeon and the AMD EPYC Zen 4 alike: acceptance is the
+#: text's, not the CPU's)
+COPY_ALPHA = 0.95
+
+
+def scenes_for(helps: Pair, scenes: Sequence[Scene] = SCENES) -> tuple[Scene, ...]:
+    """``scenes`` with :data:`HELPS_PAIR` replaced by ``helps`` (this machine's pick, :func:`pick_helps_pair`)."""
+    return tuple(replace(s, pair=helps) if s.pair == HELPS_PAIR else s for s in scenes)
+
+
+def tuned_helps_pair(tuned: Iterable[Any], source_file: str) -> Pair | None:
+    """The helps pair from a saved ``specchat models tune`` result of ``source_file`` (the bundled model): its
+    copy-heavy choice, with n-gram drafting and the flash-attention setting tune measured it with. None when
+    no result is saved for that file, or its choice is a file that is gone."""
+    for result in tuned:
+        if result.source != source_file:
+            continue
+        choice = next((c for c in result.choices if c.workload == "copy-heavy"), None)
+        if choice is None:
+            continue
+        variant = next((v for v in result.variants if v.label == choice.label), None)
+        if variant is None or not Path(variant.path).is_file():
+            continue
+        extra = (("flash_attn", variant.flash_attn),) if variant.flash_attn not in ("", "auto") else ()
+        return Pair(variant.path, NGRAM, f"SmolLM2 {choice.label} + n-gram", extra)
+    return None
+
+
+def predicted_copy_tok_s(t1_ms: float, v_by_k: Sequence[float], alpha: float = COPY_ALPHA) -> float:
+    """Tokens per second of n-gram drafting on a copy at acceptance ``alpha``: the best over K of
+    E(α, K) / v(K) (Leviathan et al. 2023, a free drafter: c = 0) times the one-row speed 1000 / t1."""
+    best = max((1.0 - alpha ** (k + 1)) / (1.0 - alpha) / v for k, v in enumerate(v_by_k) if v > 0)
+    return best * 1000.0 / t1_ms
+
+
+def pick_helps_pair(candidates: Sequence[Pair], measure: Callable[[Pair], tuple[float, Sequence[float]]],
+                    progress: Progress | None = None) -> tuple[Pair, str]:
+    """The candidate with the fastest predicted copy (:func:`predicted_copy_tok_s`) from ``measure(pair)`` =
+    (t1 ms, v by K), the engine's calibration of that file on this CPU (cached per file: measured once); and one
+    line saying why."""
+    say = progress or (lambda _msg: None)
+    rates: list[tuple[float, Pair]] = []
+    for pair in candidates:
+        say(f"timing the verify cost of {pair.label} (once per file on this CPU)")
+        t1, v = measure(pair)
+        rates.append((predicted_copy_tok_s(t1, v), pair))
+    rate, pair = max(rates, key=lambda rp: rp[0])
+    others = ", ".join(f"{p.label} {r:.0f}" for r, p in rates if p != pair)
+    return pair, f"helps scenes on {pair.label}: predicted {rate:.0f} tok/s on a copy here ({others})"
+
+
+def helps_candidates(data_dir: Any) -> list[Pair]:
+    """The pairs the helps scenes may use, all from the bundled model's weights with n-gram drafting: its Q8_0
+    and F16 re-encodings (derived with the demo files) and the bundled Q4_1 itself."""
+    mdir = models_dir(data_dir)
+    f16 = [Pair(str(mdir / SMOLLM2_F16_FILE), NGRAM, "SmolLM2 F16 + n-gram")] if mdir is not None else []
+    return [HELPS_PAIR, *f16, Pair("bundled", NGRAM, "bundled SmolLM2 Q4_1 + n-gram")]
+
+
+def choose_helps_pair(data_dir: Any, tuned: Iterable[Any], source_file: str,
+                      measure: Callable[[Pair], tuple[float, Sequence[float]]] | None,
+                      progress: Progress | None = None) -> tuple[Pair, str]:
+    """This machine's helps pair: a saved tune result's copy-heavy choice (:func:`tuned_helps_pair`), else the
+    candidates' measured verify costs (:func:`pick_helps_pair`), else :data:`HELPS_PAIR` (nothing to measure
+    with). Returns the pair and one line saying where it came from."""
+    pair = tuned_helps_pair(tuned, source_file)
+    if pair is not None:
+        return pair, f"helps scenes on {pair.label}: this CPU's copy-heavy pick ('specchat models tune')"
+    if measure is None:
+        return HELPS_PAIR, f"helps scenes on {HELPS_PAIR.label} (no tune result on this machine)"
+    return pick_helps_pair(helps_candidates(data_dir), measure, progress)
 
 
 def pairs(scenes: Sequence[Scene] = SCENES) -> list[Pair]:
@@ -225,17 +309,23 @@ def run_tour(
     derive: Derive,
     n_predict: int | None = None,
     progress: Progress | None = None,
+    pick: Callable[[Any, Progress], tuple[Pair, str]] | None = None,
 ) -> list[SceneResult]:
     """Play ``scenes`` headless, one race each (speculation off, then on), and return their results.
 
     ``settings``: a :class:`specchat.config.Settings` (threads, n_ctx, data dir ...; target and draft are the
     scenes'); ``n_predict`` overrides every scene's length (a short CI run); ``load`` builds an engine from
-    settings (:func:`specchat.loading.load_engine`), ``derive`` writes missing demo files (:func:`ensure_pairs`).
-    Each pair is loaded once.
+    settings (:func:`specchat.loading.load_engine`), ``derive`` writes missing demo files (:func:`ensure_pairs`),
+    ``pick(settings, progress)`` chooses this machine's helps pair once the files are there
+    (:func:`choose_helps_pair`; None: :data:`HELPS_PAIR`). Each pair is loaded once.
     """
     say = progress or (lambda _msg: None)
     data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
     ensure_pairs(scenes, data_dir, derive=derive, threads=settings.threads, progress=say)
+    if pick is not None and any(s.pair == HELPS_PAIR for s in scenes):
+        helps, why = pick(settings, say)
+        say(why)
+        scenes = scenes_for(helps, scenes)
     sessions: dict[Pair, Any] = {}
     results: list[SceneResult] = []
     try:
@@ -243,7 +333,7 @@ def run_tour(
             session = sessions.get(scene.pair)
             if session is None:
                 say(f"loading {scene.pair.label}")
-                session = load(settings.model_copy(update={"target": scene.pair.target, "draft": scene.pair.draft}))
+                session = load(settings.model_copy(update=scene.pair.settings_update()))
                 sessions[scene.pair] = session
             session.n_predict = n_predict or scene.n_predict
             say(f"scene {i}/{len(scenes)}: {scene.name} ({scene.mode})")
@@ -252,6 +342,30 @@ def run_tour(
         for session in sessions.values():
             session.close()
     return results
+
+
+def outcome_line(result: SceneResult) -> str:
+    """The scene's "expected" sentence when its measured verdict agrees with it, else what this CPU measured
+    and why, in the exchange rate's terms: the tokens a drafting round kept against what the round cost in
+    single-row decodes (c·K for the draft plus v(K) for the verify, the cost model's last figures)."""
+    scene, race = result.scene, result.race
+    v = verdict(race.ratio)
+    if v in scene.expected or race.ratio is None:
+        return f"expected: {scene.expect}"
+    t = race.on.turn
+    step = race.on.last_step
+    ratio = f"{race.ratio:.2f}×"
+    if step is None or step.cost is None or not t.n_spec_steps:
+        return f"on this CPU it {v} ({ratio}): no round drafted, so the difference is the run's noise"
+    cost = step.cost
+    drafted = t.draft_n / t.n_spec_steps  # tokens drafted per drafting round
+    d = max(1, round(drafted))
+    spent = cost.c * drafted + (cost.verify.at(d) if cost.verify is not None else cost.v)
+    what = "helps" if v == "helps" else "does not pay"
+    return (f"on this CPU it {v} ({ratio}): a drafting round drafted {drafted:.1f} tokens and kept "
+            f"{t.mean_len:.1f} for a round costing {spent:.1f} single-row decodes (v({d}) = "
+            f"{spent - cost.c * drafted:.1f} here, c = {cost.c:.2f} per drafted token), so drafting {what}: it "
+            f"pays only while the tokens kept exceed the round's cost")
 
 
 def format_results(results: Sequence[SceneResult]) -> str:
@@ -272,12 +386,13 @@ def format_results(results: Sequence[SceneResult]) -> str:
             lines.append(f"   {f['k_status']}")
         lines += [f"   {n}" for n in f["notices"]]
         lines.append("   texts identical" if f["identical"] else f"   texts differ: {f['difference']}")
-        lines.append(f"   expected: {r.scene.expect}")
+        lines.append(f"   {outcome_line(r)}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
 __all__ = [
-    "HELPS_PAIR", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene", "SceneResult",
-    "ensure_pairs", "format_results", "missing_pairs", "pairs", "run_tour", "verdict",
+    "COPY_ALPHA", "HELPS_PAIR", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
+    "SceneResult", "ensure_pairs", "format_results", "missing_pairs", "outcome_line", "pairs", "pick_helps_pair",
+    "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "verdict",
 ]

@@ -180,3 +180,25 @@ def load_engine(
         draft_label=selected or NONE,
     )
 
+
+def measure_verify_cost(settings: Settings) -> tuple[float, list[float]]:
+    """The target of ``settings`` on this CPU as auto-K prices it: (t1 ms, v by K), from the calibration cache
+    when this file was timed here before, else timed now (:func:`specchat.engine.calibration.verify_cost_for`,
+    every calibration size after a short prompt) and cached. The demo picks its helps pair by it
+    (:func:`specchat.demo.pick_helps_pair`)."""
+    from specchat.engine.calibration import verify_cost_for
+    from specchat.engine.telemetry import CostModel
+
+    session = load_engine(settings.model_copy(update={"server_url": None}))
+    try:
+        decoder = session.decoder  # type: ignore[union-attr]
+        target = decoder.target
+        target.clear()
+        tokens = target.tokenize("Copy this line and the next one exactly.", add_bos=True)
+        target.decode(tokens[:-1], logits_last=0)
+        cm = CostModel()
+        verify_cost_for(target, cm, tokens[-1], decoder.calibration_cache)
+        return cm.target_ms() or 0.0, list(cm.verify.table())
+    finally:
+        session.close()
+

@@ -4,13 +4,20 @@ bundled model (deriving the demo pairs first, with progress), and ``specchat dem
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from specchat import demo
+from specchat.bench.tune import Choice, TuneResult, VariantResult
 from specchat.cli import main
+from specchat.commands.tui import pick_helps_pair
+from specchat.engine.cost_profile import CostProfile
+from specchat.engine.drafter_kinds import K_MAX
 from specchat.config import load_settings
-from specchat.loading import load_engine
+from specchat.loading import load_engine, measure_verify_cost
+from specchat.models.bundled import BUNDLED_FILE
 from specchat.models.derive import derive_demo
 from specchat.engine.drafter_kinds import NGRAM
 from specchat.engine.gguf import read_gguf_info
@@ -33,16 +40,39 @@ def test_the_scenes_cover_the_lessons():
 
 
 def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
-    """Every scene, short replies, starting from a data dir without the demo models: they are derived first."""
+    """Every scene, short replies, starting from a data dir without the demo models: they are derived first;
+    then the helps pair is this machine's - the candidate whose verify cost, timed here by the engine's
+    calibration, predicts the fastest copy (no tune result saved) - and every scene's last line agrees with
+    its measured verdict."""
     settings = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1})
     said: list[str] = []
-    results = demo.run_tour(settings, load=load_engine, derive=derive_demo, n_predict=12, progress=said.append)
+    results = demo.run_tour(settings, load=load_engine, derive=derive_demo, n_predict=12, progress=said.append,
+                            pick=pick_helps_pair)
     assert any(m.startswith("deriving the demo models") for m in said)
     assert (tmp_path / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29.gguf").is_file()
     helps = resolve_pair(demo.HELPS_PAIR.target, demo.HELPS_PAIR.draft, tmp_path / "data")
     assert helps.target == tmp_path / "data" / "models" / SMOLLM2_Q8_FILE and helps.drafter == NGRAM
     assert read_gguf_info(helps.target).quantization == "Q8_0"
-    assert [r.scene for r in results] == list(demo.SCENES)
+    # the pick, checked against what the engine measured (the calibration cache answers the second time)
+    candidates = demo.helps_candidates(tmp_path / "data")
+    assert len(candidates) == 3 and any(m.startswith("timing the verify cost of ") for m in said)
+    rates = {}
+    for pair in candidates:
+        t1, v = measure_verify_cost(settings.model_copy(update={**pair.settings_update(), "draft": "none"}))
+        assert t1 > 0 and v[0] == 1.0 and len(v) == K_MAX + 1
+        rates[pair] = demo.predicted_copy_tok_s(t1, v)
+    chosen = max(rates, key=rates.__getitem__)
+    assert any(m.startswith(f"helps scenes on {chosen.label}: predicted ") for m in said)
+    assert [r.scene for r in results] == list(demo.scenes_for(chosen))
+    assert all(r.scene.pair != demo.HELPS_PAIR for r in results) or chosen == demo.HELPS_PAIR
+    for r in results:
+        line = demo.outcome_line(r)
+        v = demo.verdict(r.race.ratio)
+        assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU it {v} (")
+        forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
+        assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×): ")
+        if r.race.on.turn.n_spec_steps:
+            assert "single-row decodes" in forced and "pays only while the tokens kept exceed the round's cost" in forced
     figures = [r.figures() for r in results]
     for f, r in zip(figures, results):
         assert f["tokens"] > 0 and f["tok_s_off"] > 0 and f["tok_s_on"] > 0
@@ -55,7 +85,53 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
     assert self_draft["k_status"] == "K 4 (fixed)" and figures[6]["k_status"].startswith("K ")
     text = demo.format_results(results)
     assert text.startswith("1. n-gram on a copy-heavy edit")
-    assert "expected: ghost text (rejected drafts) everywhere" in text
+    assert all(f"   {demo.outcome_line(r)}\n" in text for r in results)
+
+
+def test_a_saved_tune_result_picks_the_helps_pair(tmp_path):
+    """``specchat models tune`` saved a copy-heavy choice for the bundled model: the helps scenes use that file
+    with n-gram drafting and the flash-attention setting it was measured with; a result for another file, or
+    whose file is gone, is not used."""
+    f16 = tmp_path / "SmolLM2-135M-Instruct.F16.gguf"
+    f16.write_bytes(b"GGUF")
+
+    def result(source: str, path: str) -> TuneResult:
+        variant = VariantResult(label="F16 fa-off", file=Path(path).name, path=path, weights="F16", repack="auto",
+                                source=False, lossy=False, one_row=False, note="", flash_attn="off")
+        choice = Choice(workload="copy-heavy", label="F16 fa-off", mode="auto", tok_s=168.7, x_source=1.25,
+                        measured=True, why="fastest measured")
+        return TuneResult(source=source, source_path="", threads=1, split_threads_batch=None, drafter=NGRAM, cpu="",
+                          measured_at=0.0, variants=[variant], choices=[choice])
+
+    pair = demo.tuned_helps_pair([result(BUNDLED_FILE, str(f16))], BUNDLED_FILE)
+    assert pair == demo.Pair(str(f16), NGRAM, "SmolLM2 F16 fa-off + n-gram", (("flash_attn", "off"),))
+    assert pair.settings_update() == {"target": str(f16), "draft": NGRAM, "flash_attn": "off"}
+    assert demo.tuned_helps_pair([result("other.gguf", str(f16))], BUNDLED_FILE) is None
+    assert demo.tuned_helps_pair([result(BUNDLED_FILE, str(tmp_path / "gone.gguf"))], BUNDLED_FILE) is None
+    chosen, why = demo.choose_helps_pair(tmp_path, [result(BUNDLED_FILE, str(f16))], BUNDLED_FILE, measure=None)
+    assert chosen == pair and "this CPU's copy-heavy pick" in why
+    assert demo.choose_helps_pair(tmp_path, [], BUNDLED_FILE, measure=None)[0] == demo.HELPS_PAIR
+    scenes = demo.scenes_for(pair)
+    assert [s.pair == pair for s in scenes] == [s.pair == demo.HELPS_PAIR for s in demo.SCENES]
+
+
+def test_the_pick_follows_the_measured_verify_cost():
+    """The two CPU kinds' measured costs (``tests/data/cpu-profiles``): on the Xeon (AMX) Q8_0 verifies 17 rows
+    for 3.9 single rows of 25 ms, F16 for 2.6 of 37 ms; on the AMD EPYC Zen 4 the bundled Q4_1 verifies 17 rows
+    for 13.7 rows of 6.4 ms, F16 for 2.9 of 15.2 ms. A copy predicts fastest on Q8_0 there and F16 here."""
+    q8, f16, q41 = (demo.Pair(name, NGRAM, name) for name in ("Q8_0", "F16", "Q4_1"))
+    profiles = {p.stem: CostProfile.load(p) for p in (Path(__file__).parent / "data" / "cpu-profiles").glob("*.json")}
+
+    def measure(cpu: str):
+        def m(pair: demo.Pair):
+            cost = profiles[cpu].format(pair.target)
+            return cost.t1_ms, [cost.rows_ms(k + 1) / cost.t1_ms for k in range(K_MAX + 1)]
+        return m
+
+    xeon, _ = demo.pick_helps_pair([q8, f16, q41], measure("intel-xeon-amx"))
+    epyc, why = demo.pick_helps_pair([q8, f16, q41], measure("amd-epyc-zen4"))
+    assert xeon == q8 and epyc == f16
+    assert why.startswith("helps scenes on F16: predicted ") and "Q8_0 " in why and "Q4_1 " in why
 
 
 def test_specchat_demo_headless_one_scene(capsys, isolated_config):

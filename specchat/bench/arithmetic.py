@@ -237,4 +237,46 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["ALL_PROMPTS", "Calibration", "arithmetic", "calibrate", "replay_of_rounds"]
+@dataclass(frozen=True, slots=True)
+class SpeedCap:
+    """The most a target can reach on a prompt on this CPU with a free drafter, in multiples of the reference
+    baseline (:func:`speed_cap`), and the figures it comes from."""
+
+    x: float  # the cap, × the reference baseline
+    x_plain: float  # the target's own plain decoding, × the reference baseline (measured)
+    gain: float  # the most drafting can multiply the target's own plain speed by
+    k: int  # the K of that bound
+    v: float  # v(K) there, the target's calibration on this CPU
+    alpha: float  # per-position acceptance of the rounds
+    coverage: float  # share of the reply's tokens that came out of drafting rounds
+
+
+def speed_cap(rows: Sequence[SummaryRow], v_by_k: Sequence[float]) -> SpeedCap | None:
+    """Amdahl's bound on one target's speed on one prompt, from this CPU's physics (issue 20: "the bench prints
+    the cap from v(K), acceptance and coverage"). Of the reply's tokens a share ``coverage`` came out of drafting
+    rounds (the widest K's runs: the most of the text a draft was found for) and the rest can only be decoded
+    one row each; a drafting round at K keeps E(α, K) tokens for a verify of v(K) rows (Leviathan et al. 2023,
+    c = 0 for a free drafter), so a token costs (1 − coverage) + coverage · v(K) / E(α, K) single rows at best -
+    every covered round drafting the full K, none wasted. The bound is that over the best K, times the target's
+    own plain speed against the reference's (measured in the same rounds). None without drafting rows or a
+    measured ratio to the reference."""
+    base = next((r for r in rows if r.mode == "baseline"), None)
+    spec = [r for r in rows if r.mode != "baseline" and r.alpha is not None and r.predicted_n > 0]
+    if base is None or base.x_reference is None or not spec:
+        return None
+    widest = max(spec, key=lambda r: (r.k if r.k is not None else -1, r.predicted_n))
+    drafting = sum(widest.rounds_by_drafted[1:])
+    coverage = min(1.0, (widest.accepted + drafting) / widest.predicted_n)
+    alpha = min(float(widest.alpha or 0.0), 0.999)
+    best_gain, best_k = 1.0, 0
+    for k in range(1, min(K_MAX, len(v_by_k) - 1) + 1):
+        gain = 1.0 / ((1.0 - coverage) + coverage * v_by_k[k] / expected_tokens(alpha, k))
+        if gain > best_gain:
+            best_gain, best_k = gain, k
+    return SpeedCap(
+        x=base.x_reference * best_gain, x_plain=base.x_reference, gain=best_gain, k=best_k,
+        v=v_by_k[best_k] if best_k else 1.0, alpha=alpha, coverage=coverage,
+    )
+
+
+__all__ = ["ALL_PROMPTS", "Calibration", "SpeedCap", "arithmetic", "calibrate", "replay_of_rounds", "speed_cap"]

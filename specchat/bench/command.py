@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.bench.arithmetic import Calibration, arithmetic, calibrate
+from specchat.bench.arithmetic import Calibration, arithmetic, calibrate, speed_cap
 from specchat.bench.progress import ProgressLine
 from specchat.bench.report import (
     build_report,
@@ -233,7 +233,7 @@ def _main_local(
         ariths = {label: arithmetic(cal, [r for r in rows if r.target == label]) for label, cal in cals.items()}
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
-        _print_local_results(out, list(sessions), rows, ariths, variants if many else {}, args.plot, reference)
+        _print_local_results(out, list(sessions), rows, ariths, cals, variants if many else {}, args.plot, reference)
         if args.json:
             arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
@@ -303,10 +303,11 @@ def _calibrate_all(
 
 
 def _print_local_results(
-    out: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any], many: dict[str, Any], plot: bool,
-    reference: str | None,
+    out: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any], cals: dict[str, Calibration],
+    many: dict[str, Any], plot: bool, reference: str | None,
 ) -> None:
-    """Per target: its table, noise warnings, arithmetic and plot; with ``many`` formats, the comparison."""
+    """Per target: its table, noise warnings, arithmetic and plot; with ``many`` formats, the comparison (with
+    each target's free-drafter speed cap per prompt, from its calibration)."""
     for label in labels:
         mine = [r for r in rows if r.target == label]
         if many:
@@ -323,7 +324,13 @@ def _print_local_results(
         if plot and mine:
             print(format_plot(mine), file=out)
     if many and rows and reference is not None:
-        print(format_formats(rows, labels, reference), file=out)
+        caps = {
+            (prompt, label): cap
+            for prompt in dict.fromkeys(r.prompt for r in rows) for label, cal in cals.items()
+            if (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
+                                 cal.cost_model.verify.table())) is not None
+        }
+        print(format_formats(rows, labels, reference, caps), file=out)
 
 
 def _main_remote(

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specchat.bench.summary import SummaryRow
 from specchat.engine.drafter_kinds import MODEL, NONE
 from specchat.errors import UserError
+
+if TYPE_CHECKING:  # the arithmetic imports the calibration (llama.cpp); the report only reads its figures
+    from specchat.bench.arithmetic import SpeedCap
 
 
 def _fmt(x: float | None, spec: str, none: str = "-") -> str:
@@ -150,9 +153,12 @@ def format_plot(rows: Sequence[SummaryRow], width: int = 40) -> str:
     return "\n".join(lines)
 
 
-def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference: str) -> str:
+def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference: str,
+                   caps: Mapping[tuple[str, str], SpeedCap] | None = None) -> str:
     """Every target's modes as multiples of the reference's baseline, per prompt: "× the bundled Q4_1
-    baseline" across formats, from one interleaved run (each ratio against the same round's reference run)."""
+    baseline" across formats, from one interleaved run (each ratio against the same round's reference run);
+    with ``caps`` ((prompt, target) -> :class:`~specchat.bench.arithmetic.SpeedCap`) each target's physical
+    bound on this CPU beside it, and what it is made of."""
     def col(r: SummaryRow) -> str:
         return "base" if r.mode == "baseline" else _mode_label(r) if r.mode == "auto" else f"K={r.k}"
 
@@ -171,7 +177,18 @@ def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference
                 continue
             name = prompt if first else ""
             first = False
-            lines.append(f"{name:<{w_p}} {t:<{w_t}} " + " ".join(f"{_fmt(cells.get(c), '.2f') + ('×' if cells.get(c) is not None else ''):>7}" for c in cols))
+            line = f"{name:<{w_p}} {t:<{w_t}} " + " ".join(f"{_fmt(cells.get(c), '.2f') + ('×' if cells.get(c) is not None else ''):>7}" for c in cols)
+            cap = (caps or {}).get((prompt, t))
+            lines.append(line + (f"   cap {cap.x:.2f}×" if cap is not None else ""))
+    if caps:
+        lines += ["", f"cap = the most a target reaches with a free drafter on this CPU, × {reference}: its plain speed × "
+                      "1 / ((1 − coverage) + coverage · v(K) / E(α, K)) at the best K (Amdahl over the share of the reply "
+                      "drafting rounds covered; every covered round drafting K)"]
+        for (prompt, t), cap in caps.items():
+            lines.append(
+                f"  {prompt} {t}: {cap.x:.2f}× = plain {cap.x_plain:.2f}× · {cap.gain:.2f} (coverage {cap.coverage:.0%}, "
+                f"α {cap.alpha:.3f}, v({cap.k}) = {cap.v:.2f})"
+            )
     return "\n".join(lines)
 
 

@@ -63,9 +63,11 @@ def run(args: argparse.Namespace) -> int:
     from specchat.loading import load_engine
     from specchat.models.derive import derive_demo
 
+    from specchat.commands.tui import pick_helps_pair
+
     results = demo.run_tour(
         settings, scenes, load=load_engine, derive=derive_demo, n_predict=args.n_predict,
-        progress=lambda msg: print(f"  {msg}", file=sys.stderr),
+        progress=lambda msg: print(f"  {msg}", file=sys.stderr), pick=pick_helps_pair,
     )
     if args.json:
         print(json.dumps([r.figures() for r in results], indent=2, ensure_ascii=False))

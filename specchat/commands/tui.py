@@ -164,6 +164,23 @@ def derive_demo_models(models_dir: Path, *, threads: int = 1, progress: Callable
     return derive_demo(models_dir, threads=threads, progress=progress)
 
 
+def pick_helps_pair(settings: Any, progress: Callable[[str], None]) -> Any:
+    """The tour's choice of this machine's helps pair (:func:`specchat.demo.choose_helps_pair`): a saved tune
+    result of the bundled model, else the candidates' verify costs timed with the engine's calibration
+    (:func:`specchat.loading.measure_verify_cost`, cached per file). Imported when it runs, on the engine thread."""
+    from specchat.bench.tune import load_results  # numpy: on the engine thread when the tour runs
+    from specchat.demo import choose_helps_pair
+    from specchat.loading import measure_verify_cost  # llama_cpp: on the engine thread when the tour runs
+    from specchat.models.bundled import BUNDLED_FILE
+
+    data_dir = settings.effective_data_dir()
+
+    def measure(pair: Any) -> Any:
+        return measure_verify_cost(settings.model_copy(update={**pair.settings_update(), "draft": "none"}))
+
+    return choose_helps_pair(data_dir, load_results(data_dir), BUNDLED_FILE, measure, progress)
+
+
 def run(
     args: argparse.Namespace,
     *,
@@ -200,7 +217,7 @@ def run(
         stop_signals=True,  # SIGINT/SIGTERM/SIGHUP quit like ctrl+q: the partial reply is saved
         tour=TourOptions(
             derive=derive_demo_models, n_predict=tour_n_predict, open_at_start=tour_at_start,
-            scenes=tour_scenes or SCENES,
+            scenes=tour_scenes or SCENES, pick=pick_helps_pair,
         ),
     )
     try:

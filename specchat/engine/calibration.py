@@ -26,12 +26,15 @@ if TYPE_CHECKING:  # only annotations: the bench imports this module before it l
     from specchat.engine.drafters import Drafter
     from specchat.engine.model import Model
 
-#: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX (the cost
-#: model interpolates between them). With K_MAX = 64 that is 1, 3, 5, 9, 17, 33, 65 rows, 133 rows a
+#: verify batch sizes the engine times before auto-K chooses: K = 0, 1 and K = 2, 4, 8, ... up to K_MAX (the cost
+#: model interpolates between them). With K_MAX = 64 that is 1, 2, 3, 5, 9, 17, 33, 65 rows, 135 rows a
 #: repetition: twice over 4.5 s for the bundled Q4_1 on one thread on this machine under load (median of
 #: 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
-#: threads and CPU, not once per session
-CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
+#: threads and CPU, not once per session. K = 1 is timed because a 2-row batch is where CPUs differ most (an
+#: AMD EPYC Zen 4 pays 2.5 single rows for it with the bundled Q4_1, 2.7 with Q8_0; the Xeon 1.3-1.4), and the
+#: verify plan (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.plan`) needs it measured, not
+#: interpolated, to verify short drafts row by row there
+CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, 2, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
 #: the denser set ``specchat bench`` and ``specchat models tune`` time: every K up to 16, where auto-K
 #: mostly chooses and the curve bends, then 20, 24, 32, 48, 64 for the long n-gram drafts
 MEASURE_ROWS: tuple[int, ...] = tuple(

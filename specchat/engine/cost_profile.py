@@ -304,6 +304,7 @@ def simulate(cost: FormatCost, trace: ReplyTrace, *, k: int | None, calibration:
     dec = SpeculativeDecoder(target, {NGRAM: ngram}, controls, drafter=NGRAM,  # type: ignore[dict-item]
                              cost_model=cost_model or CostModel(), clock=clock)  # type: ignore[arg-type]
     ngram._inner.verify_cost = dec._measured_v  # as the decoder wires an unwrapped n-gram drafter
+    ngram._inner.boundary = target.is_eog
     budget = len(reply) if n_predict is None else min(n_predict, len(reply))
     gen = dec.generate(prompt, max_new=budget, rng=np.random.default_rng(0))
     counters: TurnCounters

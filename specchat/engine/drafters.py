@@ -212,6 +212,12 @@ class NgramDrafter:
       about v(K) - v(K-1) target steps; on this CPU's build that is ~0.5 (v is steep), which is the
       default's order. Matches of 1-3 tokens start below it, so they do not draft until evidence says so.
 
+    **Boundaries.** A continuation stops after the first end-of-turn token of the text it copies (``boundary``,
+    the target's ``is_eog``, set by the engine): what follows it is the next message's chat template and
+    another speaker's words, which a reply copying the message above does not go on with. On the bench's
+    copy-then-new reply (an edited copy of the prompt's code, then an explanation) a 64-token match proposed 47
+    tokens running 34 past the source message's end; the Xeon's Q4_1 verified 48 rows for 6 kept.
+
     No match, or no position confident enough: no draft, and the round is a plain decode that costs
     nothing extra. The drafter only proposes; the target's verify decides what is kept (exactness is
     the speculative loop's).
@@ -236,6 +242,7 @@ class NgramDrafter:
         half_life: float = 64.0,
         verify_cost: Callable[[], Sequence[float] | None] | None = None,
         min_gain: float = PRICED_MIN_GAIN,
+        boundary: Callable[[int], bool] | None = None,
     ) -> None:
         if not (1 <= min_n <= max_n):
             raise ValueError(f"ngram sizes must satisfy 1 <= min_n <= max_n, got {min_n}..{max_n}")
@@ -251,6 +258,8 @@ class NgramDrafter:
         self._relax = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
         self.verify_cost = verify_cost
         self.min_gain = min_gain
+        #: tokens a continuation stops after (end of a turn), None: none
+        self.boundary = boundary
         self._prior = [(lo / (lo + 1.0)) ** 2 for lo in self.BUCKETS]
         self.reset()
 
@@ -335,7 +344,12 @@ class NgramDrafter:
         e, self.last_match_len = self._match(context)
         if e < 0 or k <= 0:
             return []
-        return self._tokens[e : min(e + k, len(self._tokens))]
+        cont = self._tokens[e : min(e + k, len(self._tokens))]
+        if self.boundary is not None:
+            cut = next((i for i, t in enumerate(cont) if self.boundary(t)), None)
+            if cut is not None:
+                cont = cont[: cut + 1]
+        return cont
 
     def draft_length(self, match_len: int, available: int) -> int:
         """How many of ``available`` continuation tokens to propose for a match of ``match_len``."""

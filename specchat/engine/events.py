@@ -180,6 +180,30 @@ class Figures:
 
 
 @dataclass(frozen=True, slots=True)
+class Round:
+    """One round's facts, built once by the loop (:meth:`specchat.engine.speculative.SpeculativeDecoder.generate`)
+    and read by everything that counts it: the reply's :class:`~specchat.engine.telemetry.TurnCounters` (``add``),
+    the :class:`~specchat.engine.telemetry.CostModel` (``observe``) and the :class:`Step` that reports it - as
+    llama.cpp passes a round's inputs as one struct (``common_speculative_params``)."""
+
+    drafter: str  # the drafter asked (drafter_kinds.NONE when there is none)
+    k: int  # the draft length asked for (0 = a plain decode)
+    speculative: bool  # speculation was on for this round
+    drafted: int  # tokens proposed
+    accepted: int  # of those, kept by the target
+    emitted: int  # tokens added to the reply (never an end-of-generation token)
+    #: the draft length the drafter would have chosen with no cap (n-gram), None = it fills K (a model)
+    natural: int | None
+    t_draft_ms: float
+    t_verify_ms: float
+    t_overhead_ms: float  # the round's time outside llama_decode
+    t_step_ms: float
+    catch_up_ms: float = 0.0  # the part of t_draft_ms spent reading context the drafter had missed
+    #: the verify's decodes as (rows, ms): one batch, or single rows then a batch (VerifyCost.plan)
+    verify_decodes: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """One draft -> verify -> accept round (or one plain decode when not speculating)."""
 

@@ -4,16 +4,17 @@ Each round (llama.cpp ``examples/speculative-simple``; Leviathan et al. 2023, Al
 :meth:`SpeculativeDecoder._choose_k` read the controls and picked the drafter and K:
 
 1. **draft** - the drafter proposes up to K tokens continuing ``committed + [last]``;
-2. **verify** - one target batch ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
-   all K+1 rows;
+2. **verify** - the target's rows ``[last, d1..dK]`` at positions ``n_past..n_past+K`` with logits on
+   all K+1 rows: one batch, or leading single rows first where this CPU measured a small batch dearer
+   than its rows one by one (:meth:`SpeculativeDecoder._verify`);
 3. **accept** - :func:`specchat.engine.sampling.accept`: at temperature 0 the longest prefix where
    ``d_i == argmax p_i`` plus the target's argmax at the first mismatch (corrected) or after the last
    draft (bonus); at T > 0 exact rejection sampling, bonus sampled from p_{K+1};
 4. **roll back** - ``llama_memory_seq_rm`` drops the rejected rows from the target KV and the drafter
    trims its own KV to the committed tokens;
 5. **emit** - :class:`_Reply` turns the round's tokens into :class:`Piece` events (ghosts of the rejected
-   draft right before the correction), and :meth:`SpeculativeDecoder._record` counts the round and
-   yields its :class:`Step`.
+   draft right before the correction); the round's facts become one :class:`Round`, which
+   :meth:`SpeculativeDecoder._record` counts (the reply's counters, the cost model) and reports as a :class:`Step`.
 
 The last sampled token is never in the target KV between rounds: it is the first row of the next
 verify batch. K = 0, speculation off, or an empty draft make the round a plain single-row decode.
@@ -45,7 +46,19 @@ from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter, NgramDrafter
-from specchat.engine.events import AutoKNotice, Event, Piece, PieceKind, PromptDone, Step, StopReason, VerifyCurve, VerifySource
+from specchat.engine.events import (
+    AutoKNotice,
+    CostEstimate,
+    Event,
+    Piece,
+    PieceKind,
+    PromptDone,
+    Round,
+    Step,
+    StopReason,
+    VerifyCurve,
+    VerifySource,
+)
 from specchat.engine.model import Model
 from specchat.engine.sampling import accept
 from specchat.engine.telemetry import AutoK, CostModel, KDecision, TurnCounters
@@ -55,6 +68,11 @@ from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_fi
 PROBE_CATCH_UP = 32
 #: the draft of a round that does not draft (K = 0): shared, never changed
 _NO_DRAFT = Draft()
+#: seconds between refits of the figures a Step shows (the v(K) curve and the cost estimate with its break-even
+#: α) while K and the drafter stay the same: the sidebar redraws about ten times a second, and refitting every
+#: round cost plain decoding 5 % of its time (0.27 s of 5.2 s over 200 rounds of the bundled Q4_1, cProfile on
+#: an AMD EPYC Zen 4: the break-even bisection's speedup curves) - the gap to llama-server issue 20 measured
+FIGURES_REFRESH_S = 0.1
 
 
 class SpeculativeDecoder:
@@ -97,9 +115,15 @@ class SpeculativeDecoder:
         self._announced: tuple[str, bool] | None = None
         #: this round is auto-K's (its K is the engine's to choose, so the n-gram drafter's length is priced too)
         self._auto_round = False
+        #: when the reply being generated started (the clock's seconds), for its figures
+        self._t_gen0 = 0.0
+        #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
+        self._figures: tuple[tuple[str, int, int], float, CostEstimate] | None = None
         for d in drafters.values():  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
                 d.verify_cost = self._measured_v
+            if isinstance(d, NgramDrafter) and d.boundary is None:  # and stops copying at a turn's end
+                d.boundary = target.is_eog
 
     def _measured_v(self) -> list[float] | None:
         """The target's v by K as the cost model has measured it, for an auto-K round (None before a multi-row
@@ -136,7 +160,7 @@ class SpeculativeDecoder:
         counters = yield from self._prefill(context)
         reply = _Reply(target.piece)
         last = int(context[-1])
-        t_gen0 = self.clock()
+        t_gen0 = self._t_gen0 = self.clock()
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
@@ -151,9 +175,8 @@ class SpeculativeDecoder:
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
-            t_v0 = self.clock()
-            logits = target.decode([last, *d], logits_last=len(d) + 1)
-            t_verify = (self.clock() - t_v0) * 1000.0
+            logits, decodes = self._verify(last, d, greedy=st.sampling.temperature <= 0)
+            t_verify = sum(ms for _, ms in decodes)
             # 3. accept
             a, final = accept(logits, d, draft.q, st.sampling, rng)
             emitted, eog = self._cut([*d[:a], final], remaining)
@@ -162,15 +185,21 @@ class SpeculativeDecoder:
             if d:
                 drafter.rollback(target.tokens)
             last = emitted[-1]
-            # 5. emit
+            # 5. emit, and record the round
             yield from reply.emit(emitted, d, a, eog)
-            yield self._record(
-                counters, st, drafter, speculative, k, decision, draft, len(d), a, len(emitted), eog,
-                t_step0=t_step0, decode_ms0=decode_ms0, t_verify=t_verify, t_gen0=t_gen0,
+            t_step, overhead = self._elapsed(t_step0, decode_ms0, draft)
+            rnd = Round(
+                drafter=drafter.name if drafter is not None else NONE, k=k, speculative=speculative, drafted=len(d),
+                accepted=a, emitted=len(emitted) - int(eog), natural=draft.natural if k > 0 else None,
+                t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
+                catch_up_ms=draft.catch_up_ms, verify_decodes=tuple(decodes),
             )  # fmt: skip
+            yield self._record(counters, st, rnd, decision)
             if eog:
                 stop_reason = "eos"
                 break
+        self.verify = self._verify_curve()  # the curve between turns is the whole reply's (EngineInfo.verify)
+        self._figures = None
         counters.finish(
             predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
@@ -224,6 +253,31 @@ class SpeculativeDecoder:
         # rolling rate count from it)
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
         return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
+
+    def _verify(self, last: int, draft: Sequence[int], *, greedy: bool) -> tuple[np.ndarray, list[tuple[int, float]]]:
+        """Step 2: the target's logits on the rows ``[last, *draft]`` at ``n_past...``, decoded the cheapest way
+        this CPU measured (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.plan`: one batch, or
+        leading single rows where a small batch costs more than its rows one by one), with each decode's
+        (rows, ms). At temperature 0 a single row whose argmax refuses its draft token ends the verify there:
+        the rows after a rejection are never used (step 3 stops at the first), so they are not paid for. The
+        rows are the target's own either way - a single row is exactly what plain decoding computes."""
+        tokens = [last, *draft]
+        plan = self.cost_model.verify.plan(len(tokens)) if draft else (1,)
+        decodes: list[tuple[int, float]] = []
+        parts: list[np.ndarray] = []
+        start = 0
+        for i, rows in enumerate(plan):
+            t0 = self.clock()
+            part = self.target.decode(tokens[start : start + rows], logits_last=rows)
+            decodes.append((rows, (self.clock() - t0) * 1000.0))
+            assert part is not None
+            parts.append(part)
+            start += rows
+            if greedy and i < len(plan) - 1:
+                judged = tokens[start - rows + 1 : start + 1]  # row j predicts the token after the j-th
+                if any(int(part[j].argmax()) != t for j, t in enumerate(judged)):
+                    break
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)), decodes
 
     def _stop_reason(self, n_reply: int, max_new: int) -> StopReason | None:
         """Why the reply ends before the next round (a stop request, the token budget, a full context), or None."""
@@ -290,65 +344,42 @@ class SpeculativeDecoder:
         tokens = tokens[:remaining]
         return tokens, eog_at is not None and len(tokens) == eog_at + 1
 
-    def _record(
-        self,
-        counters: TurnCounters,
-        st: ControlState,
-        drafter: Drafter | None,
-        speculative: bool,
-        k: int,
-        decision: KDecision | None,
-        draft: Draft,
-        drafted: int,
-        accepted: int,
-        emitted: int,
-        eog: bool,
-        *,
-        t_step0: float,
-        decode_ms0: float,
-        t_verify: float,
-        t_gen0: float,
-    ) -> Step:
-        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
-        how its K was chosen and the figures of the reply so far and of the cost model's recent window.
-
-        The round's time outside llama_decode (Python, sampling, the consumer of the events) is its
-        overhead; the cost model charges it to the round's verify cost so predictions cover whole rounds.
-        ``emitted`` counts the end-of-generation token when ``eog``; the reply (and the Step) do not.
-        """
-        now = self.clock()
-        t_step = (now - t_step0) * 1000.0
+    def _elapsed(self, t_step0: float, decode_ms0: float, draft: Draft) -> tuple[float, float]:
+        """The round's ms since ``t_step0`` and its part outside llama_decode (Python, sampling, the consumer of
+        the events): its overhead, which the cost model charges to the round's verify."""
+        t_step = (self.clock() - t_step0) * 1000.0
         in_decode = (self.target.decode_ms_total - decode_ms0) + draft.decode_ms
-        overhead = max(0.0, t_step - in_decode)
-        added = emitted - int(eog)
-        counters.add_step(
-            drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms, t_verify_ms=t_verify,
-            t_overhead_ms=overhead, t_step_ms=t_step, k=k, speculative=speculative,
-        )  # fmt: skip
-        name = drafter.name if drafter is not None else NONE
+        return t_step, max(0.0, t_step - in_decode)
+
+    def _record(self, counters: TurnCounters, st: ControlState, rnd: Round, decision: KDecision | None) -> Step:
+        """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
+        how its K was chosen and the figures of the reply so far and of the cost model's recent window (refit at
+        most every :data:`FIGURES_REFRESH_S` while the drafter and K stay)."""
+        now = self.clock()
+        counters.add(rnd)
         cm = self.cost_model
-        if k > 0:  # the drafter was asked (it may have proposed nothing: that round counts too)
-            cm.observe_step(
-                name, k, drafted, accepted, draft.t_ms, t_verify, drafted + 1, t_overhead_ms=overhead,
-                natural=draft.natural, catch_up_ms=draft.catch_up_ms,
-            )  # fmt: skip
-        else:
-            cm.observe_plain(t_verify + overhead)
-        self.verify = self._verify_curve()
+        cm.observe(rnd)
+        drafter = self.drafters.get(rnd.drafter)
         cap = drafter.k_cap if drafter is not None else K_MAX
-        cost = cm.estimate(name, k, cap, verify=self.verify)
-        recent = recent_figures(cm.window(name)) if drafter is not None else None
+        key = (rnd.drafter, rnd.k, cap)
+        if self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S:
+            cost = self._figures[2]
+        else:
+            self.verify = self._verify_curve()
+            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
+            self._figures = (key, now, cost)
+        recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
         status = k_status(
-            speculative=speculative, k_control=st.k, k_round=k, k_cap=cap,
+            speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
             auto_k=self.auto_k if decision is not None else None, decision=decision, best_k=cost.best_k,
             k_used=recent.k_used if recent is not None else None,
         )  # fmt: skip
         return Step(
-            k=k, drafted=drafted, accepted=accepted, emitted=added, t_draft_ms=draft.t_ms,
-            t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step, speculative=speculative,
-            auto_k=bool(st.auto_k and speculative), drafter=name, n_past=len(self.target.tokens),
-            cost=cost, natural=draft.natural if k > 0 else None, status=status,
-            reply=reply_figures(counters, (now - t_gen0) * 1000.0), recent=recent,
+            k=rnd.k, drafted=rnd.drafted, accepted=rnd.accepted, emitted=rnd.emitted, t_draft_ms=rnd.t_draft_ms,
+            t_verify_ms=rnd.t_verify_ms, t_overhead_ms=rnd.t_overhead_ms, t_step_ms=rnd.t_step_ms,
+            speculative=rnd.speculative, auto_k=bool(st.auto_k and rnd.speculative), drafter=rnd.drafter,
+            n_past=len(self.target.tokens), cost=cost, natural=rnd.natural, status=status,
+            reply=reply_figures(counters, (now - self._t_gen0) * 1000.0), recent=recent,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -93,3 +93,20 @@ def test_when_the_rounds_cost_more_than_the_calibration_said_the_rounds_win(cpu,
     plain = simulate(true, TRACES[prompt], k=0)
     auto = simulate(true, TRACES[prompt], k=None, calibration=optimistic)
     assert auto.tok_s >= VS_PLAIN * plain.tok_s, f"auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
+
+
+def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row_and_stops_at_a_rejection():
+    """The EPYC Zen 4's Q4_1: 2..5 rows cost more as one batch than one by one (2 rows 2.49). At a fixed K 4 the
+    first rounds' batches teach the cost model that, and from then on every verify is single rows, ended at the
+    first refused draft token: the reply is the trace's, and a round that drafted d tokens and kept a of them
+    decodes only a + 1 rows when a < d."""
+    cost = PROFILES["amd-epyc-zen4"].format("Q4_1")
+    trace = TRACES["prose"]
+    run = simulate(cost, trace, k=4)
+    assert run.identical
+    half = len(run.batches) // 2
+    assert 1 < max(run.batches[:half]) <= 5  # the warm-up verified batches
+    assert set(run.batches[half:]) == {1}
+    late = [s for s in run.steps[len(run.steps) // 2 :] if s.drafted > 0]
+    assert any(s.accepted < s.drafted for s in late), "no rejection to stop at on prose"
+    assert sum(run.batches) < sum(s.drafted + 1 for s in run.steps)  # a rejection cost no rows past it

@@ -119,7 +119,9 @@ def test_controls_apply_at_the_next_step_of_the_same_reply(tiny_dec):
 def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
     """K is clamped to the drafter's kind cap (drafter_kinds.DRAFTER_KINDS), below K_MAX: a fixed K = 8 and
     auto-K (which warms a free drafter up at its cap) both draft at most 2 n-gram tokens a round, and the
-    reply is still plain decoding's."""
+    reply is still plain decoding's. Auto-K drafts at all only where this CPU verifies 2 or 3 rows for less than
+    that many single rows (the engine's measured v; an AMD EPYC Zen 4 pays more for a small batch, and the
+    priced n-gram drafter then stays quiet: a draft verified row by row cannot gain)."""
     dec = build_decoder(tiny_target, None, k=8, drafter="ngram")
     try:
         ngram = dec.drafters["ngram"]
@@ -133,7 +135,10 @@ def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
         spec, events = run_turn(dec, ctx, 60)
         st = steps(events)
         assert spec.tokens == plain.tokens
-        assert any(s.drafted > 0 for s in st) and all(s.k <= 2 and s.drafted <= 2 for s in st)
+        assert all(s.k <= 2 and s.drafted <= 2 for s in st)
+        cm = dec.cost_model
+        if not auto_k or min(cm.verify.batch_table()[1] / 2, cm.verify.batch_table()[2] / 3) < 1.0:
+            assert any(s.drafted > 0 for s in st)
     finally:
         dec.close()
 

@@ -31,7 +31,7 @@ from specchat.engine.telemetry import (
     speedup_curve,
     verify_reason,
 )
-from specchat.engine.telemetry.verify_cost import VerifyCost
+from specchat.engine.telemetry.verify_cost import SPLIT_MARGIN, VerifyCost
 
 FLAT = [1.0] * (K_MAX + 1)
 
@@ -1046,3 +1046,76 @@ def test_the_replay_in_blocks_equals_the_replay_in_one_piece(monkeypatch, alpha,
     empty = replay.replay_speedups([], [], [], [], alpha, 0.05, v, K_MAX, prior)  # no rounds: the model alone
     assert len(empty) == K_MAX + 1 and empty[0] == 1.0
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# the cheapest way to verify (issue 20: on an AMD EPYC Zen 4 a 2-row Q8_0 batch costs 2.67 single rows)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _costs_of(v_by_rows: dict[int, float], t1: float = 10.0, reps: int = 5) -> VerifyCost:
+    vc = VerifyCost()
+    for _ in range(reps):
+        vc.observe(1, t1)
+        for rows, v in v_by_rows.items():
+            vc.observe(rows, t1 * v)
+    return vc
+
+
+def test_a_small_batch_dearer_than_its_rows_is_verified_row_by_row() -> None:
+    """The AMD EPYC Zen 4's Q4_1 calibration (``tests/data/cpu-profiles/amd-epyc-zen4.json``): 2 rows cost 2.49
+    single rows, 4 rows 4.18, 5 rows 5.17 (5.0 once fitted), 9 rows 8.05. The plan decodes up to 4 rows one at a
+    time, 5 rows and more as one batch (a split saving under :data:`SPLIT_MARGIN` is not taken); v(K) is the
+    plan's cost, never above the batch nor (beyond the margin) above K + 1."""
+    vc = _costs_of({2: 2.492, 3: 3.361, 4: 4.18, 5: 5.172, 6: 5.96, 9: 8.054, 17: 13.654, 65: 48.388})
+    assert vc.plan(2) == (1, 1) and vc.plan(4) == (1,) * 4 and vc.plan(5) == (5,)
+    assert vc.plan(9) == (9,) and vc.plan(17) == (17,) and vc.plan(1) == (1,)
+    assert vc.single_rows_up_to() == 4
+    batch = vc.batch_table()
+    for k, v in enumerate(vc.table()):
+        assert v <= batch[k] + 1e-9 and v <= (k + 1) / (1 - SPLIT_MARGIN)
+        assert sum(vc.v(r - 1) if r > 1 else 1.0 for r in vc.plan(k + 1)) == pytest.approx(v, rel=0.04)
+    assert vc.v(1) == pytest.approx(2.0) and batch[1] == pytest.approx(2.492, rel=0.05)
+    assert "up to 4 rows verified one at a time" in vc.curve("Q4_1", "measured").reason
+
+
+def test_single_rows_then_a_batch_when_that_is_cheapest() -> None:
+    """Small batches dear (2 rows 3.0, 3 rows 3.1, 4 rows 3.2), larger ones cheap: at every size the plan costs
+    the cheapest of "s single rows, then one batch of the rest", or the one batch where a split would save
+    less than the margin, and v(K) is that cost."""
+    v_rows = {2: 3.0, 3: 3.1, 4: 3.2, 9: 4.0}
+    vc = _costs_of(v_rows)
+    batch = [1.0, *vc.batch_table()[1:]]
+    for n in range(2, 20):
+        options = {s: s + (batch[n - s - 1] if n > s else 0.0) for s in range(n + 1)}
+        cheapest = min(options.values())
+        plan = vc.plan(n)
+        assert sum(plan) == n and all(r == 1 for r in plan[:-1])
+        cost = sum(1.0 if r == 1 else batch[r - 1] for r in plan)
+        assert cost <= batch[n - 1] + 1e-9
+        assert cost == pytest.approx(cheapest) or cost == pytest.approx(batch[n - 1])  # the margin keeps the batch
+        assert vc.v(n - 1) == pytest.approx(cost)
+
+
+def test_a_flat_curve_is_one_batch_and_noise_does_not_split_it() -> None:
+    """The Xeon's F16 (v(1) = 1.14): one batch at every size; a 2-row batch 2 % above two rows is not split
+    (:data:`SPLIT_MARGIN`)."""
+    vc = _costs_of({2: 1.14, 5: 1.5, 9: 1.85, 17: 2.63, 65: 6.66})
+    assert all(vc.plan(n) == (n,) for n in range(2, 66)) and vc.single_rows_up_to() == 1
+    assert vc.v(16) == pytest.approx(vc.batch_table()[16])
+    assert _costs_of({2: 2.04, 3: 3.05}).plan(2) == (2,)
+
+
+def test_split_verify_timings_join_the_table_at_their_own_sizes() -> None:
+    """A round verified as single rows then a batch reports each decode: the one-batch costs the plan is made
+    of are not overwritten by the plan's cost (which would flip the plan back and forth)."""
+    cm = CostModel()
+    for _ in range(5):
+        cm.observe_plain(10.0)
+        cm.verify.observe(2, 25.0)
+        cm.verify.observe(3, 34.0)
+    assert cm.verify.plan(3) == (1, 1, 1)
+    for _ in range(40):
+        cm.observe_step("ngram", 2, 2, 0, 0.1, 10.0, 3, verify_decodes=[(1, 10.0)])  # rejected at row 1
+    assert cm.verify.batch_table()[2] == pytest.approx(3.4, rel=0.05)
+    assert cm.verify.plan(3) == (1, 1, 1)

@@ -10,10 +10,11 @@ most every :data:`CURVE_REFRESH_MS` of generation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.events import CostEstimate, VerifyCurve
+from specchat.engine.events import CostEstimate, Round, VerifyCurve
 from specchat.engine.telemetry.recent import RecentMedian
 from specchat.engine.telemetry.replay import Replay, natural_length
 from specchat.engine.telemetry.speedup import best_k, break_even_alpha, speedup_curve
@@ -210,9 +211,15 @@ class CostModel:
         t_overhead_ms: float = 0.0,
         natural: int | None = None,
         catch_up_ms: float = 0.0,
+        verify_decodes: Sequence[tuple[int, float]] | None = None,
     ) -> None:
         """One round with drafter ``drafter`` asked for ``k`` tokens and proposed ``drafted``, of which
         the target accepted ``accepted``; the verify batch had ``rows_verified`` rows (drafted + 1).
+
+        ``verify_decodes``: the verify's decodes as (rows, ms) when it was split (:meth:`VerifyCost.plan`; a
+        rejection in its leading single rows may have ended it early): each joins the table at its own size,
+        with the round's overhead shared by rows, so the one-batch costs the plan is made from stay one-batch
+        costs. None: one decode of ``rows_verified`` rows taking ``t_verify_ms``.
 
         ``catch_up_ms``: the part of ``t_draft_ms`` spent reading context the drafter had missed
         (:attr:`specchat.engine.drafters.Draft.catch_up_ms`): not a cost per drafted token. The draft cost
@@ -250,7 +257,12 @@ class CostModel:
                 self._add_draft_ms(st, max(0.0, t_draft_ms) / drafted)
             st.spec_steps += 1
             st.last = (drafted, accepted)
-        self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
+        if not verify_decodes:
+            self.verify.observe(rows_verified, t_verify_ms + t_overhead_ms)
+        else:
+            decoded = sum(rows for rows, _ in verify_decodes)
+            for rows, ms in verify_decodes:
+                self.verify.observe(rows, ms + t_overhead_ms * rows / decoded)
 
     def observe_draft_cost(self, drafter: str, ms_per_token: float) -> None:
         """A draft-cost measurement outside generation (one timed draft decode, see
@@ -290,6 +302,19 @@ class CostModel:
         self._clock += 1
         self._curve_key = None
         self.verify.observe(rows, t_ms)
+
+    def observe(self, rnd: Round) -> None:
+        """One round of the loop (:class:`~specchat.engine.events.Round`): a drafting round when the drafter was
+        asked (K > 0; it may have proposed nothing, and that counts too), else a plain single-row decode. The
+        round's overhead is charged to its verify, so the predictions cover whole rounds."""
+        if rnd.k > 0:
+            self.observe_step(
+                rnd.drafter, rnd.k, rnd.drafted, rnd.accepted, rnd.t_draft_ms, rnd.t_verify_ms, rnd.drafted + 1,
+                t_overhead_ms=rnd.t_overhead_ms, natural=rnd.natural, catch_up_ms=rnd.catch_up_ms,
+                verify_decodes=rnd.verify_decodes,
+            )  # fmt: skip
+        else:
+            self.observe_plain(rnd.t_verify_ms + rnd.t_overhead_ms)
 
     def observe_plain(self, t_ms: float) -> None:
         """One plain single-row decode (K = 0, speculation off) that took ``t_ms``."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.events import PieceKind, Step, Turn
+from specchat.engine.events import PieceKind, Round, Step, Turn
 
 
 class TurnCounters:
@@ -124,8 +124,8 @@ class TurnCounters:
         self.step_ms += t_step_ms
         self.predicted_n += emitted
 
-    def add(self, step: Step) -> None:
-        """Count a :class:`Step` event."""
+    def add(self, step: Round | Step) -> None:
+        """Count a round: the loop's :class:`~specchat.engine.events.Round`, or a :class:`Step` event reporting one."""
         self.add_step(
             drafted=step.drafted, accepted=step.accepted, emitted=step.emitted,
             t_draft_ms=step.t_draft_ms, t_verify_ms=step.t_verify_ms,

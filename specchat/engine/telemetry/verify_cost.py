@@ -25,6 +25,9 @@ MAX_ROWS = K_MAX + 1
 REASON_K = 16
 #: an extra row costing at least this share of a single-row decode means batching does not pay
 NO_BATCH_SHARE = 0.5
+#: a verify plan starts with single rows only where that saves at least this share of the one batch's cost:
+#: a split is not taken on a timing's noise (the row medians of one machine moved 1-2 % between runs)
+SPLIT_MARGIN = 0.03
 
 
 def _rows_text(x: float) -> str:
@@ -32,7 +35,7 @@ def _rows_text(x: float) -> str:
 
 
 def verify_reason(weights: str, v: Callable[[int], float], *, measured: bool, row_by_row: bool = False,
-                  k: int = REASON_K) -> str:
+                  k: int = REASON_K, single_rows_up_to: int = 1) -> str:
     """One line on what verifying costs with this target, from its weight format and its measured v(K).
 
     The headline comes from the measurement: each extra row of a (k+1)-row batch costs
@@ -41,6 +44,8 @@ def verify_reason(weights: str, v: Callable[[int], float], *, measured: bool, ro
     :data:`specchat.engine.kernels.SGEMM_FORMATS`; a format outside them whose batches still share weight reads is said to, and a
     format inside them whose kernel does not pay here is called out. ``row_by_row``: the target decodes every
     batch one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), so v(k) ≈ k + 1 by design.
+    ``single_rows_up_to`` > 1: verifies of up to that many rows are decoded one row at a time, cheaper here
+    than one batch (:meth:`VerifyCost.plan`), and the sentence says so.
     """
     rows = k + 1
     if not measured:
@@ -57,6 +62,8 @@ def verify_reason(weights: str, v: Callable[[int], float], *, measured: bool, ro
         what = "batched kernel (llamafile sgemm)"
     else:
         what = "no batched kernel, but a batch shares the weight reads on this CPU"
+    if single_rows_up_to > 1:
+        tail += f"; up to {single_rows_up_to} rows verified one at a time (cheaper here than a batch)"
     return f"{weights}: {what}; {tail}"
 
 
@@ -86,7 +93,9 @@ class VerifyCost:
 
     def reset(self) -> None:
         self._rows = [RecentMedian(self.window) for _ in range(self.max_rows + 1)]  # index = rows
-        self._v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows
+        self._v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows, verified by the plan
+        self._batch_v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows as one batch
+        self._singles: list[int] = [0] * (self.max_rows + 1)  # index rows -> the plan's leading single rows
         self._dirty = False
         self._slope = 0.0
         self._t1: float | None = None
@@ -125,10 +134,41 @@ class VerifyCost:
         return self._t1
 
     def table(self) -> list[float]:
-        """v by K for K = 0..max_rows - 1 (``table()[K]`` = v of K+1 rows; ``[0]`` = 1)."""
+        """v by K for K = 0..max_rows - 1 (``table()[K]`` = v of K+1 rows verified the cheapest way,
+        :meth:`plan`; ``[0]`` = 1)."""
         if self._dirty:
             self._refresh()
         return self._v_by_k
+
+    def batch_table(self) -> list[float]:
+        """v by K of K+1 rows decoded as one batch, as measured (the plan's input)."""
+        if self._dirty:
+            self._refresh()
+        return self._batch_v_by_k
+
+    def plan(self, rows: int) -> tuple[int, ...]:
+        """The cheapest way measured to verify ``rows`` rows: the sizes of the decodes, in order - s single
+        rows, then one batch of the rest (``(rows,)``: one batch; ``(1,) * rows``: row by row).
+
+        The family is "s single rows, then one batch": cost(n) = min over s of s + v_batch(n − s − 1), found for
+        every n in one pass as n + min over m ≤ n of (v_batch(m − 1) − m). It covers what CPUs measured: a
+        batch's cost per row falls as it grows (concave, so never two batches), except that a small batch can
+        cost more than its rows one by one (the bundled Q4_1 on an AMD EPYC Zen 4: 2 rows 2.5, 5 rows 5.2 single
+        rows; Q8_0 there: 2 rows 2.7). Single rows come first, so at temperature 0 a rejection found in them
+        ends the verify before the batch (:meth:`specchat.engine.speculative.SpeculativeDecoder._verify`).
+        llama.cpp's own answer, a smaller ``n_ubatch``, splits every batch of the context alike; this is per K."""
+        if rows <= 1:
+            return (1,)
+        if self._dirty:
+            self._refresh()
+        s = self._singles[rows] if rows <= self.max_rows else 0
+        return (1,) * s + ((rows - s,) if rows > s else ())
+
+    def single_rows_up_to(self) -> int:
+        """The largest verify (rows) the plan decodes row by row, 1 when every multi-row verify is one batch."""
+        if self._dirty:
+            self._refresh()
+        return max((n for n in range(2, self.max_rows + 1) if self._singles[n] >= n), default=1)
 
     def curve(self, weights: str, source: VerifySource, *, row_by_row: bool = False) -> VerifyCurve:
         """The fitted v(K) for K = 0..max_rows − 1 with the reason in words (:func:`verify_reason`)."""
@@ -137,7 +177,8 @@ class VerifyCost:
         return VerifyCurve(
             weights=weights, v=table, target_ms=self.target_ms() or 0.0, measured_rows=self.largest_measured_rows(),
             source=source if measured else "prior",
-            reason=verify_reason(weights, self.v, measured=measured, row_by_row=row_by_row),
+            reason=verify_reason(weights, self.v, measured=measured, row_by_row=row_by_row,
+                                 single_rows_up_to=self.single_rows_up_to() if measured else 1),
         )  # fmt: skip
 
     def v(self, k: int) -> float:
@@ -165,7 +206,8 @@ class VerifyCost:
                 ws.append(r.weight)
         v_rows = [1.0] * (self.max_rows + 1)
         if not xs:
-            self._t1, self._slope, self._v_by_k = None, 0.0, v_rows[1:]
+            self._t1, self._slope = None, 0.0
+            self._plan_from(v_rows, 1)
             return
         # weighted least squares T(n) = a + b (n - 1), b >= 0: one row's cost plus a cost per extra row
         wsum = sum(ws)
@@ -206,7 +248,28 @@ class VerifyCost:
                 v_rows[n] = y0 + (y1 - y0) * (n - x0) / (x1 - x0)
         else:  # only single rows measured: the flat prior
             self._slope = 0.0
-        self._v_by_k = v_rows[1:]
+        self._plan_from(v_rows, xs[-1])
+
+    def _plan_from(self, v_rows: list[float], measured: int) -> None:
+        """The cheapest plan per row count (:meth:`plan`) from the one-batch costs ``v_rows`` (index rows):
+        a prefix minimum of v_batch(m) − m, a split kept only where it saves :data:`SPLIT_MARGIN` and only up
+        to the largest batch ``measured``: beyond it v is the line's extrapolation, and a split taken on an
+        extrapolation would never time the batch that could refute it (a fixed K's first 2-row verify at 2.7
+        rows made every size look dear and the verify row by row for good)."""
+        self._batch_v_by_k = v_rows[1:]
+        plan_v = list(v_rows)
+        singles = [0] * (self.max_rows + 1)
+        best_m, best_g = 1, 0.0  # one row as a "batch" of one: g = v(1 row) − 1 = 0
+        for n in range(2, self.max_rows + 1):
+            g = v_rows[n] - n
+            if g <= best_g:
+                best_m, best_g = n, g
+            split = n + best_g  # n − best_m single rows, then a batch of best_m (row by row when best_m = 1)
+            if n <= measured and best_m < n and split < (1.0 - SPLIT_MARGIN) * v_rows[n]:
+                plan_v[n] = split
+                singles[n] = n - best_m if best_m > 1 else n
+        self._singles = singles
+        self._v_by_k = plan_v[1:]
 
 
 def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
@@ -225,4 +288,4 @@ def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
     return out
 
 
-__all__ = ["MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "VerifyCost", "verify_reason"]
+__all__ = ["MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "SPLIT_MARGIN", "VerifyCost", "verify_reason"]

@@ -29,7 +29,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from specchat.demo import SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs
+from specchat.demo import HELPS_PAIR, SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, outcome_line, scenes_for
 from specchat.errors import UserError, describe_exception
 from specchat.tui.keys import TOUR_KEYS, screen_bindings
 from specchat.tui.screens.race_base import RaceEnded, RaceProgress, RaceViewScreen, progress_text
@@ -50,6 +50,9 @@ class TourOptions:
     n_predict: int | None = None
     open_at_start: bool = False
     scenes: tuple[Scene, ...] = SCENES
+    #: chooses this machine's helps pair once the files are there (``pick(settings, progress)`` -> (pair, why),
+    #: :func:`specchat.demo.choose_helps_pair`, passed in by the command); None: :data:`specchat.demo.HELPS_PAIR`
+    pick: Callable[[Any, Callable[[str], None]], tuple[Pair, str]] | None = None
 
 
 class TourStatus(Message):
@@ -63,10 +66,13 @@ class TourStatus(Message):
 class TourPrepared(Message):
     """The demo pairs are there (``error`` = "") or could not be made (``error`` says why and what to do)."""
 
-    def __init__(self, turn_id: int, error: str) -> None:
+    def __init__(self, turn_id: int, error: str, helps: Pair | None = None, why: str = "") -> None:
         super().__init__()
         self.turn_id = turn_id
         self.error = error
+        #: this machine's helps pair (:attr:`TourOptions.pick`) and where it came from, or None
+        self.helps = helps
+        self.why = why
 
 
 def scene_heading(i: int, scenes: Sequence[Scene]) -> Content:
@@ -153,6 +159,7 @@ class TourScreen(RaceViewScreen):
         """Replay the scene's race if it was run, else record it (after the pairs are prepared)."""
         i, scene = self.index, self.scenes[self.index]
         if i in self.results:
+            self.query_one("#tour-expect", Static).update(Content(outcome_line(self.results[i])))
             self.view.play(self.results[i].race)
             return
         if self.error is not None:
@@ -171,9 +178,7 @@ class TourScreen(RaceViewScreen):
         if session is None:
             assert self.make_factory is not None and self.settings is not None
             self.post_message(TourStatus(f"loading {scene.pair.label}\u2026"))
-            settings = self.settings.model_copy(
-                update={"target": scene.pair.target, "draft": scene.pair.draft, "server_url": None}
-            )
+            settings = self.settings.model_copy(update={**scene.pair.settings_update(), "server_url": None})
             session = self.make_factory(settings)(lambda fraction, what: None)
             self._sessions[scene.pair] = session
         session.n_predict = self.options.n_predict or scene.n_predict
@@ -185,20 +190,21 @@ class TourScreen(RaceViewScreen):
             self.error = "no engine in this session"
             return
         self.view.show_status("checking the demo models\u2026")
-        settings, derive, scenes = self.settings, self.options.derive, self.scenes
+        settings, derive, scenes, pick = self.settings, self.options.derive, self.scenes, self.options.pick
 
         def work(turn_id: int) -> None:
+            say = lambda text: self.post_message(TourStatus(text))  # noqa: E731
+            helps, why = None, ""
             try:
-                ensure_pairs(
-                    scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads,
-                    progress=lambda text: self.post_message(TourStatus(text)),
-                )
+                ensure_pairs(scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads, progress=say)
+                if pick is not None and any(s.pair == HELPS_PAIR for s in scenes):
+                    helps, why = pick(settings, say)
             except UserError as exc:
                 self.post_message(TourPrepared(turn_id, str(exc)))
             except Exception as exc:
                 self.post_message(TourPrepared(turn_id, f"could not derive the demo models: {describe_exception(exc)}"))
             else:
-                self.post_message(TourPrepared(turn_id, ""))
+                self.post_message(TourPrepared(turn_id, "", helps, why))
 
         self.turn_id = self.host.start_turn(work)
 
@@ -214,6 +220,10 @@ class TourScreen(RaceViewScreen):
             self.app.notify(f"Tour: {message.error}", severity="error", timeout=12)
         else:
             self.prepared = True
+            if message.helps is not None:
+                self.scenes = scenes_for(message.helps, self.scenes)
+                self.show_scene()
+                self.app.notify(message.why, timeout=8)
         if not self._then():
             self.run_scene()
 
@@ -226,6 +236,8 @@ class TourScreen(RaceViewScreen):
         i, self._recording = self._recording, None
         if message.race is not None and i is not None:
             self.results[i] = SceneResult(self.scenes[i], message.race)
+            if i == self.index:  # the measured verdict: the expectation, or what this CPU did instead and why
+                self.query_one("#tour-expect", Static).update(Content(outcome_line(self.results[i])))
         elif message.error:
             self.view.show_status(f"the scene could not run: {message.error}")
         if self._then():
