@@ -41,7 +41,7 @@ PROMPT = "Write a long story about a lighthouse keeper who finds a message in a 
 def specchat(repack: str, model: str, threads: int) -> float:
     env = dict(os.environ, SPECCHAT_CONFIG=os.devnull, SPECCHAT_REPACK=repack)
     cmd = [sys.executable, "-m", "specchat.cli", "generate", "--prompt", PROMPT, "--target", model, "--draft", "none",
-           "--threads", str(threads), "--n-predict", "128", "--json"]  # fmt: skip
+           "--threads", str(threads), "--n-predict", "128", "--json"]
     turn = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
     return float(turn["predicted_per_second"])
 
@@ -63,7 +63,7 @@ def start_server(binary: Path, model: str, threads: int) -> tuple[subprocess.Pop
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(binary.parent), os.environ.get("LD_LIBRARY_PATH")])))
     proc = subprocess.Popen([str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "--no-repack", "-c", "4096",
                              "--host", "127.0.0.1", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -88,7 +88,7 @@ def specchat_raw(model: str, threads: int) -> float:
     """specchat's plain decoding of the raw text (what llama-server's /completion continues), repack off."""
     env = dict(os.environ, SPECCHAT_CONFIG=os.devnull, SPECCHAT_REPACK="off")
     cmd = [sys.executable, "-m", "specchat.cli", "generate", "--prompt", PROMPT, "--raw", "--target", model, "--draft",
-           "none", "--threads", str(threads), "--n-predict", "128", "--json"]  # fmt: skip
+           "none", "--threads", str(threads), "--n-predict", "128", "--json"]
     turn = json.loads(subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout)
     return float(turn["predicted_per_second"])
 
@@ -134,7 +134,7 @@ def _rounds(args: argparse.Namespace, model: str, cols: dict[str, list[float]], 
 
     print(f"specchat / llama-bench = {ratio('specchat', 'llama-bench'):.2f}; "
           f"repack off on both: {ratio('specchat repack off', 'llama-bench repack 0'):.2f}; "
-          f"specchat repack auto / off = {ratio('specchat', 'specchat repack off'):.2f} (medians of per-round ratios)")  # fmt: skip
+          f"specchat repack auto / off = {ratio('specchat', 'specchat repack off'):.2f} (medians of per-round ratios)")
     if server is not None:
         print(f"specchat / llama-server (raw text, repack off on both) = "
               f"{ratio('specchat raw repack off', 'llama-server --no-repack'):.2f}")

@@ -41,7 +41,7 @@ def check(report: dict[str, Any]) -> list[tuple[bool, str]]:
         own = best.get("speedup")
         ok = x(best) >= COPY_X and own is not None and own >= COPY_OWN
         out.append((ok, f"copy-heavy auto-K on {best['target']}: {x(best):.2f}x the reference baseline (goal {COPY_X}), "
-                        f"{own if own is None else round(own, 2)}x its own (goal {COPY_OWN})"))  # fmt: skip
+                        f"{own if own is None else round(own, 2)}x its own (goal {COPY_OWN})"))
     else:
         out.append((False, "copy-heavy auto-K: not in this report (run the bench with --auto on the default suite)"))
     for prompt in ("code", "prose"):
@@ -52,7 +52,7 @@ def check(report: dict[str, Any]) -> list[tuple[bool, str]]:
         best = max(mine, key=x)
         what = "plain" if best["mode"] == "baseline" else "auto-K"
         out.append((x(best) >= PLAIN_FLOOR, f"{prompt}: best setup {best['target']} {what} {x(best):.2f}x the reference "
-                                            f"baseline (goal >= {PLAIN_FLOOR})"))  # fmt: skip
+                                            f"baseline (goal >= {PLAIN_FLOOR})"))
     for prompt in dict.fromkeys(r["prompt"] for r in rows):
         for target in dict.fromkeys(r["target"] for r in rows):
             if target in one_row:
@@ -64,7 +64,7 @@ def check(report: dict[str, Any]) -> list[tuple[bool, str]]:
             top = max(fixed, key=x)
             ratio = x(auto[0]) / x(top)
             out.append((ratio >= AUTO_VS_FIXED, f"{prompt} {target}: auto-K {x(auto[0]):.2f}x vs best fixed K={top['k']} "
-                                                f"{x(top):.2f}x = {ratio:.2f} (goal >= {AUTO_VS_FIXED})"))  # fmt: skip
+                                                f"{x(top):.2f}x = {ratio:.2f} (goal >= {AUTO_VS_FIXED})"))
     return out
 
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         results = check(report)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"issue12_goals: {args.report} is not a readable specchat bench report ({exc}); write one with "
-              "specchat bench --formats F16,Q8_0 --auto --json FILE", file=sys.stderr)  # fmt: skip
+              "specchat bench --formats F16,Q8_0 --auto --json FILE", file=sys.stderr)
         return 2
     for ok, line in results:
         print(f"{'met ' if ok else 'MISS'} {line}")

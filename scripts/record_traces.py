@@ -52,14 +52,14 @@ def main() -> int:
         events = list(session.send(item["prompt"]))
         turn = events[-1]
         traces.append({"name": item["name"], "prompt": contexts[0], "reply": [int(t) for t in turn.tokens],
-                       "stop": turn.stop_reason})  # fmt: skip
+                       "stop": turn.stop_reason})
         print(f"{item['name']}: prompt {len(contexts[0])} tokens, reply {len(turn.tokens)} ({turn.stop_reason})", file=sys.stderr)
     eos = int(model.eos)
     data = {
         "model": path.name, "n_predict": args.n_predict, "temperature": 0, "eos": eos,
         "note": "greedy replies of the bundled model to the bench's default suite (scripts/record_traces.py)",
         "traces": traces,
-    }  # fmt: skip
+    }
     args.out.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     session.close()

@@ -188,7 +188,7 @@ def predicted_copy_tok_s(t1_ms: float, v_by_k: Sequence[float], alpha: float = C
 
 
 def pick_helps_pair(candidates: Sequence[Pair], measure: Callable[[Pair], tuple[float, Sequence[float]]],
-                    progress: Progress | None = None) -> tuple[Pair, str]:  # fmt: skip
+                    progress: Progress | None = None) -> tuple[Pair, str]:
     """The candidate with the fastest predicted copy (:func:`predicted_copy_tok_s`) from ``measure(pair)`` =
     (t1 ms, v by K), the engine's calibration of that file on this CPU (cached per file: measured once); and one
     line saying why."""
@@ -213,7 +213,7 @@ def helps_candidates(data_dir: Any) -> list[Pair]:
 
 def choose_helps_pair(data_dir: Any, tuned: Iterable[Any], source_file: str,
                       measure: Callable[[Pair], tuple[float, Sequence[float]]] | None,
-                      progress: Progress | None = None) -> tuple[Pair, str]:  # fmt: skip
+                      progress: Progress | None = None) -> tuple[Pair, str]:
     """This machine's helps pair: a saved tune result's copy-heavy choice (:func:`tuned_helps_pair`), else the
     candidates' measured verify costs (:func:`pick_helps_pair`), else :data:`HELPS_PAIR` (nothing to measure
     with). Returns the pair and one line saying where it came from."""
@@ -298,7 +298,7 @@ class SceneResult:
             "k_status": status.label if status is not None else None, "notices": list(on.notices),
             "identical": self.race.identical, "difference": self.race.difference or None,
             "sentence": self.scene.sentence, "expect": self.scene.expect,
-        }  # fmt: skip
+        }
 
 
 def run_tour(
@@ -395,4 +395,4 @@ __all__ = [
     "COPY_ALPHA", "HELPS_PAIR", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
     "SceneResult", "ensure_pairs", "format_results", "missing_pairs", "outcome_line", "pairs", "pick_helps_pair",
     "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "verdict",
-]  # fmt: skip
+]

@@ -63,7 +63,7 @@ def connect_server_b(settings: Settings, progress: Progress | None = None) -> Re
         return connect(
             pair[1], system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=progress,
-        )  # fmt: skip
+        )
     except ServerError as exc:
         raise ServerError(f"server B: {exc}") from None
 
@@ -109,7 +109,7 @@ def load_engine(
         return connect(
             server_url, system_prompt=settings.system_prompt, n_predict=settings.n_predict,
             sampling=sampling_from(settings), progress=report,
-        )  # fmt: skip
+        )
     data_dir = settings.effective_data_dir()
     pair = resolve_pair(settings.target, settings.draft, data_dir)
     target_path = pair.target
@@ -215,11 +215,11 @@ def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
             settings.history_path(), index_path(settings.effective_data_dir(), fingerprint),
             lambda text: target.tokenize(text, add_bos=False, special=False),
             fingerprint=fingerprint, exclude=s.exclude,
-        ).start()  # fmt: skip
+        ).start()
     return SuffixDrafter(
         corpus, settings.ngram.min_n, settings.ngram.max_n, max_spec_factor=s.max_spec_factor,
         min_token_prob=s.min_token_prob, on_close=corpus.close if corpus is not None else None,
-    )  # fmt: skip
+    )
 
 
 def wait_for_history(session: ChatSession | RemoteSession, timeout: float | None = None) -> list[str]:

@@ -27,15 +27,20 @@ def test_the_import_contracts_are_kept():
     assert "0 broken" in result.stdout
 
 
-def test_the_import_contracts_catch_a_violation(tmp_path):
-    """A copy of the package with two violations: the engine imports Textual, and the models import the TUI."""
+def planted_copy(tmp_path: Path, plants: dict[str, str]) -> Path:
+    """A copy of the package and its contracts with each ``{file: import line}`` appended as a violation."""
     shutil.copytree(ROOT / "specchat", tmp_path / "specchat", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    with open(tmp_path / "specchat" / "engine" / "events.py", "a") as f:
-        f.write("\nimport textual  # a deliberate violation\n")
-    with open(tmp_path / "specchat" / "models" / "presets.py", "a") as f:
-        f.write("\nfrom specchat.tui import keys  # a deliberate violation\n")
-    result = lint_imports(tmp_path)
+    for file, line in plants.items():
+        with open(tmp_path / "specchat" / file, "a") as f:
+            f.write(f"\n{line}  # a deliberate violation\n")
+    return tmp_path
+
+
+def test_the_import_contracts_catch_a_violation(tmp_path):
+    """A copy of the package with two violations: the engine imports Textual, and the models import the TUI."""
+    planted = planted_copy(tmp_path, {"engine/events.py": "import textual", "models/presets.py": "from specchat.tui import keys"})
+    result = lint_imports(planted)
     assert result.returncode == 1, result.stdout + result.stderr
     out = " ".join(result.stdout.split())
     assert "each layer imports only from the layers below it BROKEN" in out
@@ -138,3 +143,106 @@ def test_every_import_of_specchat_names_a_module_or_name_that_exists():
                     if not hasattr(mod, name) and not is_sub:
                         missing.append(f"{where}: {module} has no {name}")
     assert not missing, "\n".join(missing)
+
+
+# -- the TUI's contracts: the engine's face, the plain modules ---------------------------------------------
+
+
+def test_the_tui_contracts_catch_a_violation(tmp_path):
+    """A copy of the package with two violations: the sidebar imports the cost model (not the engine's face),
+    and the recorder (a plain module) imports Textual."""
+    planted = planted_copy(tmp_path, {
+        "tui/widgets/sidebar.py": "from specchat.engine.telemetry.cost_model import CostModel",
+        "tui/recorder.py": "from textual.widget import Widget",
+    })
+    result = lint_imports(planted)
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = " ".join(result.stdout.split())
+    assert "the TUI imports only the engine's face" in out and "BROKEN" in out
+    assert "specchat.tui.widgets.sidebar -> specchat.engine.telemetry.cost_model" in out
+    assert "the TUI's plain modules never import Textual BROKEN" in out
+    assert "specchat.tui.recorder -> textual" in out
+    assert "only the TUI imports Textual KEPT" in out  # each planted violation breaks its own contract only
+
+
+def test_architecture_md_lists_the_engines_face_of_the_contract():
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (face,) = [c for c in contract["contracts"] if c["id"] == "engine-face"]
+    allowed = sorted(line.split("->")[1].strip() for line in face["ignore_imports"])
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## The engine's face", 1)[1].split("\n## ", 1)[0]
+    listed = sorted(re.findall(r"^- `(specchat\.engine[.\w]*)`", section, re.MULTILINE))
+    assert listed == allowed
+
+
+#: what the TUI may not load before its window is up (they take seconds; the engine thread loads them)
+HEAVY = ("numpy", "llama_cpp")
+#: what ``specchat`` imports before the window: the command, and every module of the TUI
+STARTUP = ("specchat.cli", "specchat.commands.tui", "specchat.demo", "specchat.config")
+
+
+def _loads_heavy(modules: list[str]) -> list[str]:
+    """The heavy modules a fresh interpreter holds after importing ``modules``."""
+    code = (
+        "import importlib, pkgutil, sys, specchat.tui\n"
+        f"names = {list(modules)!r}\n"
+        "if 'specchat.tui' in names:\n"
+        "    names += [m.name for m in pkgutil.walk_packages(specchat.tui.__path__, 'specchat.tui.')]\n"
+        "for name in names:\n"
+        "    importlib.import_module(name)\n"
+        f"print(','.join(h for h in {HEAVY!r} if h in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, cwd=ROOT)
+    return [h for h in out.stdout.strip().split(",") if h]
+
+
+def test_the_tui_start_up_path_imports_neither_numpy_nor_llama_cpp():
+    assert _loads_heavy([*STARTUP, "specchat.tui"]) == []
+
+
+def _function_imports() -> dict[str, list[tuple[str, str, str]]]:
+    """``{module imported: [(the function that imports it, qualified), the line, its comment]}`` for every
+    import inside a function of the TUI's start-up files."""
+    import ast
+
+    files = [*sorted((ROOT / "specchat" / "tui").rglob("*.py")), ROOT / "specchat" / "commands" / "tui.py"]
+    found: dict[str, list[tuple[str, str, str]]] = {}
+    for path in files:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+        def visit(node: ast.AST, owner: str | None, top: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ClassDef) and top:
+                    visit(child, f"{module}.{child.name}", True)
+                elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    # a method or a module-level function names itself; a nested one, the function it is in
+                    name = owner if owner and not top else f"{owner or module}.{child.name}"
+                    visit(child, name, False)
+                elif isinstance(child, (ast.Import, ast.ImportFrom)) and not top and owner:
+                    target = child.module if isinstance(child, ast.ImportFrom) else child.names[0].name
+                    text = " ".join(lines[child.lineno - 1 : child.end_lineno])
+                    comment = text.split("#", 1)[1].strip() if "#" in text else ""
+                    found.setdefault(target or "", []).append((owner, f"{path.name}:{child.lineno}", comment))
+                else:
+                    visit(child, owner, top)
+
+        visit(ast.parse("\n".join(lines)), None, True)
+    return found
+
+
+def test_every_deferred_heavy_import_of_the_tui_is_commented_and_listed():
+    """An import that would load numpy or llama_cpp is deferred into the function that needs it, says why on its
+    line, and is listed in ARCHITECTURE.md ("The TUI's start-up path"): the list is all there is."""
+    heavy = {
+        module: sites
+        for module, sites in _function_imports().items()
+        if module.split(".")[0] in HEAVY or (module.startswith("specchat.") and _loads_heavy([module]))
+    }
+    assert heavy, "the TUI defers nothing heavy? then the list in ARCHITECTURE.md should go"
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## The TUI's start-up path", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^- `(specchat\.[.\w]+)`", section, re.MULTILINE))
+    sites = {owner: (where, comment) for module, found in heavy.items() for owner, where, comment in found}
+    assert [f"{where} has no comment" for where, comment in sites.values() if not comment] == []
+    assert sorted(sites) == sorted(listed)

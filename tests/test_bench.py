@@ -47,7 +47,7 @@ def suite_file(tmp_path) -> Path:
 
 def bench_args(target, draft, suite, *extra) -> list[str]:
     return ["bench", "--target", str(target), "--draft", str(draft), "--suite", str(suite), "--threads", "1",
-            "--n-predict", "6", "--no-progress", *extra]  # fmt: skip
+            "--n-predict", "6", "--no-progress", *extra]
 
 
 def run_bench(argv: list[str], on_record=None) -> tuple[int, str, str]:
@@ -77,7 +77,7 @@ def tiny_report(tmp_path_factory, tiny_pair):
         mp.setenv("XDG_CONFIG_HOME", str(d / "cfg"))
         mp.setenv("XDG_DATA_HOME", str(d / "data"))
         rc, out, err = run_bench(bench_args(target, draft, suite, "--k", "0,2,3", "--runs", "2", "--auto", "--plot",
-                                            "--json", str(out_json)))  # fmt: skip
+                                            "--json", str(out_json)))
     assert rc == 0, err
     return json.loads(out_json.read_text()), out, err
 
@@ -113,7 +113,7 @@ def test_json_has_every_field_for_every_record(tiny_report):
     assert data["interrupted"] is False
     assert data["ks"] == [0, 2, 3] and data["runs"] == 2 and data["auto"] is True
     summary_fields = {"prompt", "mode", "k", "runs", "tps_median", "tps_min", "tps_max", "acceptance", "mean_len",
-                      "speedup", "speedup_min", "speedup_max"}  # fmt: skip
+                      "speedup", "speedup_min", "speedup_max"}
     assert data["summary"] and all(summary_fields <= row.keys() for row in data["summary"])
 
 
@@ -157,7 +157,7 @@ def test_summary_uses_pair_ratios_not_a_ratio_of_medians():
                 "prompt_n": 1, "prompt_ms": 1.0, "predicted_n": 10, "predicted_ms": 1.0, "predicted_per_second": tps,
                 "draft_n": 0 if mode == "baseline" else 4, "draft_n_accepted": 0 if mode == "baseline" else 2,
                 "acceptance": 0.0, "mean_len": 1.0, "speedup": None, "n_steps": 5, "n_spec_steps": 0, "rejections": 1,
-                "k_mean": 0.0, "stop_reason": "length", "drafter": "d"}  # fmt: skip
+                "k_mean": 0.0, "stop_reason": "length", "drafter": "d"}
 
     records = []
     for pair, (base, spec) in enumerate([(50.0, 100.0), (100.0, 200.0), (200.0, 20.0)]):
@@ -320,7 +320,7 @@ def test_plan_is_a_b_a_b():
     assert first == [
         ("baseline", 0, 0), ("spec", 1, 0), ("baseline", 0, 0), ("spec", 4, 0), ("baseline", 0, 0), ("auto", None, 0),
         ("baseline", 0, 1), ("spec", 1, 1), ("baseline", 0, 1), ("spec", 4, 1), ("baseline", 0, 1), ("auto", None, 1),
-    ]  # fmt: skip
+    ]
     assert len({p.pair for p in plan}) == len(plan) // 2
     assert [p.mode for p in make_plan(SUITE, [0], runs=3, auto=False)] == ["baseline"] * 6
 
@@ -406,7 +406,7 @@ def test_baseline_only_measures_the_target_alone(tiny_target, suite_file):
 
 def test_draft_none_cannot_bench_speculation(capsys, tiny_target, suite_file):
     line = _bad(capsys, "--target", str(tiny_target), "--draft", "none", "--suite", str(suite_file), "--threads", "1",
-                "--n-predict", "2", "--k", "2")  # fmt: skip
+                "--n-predict", "2", "--k", "2")
     assert "--draft ngram" in line
 
 
@@ -438,8 +438,8 @@ def test_plot_marks_break_even():
         SummaryRow("p", "spec", 8, 3, 25, 20, 30, 0.2, 1.2, 0.2, 1.2, 8.0, 0.5, 0.4, 0.6, 3),
     ]
     plot = format_plot(rows, width=40).splitlines()
-    k2 = next(l for l in plot if "K=2" in l)
-    k8 = next(l for l in plot if "K=8" in l)
+    k2 = next(line for line in plot if "K=2" in line)
+    k8 = next(line for line in plot if "K=8" in line)
     assert k2.rstrip().endswith("1.50×") and k8.rstrip().endswith("0.50×")
     assert k2.count("#") > k8.count("#") > 0
     assert "+" in k2 and "|" in k8  # 1.0x mark: inside the K=2 bar, past the end of the K=8 bar
@@ -463,7 +463,7 @@ def test_formats_measure_every_re_encoding_in_one_interleaved_run(tmp_path, tiny
     out_json = tmp_path / "formats.json"
     rc, out, err = run_bench(["--data-dir", str(data_dir), *bench_args(
         tiny_target, "ngram", suite_file, "--k", "0,2", "--runs", "2", "--formats", "F16", "--no-arithmetic",
-        "--json", str(out_json))])  # fmt: skip
+        "--json", str(out_json))])
     assert rc == 0, err
     derived = data_dir / "models" / (tiny_target.stem + ".F16.gguf")
     assert derived.is_file()
@@ -491,7 +491,7 @@ def test_flash_attn_measures_every_target_with_each_setting_in_one_run(tmp_path,
     out_json = tmp_path / "fa.json"
     rc, out, err = run_bench(["--data-dir", str(tmp_path / "data"), *bench_args(
         tiny_target, "ngram", suite_file, "--k", "0,2", "--runs", "1", "--flash-attn", "auto,off", "--no-arithmetic",
-        "--json", str(out_json))])  # fmt: skip
+        "--json", str(out_json))])
     assert rc == 0, err
     data = json.loads(out_json.read_text())
     by = {f["label"]: f for f in data["formats"]}

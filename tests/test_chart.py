@@ -22,7 +22,7 @@ def _bench(tmp_path, plot: str, *extra: str) -> tuple[int, str, str]:
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "copy-line", "prompt": COPY}]))
     argv = ["bench", "--draft", "ngram", "--suite", str(suite), "--threads", "1", "--n-predict", "24", "--no-progress",
-            "--k", "0,4,8", "--runs", "1", "--auto", "--plot", plot, *extra]  # fmt: skip
+            "--k", "0,4,8", "--runs", "1", "--auto", "--plot", plot, *extra]
     out, err = io.StringIO(), io.StringIO()
     rc = bench_command.main(build_parser().parse_args(argv), out=out, err=err)
     return rc, out.getvalue(), err.getvalue()

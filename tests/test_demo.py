@@ -47,7 +47,7 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
     settings = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1})
     said: list[str] = []
     results = demo.run_tour(settings, load=load_engine, derive=derive_demo, n_predict=12, progress=said.append,
-                            pick=pick_helps_pair)  # fmt: skip
+                            pick=pick_helps_pair)
     assert any(m.startswith("deriving the demo models") for m in said)
     assert (tmp_path / "data" / "models" / "SmolLM2-135M-Instruct.Q4_1.layerskip-0-5_24-29.gguf").is_file()
     helps = resolve_pair(demo.HELPS_PAIR.target, demo.HELPS_PAIR.draft, tmp_path / "data")
@@ -97,11 +97,11 @@ def test_a_saved_tune_result_picks_the_helps_pair(tmp_path):
 
     def result(source: str, path: str) -> TuneResult:
         variant = VariantResult(label="F16 fa-off", file=Path(path).name, path=path, weights="F16", repack="auto",
-                                source=False, lossy=False, one_row=False, note="", flash_attn="off")  # fmt: skip
+                                source=False, lossy=False, one_row=False, note="", flash_attn="off")
         choice = Choice(workload="copy-heavy", label="F16 fa-off", mode="auto", tok_s=168.7, x_source=1.25,
-                        measured=True, why="fastest measured")  # fmt: skip
+                        measured=True, why="fastest measured")
         return TuneResult(source=source, source_path="", threads=1, split_threads_batch=None, drafter=NGRAM, cpu="",
-                          measured_at=0.0, variants=[variant], choices=[choice])  # fmt: skip
+                          measured_at=0.0, variants=[variant], choices=[choice])
 
     pair = demo.tuned_helps_pair([result(BUNDLED_FILE, str(f16))], BUNDLED_FILE)
     assert pair == demo.Pair(str(f16), NGRAM, "SmolLM2 F16 fa-off + n-gram", (("flash_attn", "off"),))

@@ -18,7 +18,7 @@ TURN_FIELDS = {
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n",
     "draft_n_accepted", "acceptance", "mean_len", "accepted_per_pos", "draft_ms_per_step",
     "verify_ms_per_step", "overhead_ms", "text", "tokens", "kinds",
-}  # fmt: skip
+}
 
 
 pytestmark = pytest.mark.usefixtures("isolated_config")
@@ -34,12 +34,12 @@ def run_json(capsys, *args) -> tuple[dict, str]:
 def test_json_has_every_turn_field_and_the_acceptance_line(capsys, tiny_pair):
     target, draft = tiny_pair
     data, err = run_json(capsys, "--prompt", "Hello there", "--target", str(target), "--draft", str(draft),
-                         "--k", "4", "--n-predict", "20", "--raw")  # fmt: skip
+                         "--k", "4", "--n-predict", "20", "--raw")
     assert TURN_FIELDS <= data.keys()
     assert data["predicted_n"] == len(data["tokens"]) == len(data["kinds"]) > 0
     assert data["draft_n"] > 0
     assert set(data["kinds"]) <= {"accepted", "corrected", "bonus", "plain"}
-    line = next(l for l in err.splitlines() if l.startswith("draft acceptance = "))
+    line = next(x for x in err.splitlines() if x.startswith("draft acceptance = "))
     assert f"{data['draft_n_accepted']:5d} accepted / {data['draft_n']:5d} generated" in line
     assert f"mean len = {data['mean_len']:5.2f}" in line
 
@@ -70,7 +70,7 @@ def test_ngram_default_streams_plain_text_to_a_pipe(tiny_target):
         [sys.executable, "-m", "specchat.cli", "generate", "--prompt", "a b a b a b a b", "--raw",
          "--target", str(tiny_target), "--n-predict", "16", "--threads", "1"],
         capture_output=True, text=True, timeout=120, env={**os.environ, "SPECCHAT_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout
     assert "draft acceptance = " in proc.stderr
@@ -80,7 +80,7 @@ def test_ngram_default_streams_plain_text_to_a_pipe(tiny_target):
 def test_color_always_marks_kinds(capsys, tiny_pair):
     target, draft = tiny_pair
     rc = main(["generate", "--prompt", "The quick brown fox", "--raw", "--target", str(target), "--draft",
-               str(draft), "--k", "4", "--n-predict", "30", "--color", "always"])  # fmt: skip
+               str(draft), "--k", "4", "--n-predict", "30", "--color", "always"])
     out, _ = capsys.readouterr()
     assert rc == 0
     assert "\x1b[32m" in out  # accepted drafts in green
@@ -89,7 +89,7 @@ def test_color_always_marks_kinds(capsys, tiny_pair):
 def test_system_prompt_and_conversation_file(capsys, tiny_pair, tmp_path):
     target, draft = tiny_pair
     first, _ = run_json(capsys, "--prompt", "Hi", "--system", "Be brief.", "--target", str(target),
-                        "--draft", str(draft), "--n-predict", "8")  # fmt: skip
+                        "--draft", str(draft), "--n-predict", "8")
     from specchat.engine.protocol import Message
     from specchat.history import export_messages
 
@@ -97,11 +97,11 @@ def test_system_prompt_and_conversation_file(capsys, tiny_pair, tmp_path):
         Message("system", "Be brief."),
         Message("user", "Hi"),
         Message("assistant", first["text"], tokens=first["tokens"], kinds=first["kinds"]),
-    ])  # fmt: skip
+    ])
     f = tmp_path / "conv.json"
     f.write_text(json.dumps(conv))
     second, _ = run_json(capsys, "--prompt", "More", "--conversation", str(f), "--target", str(target),
-                         "--draft", str(draft), "--n-predict", "8")  # fmt: skip
+                         "--draft", str(draft), "--n-predict", "8")
     assert second["prompt_n"] > first["prompt_n"]  # the whole saved conversation was decoded
     assert json.loads(f.read_text()) == conv  # the saved file is untouched
 
@@ -122,7 +122,7 @@ def test_bad_input_is_one_line_exit_2(capsys, tiny_target, extra, needle):
     rc = main(args)
     out, err = capsys.readouterr()
     assert rc == 2
-    lines = [l for l in err.splitlines() if l.strip()]
+    lines = [x for x in err.splitlines() if x.strip()]
     assert len(lines) == 1, err
     assert needle in lines[0] and "Traceback" not in err
 

@@ -133,7 +133,7 @@ def test_new_database_schema_pragmas_and_columns(tmp_path):
     assert cols["messages"] == [
         "id", "conversation_id", "idx", "role", "content", "tokens", "kinds", "stopped", "created", "alternate_of",
         "version",
-    ]  # fmt: skip
+    ]
     for name in (
         "message_id target drafter k auto_k sampling prompt_n prompt_ms predicted_n predicted_ms predicted_per_second "
         "draft_n draft_n_accepted acceptance mean_len accepted_per_pos draft_ms_per_step verify_ms_per_step "

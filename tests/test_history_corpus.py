@@ -52,7 +52,7 @@ def db(tmp_path):
 
 def start(tmp_path, fingerprint="bytes", tokenize=byte_tokens, **kw) -> HistoryCorpus:
     return HistoryCorpus(tmp_path / "history.sqlite3", index_path(tmp_path, fingerprint), tokenize,
-                         fingerprint=fingerprint, **kw).start()  # fmt: skip
+                         fingerprint=fingerprint, **kw).start()
 
 
 def test_a_saved_reply_reaches_the_index_and_a_deleted_conversation_leaves_it(tmp_path, db):

@@ -55,7 +55,7 @@ def _rows(build: str, accepted: int, drafted: int, *, n: int = 10, target: str =
          "accepted": accepted // n, "spec_steps": drafted // n // 4, "predicted_n": 100, "predicted_ms": 1000.0,
          "build": build, "cpu": "AMD EPYC (flags x)"}
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 def test_an_acceptance_drop_between_builds_is_flagged_and_noise_is_not():
@@ -80,7 +80,7 @@ def test_history_stats_flags_a_drop_from_the_database(tmp_path, capsys):
     base = Turn(prompt_n=10, prompt_ms=5.0, predicted_n=100, predicted_ms=1000.0, predicted_per_second=100.0,
                 draft_n=200, draft_n_accepted=156, acceptance=0.78, mean_len=4.0, accepted_per_pos=[], draft_ms_per_step=0.0,
                 verify_ms_per_step=0.0, overhead_ms=0.0, step_ms=1000.0, n_steps=50, n_spec_steps=40, stop_reason="eos",
-                text="x", drafter="ngram", speculative=True, target="t.gguf", build="llama-cpp-python 0.3.35", cpu="cpu")  # fmt: skip
+                text="x", drafter="ngram", speculative=True, target="t.gguf", build="llama-cpp-python 0.3.35", cpu="cpu")
     with HistoryStore(db) as store:
         conv = store.create_conversation(target="t.gguf", draft="ngram")
         for i in range(20):

@@ -54,7 +54,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
          "--no-build-isolation", "--no-index", str(src)],
         check=True, capture_output=True, text=True, timeout=600, cwd=tmp,
-    )  # fmt: skip
+    )
     return python
 
 
@@ -68,7 +68,7 @@ def run(python: Path, code: str, tmp_path: Path) -> str:
     result = subprocess.run(
         [str(python), "-I", "-c", textwrap.dedent(code)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=clean_env(tmp_path),
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -127,7 +127,7 @@ def test_the_installed_cli_loads_the_example_config(installed, tmp_path):
     result = subprocess.run(
         [str(specchat), "--config", str(ROOT / "config.example.toml"), "config", "show"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=clean_env(tmp_path),
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     from_file = [line for line in result.stdout.splitlines() if f"# file {ROOT / 'config.example.toml'}" in line]
     assert any(line.startswith("theme = ") for line in from_file), result.stdout

@@ -32,7 +32,7 @@ def report(copy_auto_x: float, copy_auto_own: float, prose_best: float, code_aut
         row("prose", "Q4_1 one-row", "baseline", 0, 0.5, 1.0),
     ]
     formats = [{"label": "Q4_1", "one_row": False}, {"label": "Q8_0", "one_row": False},
-               {"label": "Q4_1 one-row", "one_row": True}]  # fmt: skip
+               {"label": "Q4_1 one-row", "one_row": True}]
     return {"summary": summary, "formats": formats}
 
 

@@ -22,7 +22,7 @@ def _turn(tokens: list[int]) -> Turn:
     return Turn(prompt_n=1, prompt_ms=1.0, predicted_n=len(tokens), predicted_ms=1.0, predicted_per_second=1.0,
                 draft_n=0, draft_n_accepted=0, acceptance=None, mean_len=1.0, accepted_per_pos=[],
                 draft_ms_per_step=0.0, verify_ms_per_step=0.0, overhead_ms=0.0, step_ms=1.0, n_steps=1,
-                n_spec_steps=0, stop_reason="eos", text="", tokens=tokens)  # fmt: skip
+                n_spec_steps=0, stop_reason="eos", text="", tokens=tokens)
 
 
 def _race() -> RaceResult:
@@ -32,7 +32,7 @@ def _race() -> RaceResult:
         (TimedPiece(0.12, "a", "accepted", 1), TimedPiece(0.12, "b", "rejected", 2), TimedPiece(0.12, "x", "corrected", 1),
          TimedPiece(0.20, "y", "bonus", 1), TimedPiece(0.25, "z", "plain", 1)),
         _turn([1] * 4), 0.27,
-    )  # fmt: skip
+    )
     return RaceResult("p", "t", "ngram", 4, off, on)
 
 

@@ -44,7 +44,7 @@ def _replies(db: Path) -> list[list[str]]:
 
 
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER and TESSERACT),
-                    reason="needs Debian's chromium, chromium-driver and tesseract-ocr (.ci/run installs them)")  # fmt: skip
+                    reason="needs Debian's chromium, chromium-driver and tesseract-ocr (.ci/run installs them)")
 def test_the_app_in_a_browser_answers_a_message_in_colour(tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -59,7 +59,7 @@ def test_the_app_in_a_browser_answers_a_message_in_colour(tmp_path):
         [sys.executable, "-m", "specchat.cli", "--data-dir", str(data), "serve", "--port", str(port), "--draft", "ngram",
          "--n-predict", "48"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,900"):
@@ -111,7 +111,7 @@ def test_serve_passes_the_app_options_on_and_says_what_0000_exposes(capsys):
     from specchat.cli import build_parser
 
     args = build_parser().parse_args(["--data-dir", "/d", "serve", "--port", "8123", "--draft", "ngram", "--no-auto-k",
-                                      "--k", "8"])  # fmt: skip
+                                      "--k", "8"])
     cmd = app_command(args)
     assert cmd.startswith(f"{sys.executable} -m specchat.cli --data-dir /d ")
     assert "--draft ngram" in cmd and "--k 8" in cmd and cmd.endswith("--no-auto-k")

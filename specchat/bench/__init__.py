@@ -11,8 +11,7 @@ One concept per module:
 * :mod:`~specchat.bench.report` - what is printed and written (table, arithmetic, plot, JSON);
 * :mod:`~specchat.bench.progress` - the one-line progress display on stderr;
 * :mod:`~specchat.bench.command` - the command itself (arguments in :mod:`specchat.commands.bench`).
+
+The package imports none of them: the tour's scenes (:mod:`specchat.demo`) use the suite at the TUI's start-up,
+and the command's modules bring the engine's telemetry (numpy) and gguf, which the window does not wait for.
 """
-
-from specchat.bench.command import main
-
-__all__ = ["main"]

@@ -122,7 +122,7 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
         cost_model=cm, drafter=drafter.name if drafter is not None else NONE,
         draft_kind=drafter.kind if drafter is not None else NONE, context_n=len(ctx), reps=reps,
         weights=target.weights, row_by_row=target.row_by_row,
-    )  # fmt: skip
+    )
 
 
 def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
@@ -140,7 +140,33 @@ def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Se
     curve = replay_speedups(d, a, n, [1.0] * len(log), alpha, c, vt, K_MAX)
     bk = best_k(curve)
     return {"from_k": int(top.k or 0), "rounds": len(log), "curve": curve, "best_k": bk,
-            "predicted_best_speedup": curve[bk]}  # fmt: skip
+            "predicted_best_speedup": curve[bk]}
+
+
+def _row_prediction(r: SummaryRow, alpha: float, c: float, vt: Sequence[float], t1: float, o0: float) -> dict[str, Any]:
+    """One fixed-K row's predictions (geometric, with the overheads, from its rounds) beside its measurement;
+    ``o0`` is the baseline's overhead per round."""
+    k = int(r.k or 0)
+    e = expected_tokens(alpha, k)
+    # the same S with the rounds' measured time outside llama_decode added to both sides:
+    # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
+    with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
+    # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
+    # runs' own draft cost per token and overhead per round, against one token per plain round
+    c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
+    cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
+    from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
+    return {
+        "k": k,
+        "E": e,
+        "predicted_from_rounds": from_rounds,
+        "tokens_per_round": r.tokens_per_round,
+        "v": vt[k],
+        "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
+        "predicted_with_overhead": with_o,
+        "overhead_ms_per_round": r.overhead_per_round,
+        "measured_speedup": r.speedup,
+    }
 
 
 def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
@@ -190,28 +216,7 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
             entry["curve"] = curve
             base = next((r for r in prs or [] if r.mode == "baseline"), None)
             o0 = base.overhead_per_round if base else 0.0
-            for r in fixed:
-                k = int(r.k or 0)
-                e = expected_tokens(alpha, k)
-                # the same S with the rounds' measured time outside llama_decode added to both sides:
-                # E·(t1 + o_0) / (t1·(c·K + v(K)) + o_K)
-                with_o = e * (t1 + o0) / (t1 * (c * k + vt[k]) + r.overhead_per_round) if t1 > 0 else None
-                # the rounds as they happened: their draft lengths d, costed with the measured v(d), the
-                # runs' own draft cost per token and overhead per round, against one token per plain round
-                c_run = r.draft_ms_per_token / t1 if t1 > 0 and r.draft_ms_per_token > 0 else c
-                cost_rounds = sum(n * (t1 * (c_run * d + vt[d]) + r.overhead_per_round) for d, n in enumerate(r.rounds_by_drafted))
-                from_rounds = r.predicted_n * (t1 + o0) / cost_rounds if cost_rounds > 0 else None
-                entry["rows"].append({
-                    "k": k,
-                    "E": e,
-                    "predicted_from_rounds": from_rounds,
-                    "tokens_per_round": r.tokens_per_round,
-                    "v": vt[k],
-                    "predicted_speedup": predicted_speedup(alpha, k, c, vt[k]),
-                    "predicted_with_overhead": with_o,
-                    "overhead_ms_per_round": r.overhead_per_round,
-                    "measured_speedup": r.speedup,
-                })  # fmt: skip
+            entry["rows"] = [_row_prediction(r, alpha, c, vt, t1, o0) for r in fixed]
             replay = replay_of_rounds(fixed, alpha, c, vt)
             if replay is not None:
                 entry["replay"] = replay
@@ -223,7 +228,7 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
                 CostEstimate(alpha=alpha, c=c, v=vt[rk], best_k=rk, predicted_speedup=rs,
                              target_ms_per_token=t1, draft_ms_per_token=draft_ms,
                              alpha_to_pay=break_even_alpha(c, vt, K_MAX))
-            )  # fmt: skip
+            )
             measured = {int(r.k or 0): r.speedup for r in fixed if r.speedup is not None}
             if measured:
                 mk = max(measured, key=lambda k: measured[k])
@@ -271,7 +276,7 @@ def speed_cap(rows: Sequence[SummaryRow], v_by_k: Sequence[float]) -> SpeedCap |
     return SpeedCap(
         x=base.x_reference * best_gain, x_plain=base.x_reference, gain=best_gain, k=best_k,
         v=v_by_k[best_k] if best_k else 1.0, alpha=alpha, coverage=coverage,
-    )  # fmt: skip
+    )
 
 
 __all__ = ["ALL_PROMPTS", "Calibration", "SpeedCap", "arithmetic", "calibrate", "replay_of_rounds", "speed_cap"]

@@ -64,18 +64,18 @@ def speedup_chart(path: Path, rows: Sequence[SummaryRow], arith: Mapping[str, An
     for i, prompt in enumerate(prompts):
         colour = colours[i % len(colours)]
         fixed = sorted((r for r in rows if r.prompt == prompt and r.mode == "spec" and r.speedup is not None),
-                       key=lambda r: int(r.k or 0))  # fmt: skip
+                       key=lambda r: int(r.k or 0))
         if fixed:
             ks = [int(r.k or 0) for r in fixed]
             ys = [float(r.speedup or 0.0) for r in fixed]
             lo = [y - float(r.speedup_min if r.speedup_min is not None else y) for y, r in zip(ys, fixed)]
             hi = [float(r.speedup_max if r.speedup_max is not None else y) - y for y, r in zip(ys, fixed)]
             ax.errorbar([0, *ks], [1.0, *ys], yerr=[[0.0, *lo], [0.0, *hi]], fmt="o-", color=colour, capsize=3,
-                        label=f"{prompt} measured")  # fmt: skip
+                        label=f"{prompt} measured")
         auto = next((r for r in rows if r.prompt == prompt and r.mode == "auto" and r.speedup is not None), None)
         if auto is not None:
             ax.plot([auto.k_mean], [auto.speedup], marker="*", markersize=14, color=colour, linestyle="none",
-                    label=f"{prompt} auto-K (mean K {auto.k_mean:.1f})")  # fmt: skip
+                    label=f"{prompt} auto-K (mean K {auto.k_mean:.1f})")
         entry = predicted.get(prompt)
         if entry is not None:
             curve = list(entry["curve"])[: k_top + 1]
@@ -83,7 +83,7 @@ def speedup_chart(path: Path, rows: Sequence[SummaryRow], arith: Mapping[str, An
             bk = int(entry.get("best_k") or 0)
             if 0 < bk < len(curve):
                 ax.annotate(f"recommended K {bk}", (bk, curve[bk]), textcoords="offset points", xytext=(4, 6),
-                            color=colour, fontsize=8)  # fmt: skip
+                            color=colour, fontsize=8)
     ax.axhline(1.0, color="black", linewidth=1.0)
     ax.text(0.2, 1.0, "break-even (1.0×): above it speculation helps, below it hurts", fontsize=8, va="bottom")
     ax.set_xlabel("K (draft tokens per round)")

@@ -33,7 +33,7 @@ DEFAULT_KS = "0,1,2,3,5,8"
 #: the bench's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
                     ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"),
-                    ("--flash-attn", "flash_attn"))  # fmt: skip
+                    ("--flash-attn", "flash_attn"))
 DEFAULT_N_PREDICT = 256
 
 
@@ -130,7 +130,7 @@ def load_targets(
     variants = variants_for(
         source, formats or [], mdir, one_row="none" if extra_buffer_types_safe() else "source", threads=settings.threads,
         progress=lambda msg: progress(0, 1, msg), flash_attn=flash_attn or [settings.flash_attn],
-    )  # fmt: skip
+    )
     out: dict[str, tuple[Any, Any]] = {}
     try:
         for v in variants:
@@ -154,7 +154,7 @@ def _chart(plot: str, label: str | None, rows: Any, arith: Any, meta: dict[str, 
         path = path.with_name(f"{path.stem}-{label.replace(' ', '_')}{path.suffix}")
     caption = (f"specchat bench: {label or meta.get('target', '?')} + {meta.get('drafter', '?')}, threads "
                f"{meta.get('threads', '?')}, {meta.get('n_predict', '?')} tokens, medians of interleaved pairs; "
-               f"CPU {this_cpu()}; {engine_build()}")  # fmt: skip
+               f"CPU {this_cpu()}; {engine_build()}")
     return speedup_chart(path, rows, arith, caption)
 
 
@@ -172,30 +172,12 @@ def main(
     from specchat.config import load_settings, refuse_local_flags, server_pair
 
     settings = load_settings(getattr(args, "config", None), settings_overrides(args))
-    servers = server_pair(settings)
     if settings.server_url:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
-    from specchat.engine.llama_server import ServerError
-    from specchat.loading import connect_server_b
-
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)
-    interrupted = False
-    session_b = None
     try:
-        try:
-            targets = load_targets(settings, formats, progress, flash_attn)
-        except ServerError as exc:
-            if servers:
-                raise ServerError(f"server A: {exc}") from None
-            raise
-        if servers:
-            try:
-                session_b = connect_server_b(settings, lambda f, what: progress(int(f * 100), 100, what))
-            except BaseException:
-                for session, _ in targets.values():
-                    session.close()
-                raise
+        targets, session_b = _load_sessions(settings, bool(server_pair(settings)), formats, flash_attn, progress)
     except KeyboardInterrupt:
         progress.close()
         print("specchat: interrupted while loading; nothing measured", file=err)
@@ -208,63 +190,61 @@ def main(
     if settings.server_url:
         ((session, _),) = targets.values()
         return _main_remote(args, session, suite, settings, progress, out, err, on_record)
+    return _main_local(args, targets, ks, suite, settings, progress, out, err, on_record)
+
+
+def _load_sessions(
+    settings: Any, two_servers: bool, formats: list[str] | None, flash_attn: list[str] | None, progress: ProgressLine
+) -> tuple[dict[str, tuple[Any, Any]], Any]:
+    """The targets (:func:`load_targets`) and, with ``--server-b``, server B's session (else None); a failure
+    to reach server A says so when there are two."""
+    from specchat.engine.llama_server import ServerError
+    from specchat.loading import connect_server_b
+
+    try:
+        targets = load_targets(settings, formats, progress, flash_attn)
+    except ServerError as exc:
+        if two_servers:
+            raise ServerError(f"server A: {exc}") from None
+        raise
+    if not two_servers:
+        return targets, None
+    try:
+        return targets, connect_server_b(settings, lambda f, what: progress(int(f * 100), 100, what))
+    except BaseException:
+        for session, _ in targets.values():
+            session.close()
+        raise
+
+
+def _main_local(
+    args: Any, targets: dict[str, tuple[Any, Any]], ks: list[int], suite: list[dict[str, str]], settings: Any,
+    progress: ProgressLine, out: TextIO, err: TextIO, on_record: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """``specchat bench`` on local models: each K (and auto) against the adjacent baseline, per weight format."""
     sessions = {label: session for label, (session, _v) in targets.items()}
     variants = {label: v for label, (_s, v) in targets.items() if v is not None}
     reference = next((label for label, v in variants.items() if v.source), None)
-    baseline_only = [label for label, v in variants.items() if v.one_row]
+    interrupted = False
     try:
         first = next(iter(sessions.values()))
         dec = first.decoder
-        drafter = dec.drafter_name
-        speculative_modes = any(k > 0 for k in ks) or args.auto
-        if speculative_modes and (dec.drafter is None or not dec.can_speculate):
+        if (any(k > 0 for k in ks) or args.auto) and (dec.drafter is None or not dec.can_speculate):
             why = "the target cannot roll back its KV (recurrent/hybrid)" if not dec.can_speculate else "no drafter is configured"
             raise UserError(f"cannot bench speculation: {why}; use --draft {NGRAM} or a draft .gguf, or --k 0 for the baseline alone")
-        meta = {
-            "target": dec.target.name,
-            "drafter": drafter,
-            "ks": ks,
-            "auto": bool(args.auto),
-            "runs": args.runs,
-            "n_predict": settings.n_predict,
-            "temperature": settings.sampling.temperature,
-            "seed": settings.sampling.seed,
-            "threads": settings.threads,
-            "threads_batch": settings.threads_batch,
-            "n_ctx": settings.n_ctx,
-            "suite": [p["name"] for p in suite],
-            "formats": [
-                {"label": label, "file": v.path.name, "weights": v.weights, "repack": v.repack, "source": v.source,
-                 "flash_attn": v.flash_attn, "lossy": v.lossy, "one_row": v.one_row, "note": v.note}
-                for label, v in variants.items()
-            ],  # fmt: skip
-        }
+        meta = _local_meta(dec, ks, args, settings, suite, variants)
         many = len(sessions) > 1
-        print(
-            f"specchat bench: target {dec.target.name}, drafter {drafter}, K {','.join(map(str, ks))}"
-            f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
-            f"(A B A B ...); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
-            f"threads {settings.threads}",
-            file=out,
-        )
-        if many:
-            print(f"formats: {', '.join(f'{label} ({v.path.name}; {v.note})' for label, v in variants.items())}; "
-                  f"every round opens with one {reference} baseline run, the unit of '× {reference}'", file=out)  # fmt: skip
-        out.flush()
+        _print_local_header(out, dec, ks, args, settings, variants if many else {}, reference)
         cals: dict[str, Calibration] = {}
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
-            try:
-                for label, session in sessions.items():
-                    prog = progress if not many else (lambda i, n, what, label=label: progress(i, n, f"{label} {what}"))
-                    cals[label] = calibrate(session, suite[0]["prompt"], progress=prog)
-            except KeyboardInterrupt:
-                interrupted = True
+            interrupted = _calibrate_all(sessions, suite, progress, many, cals)
         records: list[dict[str, Any]] = []
         if not interrupted:
             runner = BenchRunner(
                 sessions if many else first, suite, ks, args.runs, auto=bool(args.auto), progress=progress,
-                on_record=on_record, reference=reference, baseline_only=baseline_only,
-            )  # fmt: skip
+                on_record=on_record, reference=reference,
+                baseline_only=[label for label, v in variants.items() if v.one_row],
+            )
             records = runner.run()
             interrupted = runner.interrupted
         progress.close()
@@ -272,32 +252,8 @@ def main(
         ariths = {label: arithmetic(cal, [r for r in rows if r.target == label]) for label, cal in cals.items()}
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
-        for label in sessions:
-            mine = [r for r in rows if r.target == label]
-            if many:
-                v = variants[label]
-                print(f"\n== {label}: {v.path.name} ({v.note}) ==", file=out)
-            if mine:
-                print("", file=out)
-                print(format_table(mine), file=out)
-                print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
-                for w in noise_warnings(mine):
-                    print(w, file=out)
-            if label in ariths:
-                print(format_arithmetic(ariths[label]), file=out)
-            if args.plot is True and mine:
-                print(format_plot(mine), file=out)
-            if isinstance(args.plot, str) and mine:
-                chart = _chart(args.plot, label if many else None, mine, ariths.get(label), meta)
-                print(f"wrote the chart of {label or dec.target.name} to {chart}", file=err)
-        if many and rows and reference is not None:
-            caps = {
-                (prompt, label): cap
-                for prompt in dict.fromkeys(r.prompt for r in rows) for label, cal in cals.items()
-                if (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
-                                     cal.cost_model.verify.table())) is not None
-            }  # fmt: skip
-            print(format_formats(rows, list(sessions), reference, caps), file=out)
+        _print_local_results(out, err, list(sessions), rows, ariths, cals, variants if many else {}, args.plot,
+                             reference, meta, dec.target.name)
         if args.json:
             arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
@@ -308,6 +264,97 @@ def main(
         for session in sessions.values():
             session.close()
     return 130 if interrupted else 0
+
+
+def _local_meta(
+    dec: Any, ks: list[int], args: Any, settings: Any, suite: list[dict[str, str]], variants: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``--json`` report's ``meta`` for a local bench: what ran, how, on which weight formats."""
+    return {
+        "target": dec.target.name,
+        "drafter": dec.drafter_name,
+        "ks": ks,
+        "auto": bool(args.auto),
+        "runs": args.runs,
+        "n_predict": settings.n_predict,
+        "temperature": settings.sampling.temperature,
+        "seed": settings.sampling.seed,
+        "threads": settings.threads,
+        "threads_batch": settings.threads_batch,
+        "n_ctx": settings.n_ctx,
+        "suite": [p["name"] for p in suite],
+        "formats": [
+            {"label": label, "file": v.path.name, "weights": v.weights, "repack": v.repack, "source": v.source,
+             "flash_attn": v.flash_attn, "lossy": v.lossy, "one_row": v.one_row, "note": v.note}
+            for label, v in variants.items()
+        ],
+    }
+
+
+def _print_local_header(
+    out: TextIO, dec: Any, ks: list[int], args: Any, settings: Any, many: dict[str, Any], reference: str | None
+) -> None:
+    """What the bench will run; ``many``: the weight formats, when there is more than one."""
+    print(
+        f"specchat bench: target {dec.target.name}, drafter {dec.drafter_name}, K {','.join(map(str, ks))}"
+        f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
+        f"(A B A B ...); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
+        f"threads {settings.threads}",
+        file=out,
+    )
+    if many:
+        print(f"formats: {', '.join(f'{label} ({v.path.name}; {v.note})' for label, v in many.items())}; "
+              f"every round opens with one {reference} baseline run, the unit of '× {reference}'", file=out)
+    out.flush()
+
+
+def _calibrate_all(
+    sessions: dict[str, Any], suite: list[dict[str, str]], progress: ProgressLine, many: bool,
+    cals: dict[str, Calibration],
+) -> bool:
+    """Measure v(K) for each target into ``cals``; True if Ctrl-C stopped it (what was measured is kept)."""
+    try:
+        for label, session in sessions.items():
+            prog = progress if not many else (lambda i, n, what, label=label: progress(i, n, f"{label} {what}"))
+            cals[label] = calibrate(session, suite[0]["prompt"], progress=prog)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def _print_local_results(
+    out: TextIO, err: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any], cals: dict[str, Calibration],
+    many: dict[str, Any], plot: bool | str | None, reference: str | None, meta: dict[str, Any], target: str,
+) -> None:
+    """Per target: its table, noise warnings, arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a
+    chart per target, :func:`_chart`); with ``many`` formats, the comparison (with each target's free-drafter speed
+    cap per prompt, from its calibration)."""
+    for label in labels:
+        mine = [r for r in rows if r.target == label]
+        if many:
+            v = many[label]
+            print(f"\n== {label}: {v.path.name} ({v.note}) ==", file=out)
+        if mine:
+            print("", file=out)
+            print(format_table(mine), file=out)
+            print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
+            for w in noise_warnings(mine):
+                print(w, file=out)
+        if label in ariths:
+            print(format_arithmetic(ariths[label]), file=out)
+        if plot is True and mine:
+            print(format_plot(mine), file=out)
+        if isinstance(plot, str) and mine:
+            chart = _chart(plot, label if many else None, mine, ariths.get(label), meta)
+            print(f"wrote the chart of {label or target} to {chart}", file=err)
+    if many and rows and reference is not None:
+        caps = {
+            (prompt, label): cap
+            for prompt in dict.fromkeys(r.prompt for r in rows) for label, cal in cals.items()
+            if (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
+                                 cal.cost_model.verify.table())) is not None
+        }
+        print(format_formats(rows, labels, reference, caps), file=out)
 
 
 def _main_remote(
@@ -329,7 +376,7 @@ def _main_remote(
         runner = BenchRunner(
             session, suite, [k], args.runs, progress=progress, on_record=on_record, run_fn=run_remote_once,
             plan=plan, drafter=info.draft_name,
-        )  # fmt: skip
+        )
         records = runner.run()
         progress.close()
         rows = summarize(records)
@@ -406,7 +453,7 @@ def _main_servers(
         )
         out.flush()
         records, interrupted = run_ab(ab_plan(suite, args.runs, sa, sb), {p["name"]: p["prompt"] for p in suite},
-                                      progress=progress, on_record=on_record)  # fmt: skip
+                                      progress=progress, on_record=on_record)
         progress.close()
         ratios = ab_ratios(records["A"], records["B"])
         if interrupted:
@@ -416,7 +463,7 @@ def _main_servers(
             rows = summarize(records[side.name])
             meta = {"server": side.session.server.url, **_server_meta(info, side.k, args, settings, suite)}
             reports[side.name.lower()] = build_report(meta=meta, records=records[side.name], rows=rows, arith=None,
-                                                      interrupted=interrupted)  # fmt: skip
+                                                      interrupted=interrupted)
             if rows:
                 print(f"\nserver {side.name}: {info.target_name}", file=out)
                 print(format_table(rows), file=out)

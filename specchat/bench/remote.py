@@ -108,7 +108,7 @@ def ab_ratios(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> dict[
         ra = a_of.get(rb["pair"])
         if ra is not None and ra["predicted_per_second"] > 0:
             pairs.append({"prompt": rb["prompt"], "run": rb["run"], "pair": rb["pair"],
-                          "b_over_a": rb["predicted_per_second"] / ra["predicted_per_second"]})  # fmt: skip
+                          "b_over_a": rb["predicted_per_second"] / ra["predicted_per_second"]})
     prompts = list(dict.fromkeys(p["prompt"] for p in pairs))
     per_prompt = [{"prompt": name, **_ratio_summary([p["b_over_a"] for p in pairs if p["prompt"] == name])} for name in prompts]
     return {**_ratio_summary([p["b_over_a"] for p in pairs]), "per_prompt": per_prompt, "per_pair": pairs}

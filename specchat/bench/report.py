@@ -154,7 +154,7 @@ def format_plot(rows: Sequence[SummaryRow], width: int = 40) -> str:
 
 
 def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference: str,
-                   caps: Mapping[tuple[str, str], SpeedCap] | None = None) -> str:  # fmt: skip
+                   caps: Mapping[tuple[str, str], SpeedCap] | None = None) -> str:
     """Every target's modes as multiples of the reference's baseline, per prompt: "× the bundled Q4_1
     baseline" across formats, from one interleaved run (each ratio against the same round's reference run);
     with ``caps`` ((prompt, target) -> :class:`~specchat.bench.arithmetic.SpeedCap`) each target's physical
@@ -168,7 +168,7 @@ def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference
     w_t = max([8, *(len(t) for t in targets)])
     head = f"{'prompt':<{w_p}} {'target':<{w_t}} " + " ".join(f"{c:>7}" for c in cols)
     lines = ["", f"× {reference}: each run's tok/s / the same round's {reference} baseline run, median over rounds", head,
-             "-" * len(head)]  # fmt: skip
+             "-" * len(head)]
     for prompt in prompts:
         first = True
         for t in targets:
@@ -183,7 +183,7 @@ def format_formats(rows: Sequence[SummaryRow], targets: Sequence[str], reference
     if caps:
         lines += ["", f"cap = the most a target reaches with a free drafter on this CPU, × {reference}: its plain speed × "
                       "1 / ((1 − coverage) + coverage · v(K) / E(α, K)) at the best K (Amdahl over the share of the reply "
-                      "drafting rounds covered; every covered round drafting K)"]  # fmt: skip
+                      "drafting rounds covered; every covered round drafting K)"]
         for (prompt, t), cap in caps.items():
             lines.append(
                 f"  {prompt} {t}: {cap.x:.2f}× = plain {cap.x_plain:.2f}× · {cap.gain:.2f} (coverage {cap.coverage:.0%}, "

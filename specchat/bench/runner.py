@@ -34,7 +34,7 @@ RECORD_FIELDS = (
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
     "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
     "round_log", "target", "x_reference",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class PlanItem:
 def make_plan(
     suite: Sequence[dict[str, str]], ks: Sequence[int], runs: int, auto: bool, *,
     targets: Sequence[str] = ("",), reference: str | None = None, baseline_only: Collection[str] = (),
-) -> list[PlanItem]:  # fmt: skip
+) -> list[PlanItem]:
     """The order of the runs: per prompt, per run index, each speculative mode right after its own
     baseline run (A B A C ... A B A C ...). With no speculative mode, baselines only. With several
     ``targets``, each round opens with one baseline of ``reference`` and every target's runs follow
@@ -211,7 +211,7 @@ class BenchRunner:
         self.plan = plan if plan is not None else make_plan(
             self.suite, ks, runs, auto, targets=list(self.sessions), baseline_only=baseline_only,
             reference=reference,
-        )  # fmt: skip
+        )
         self.progress = progress
         self.on_record = on_record
         self.run_fn = run_fn or (lambda *a: run_once(*a))  # looked up at call time
@@ -220,7 +220,7 @@ class BenchRunner:
         self.drafters = {
             label: drafter or getattr(getattr(s, "decoder", None), "drafter_name", None) or NONE
             for label, s in self.sessions.items()
-        }  # fmt: skip
+        }
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)

@@ -100,7 +100,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> list[SummaryRow]:
                 rejections=sum(r["rejections"] for r in rs),
                 round_log=[x for r in rs for x in (r.get("round_log") or [])],
             )
-        )  # fmt: skip
+        )
     return rows
 
 

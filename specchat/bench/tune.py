@@ -142,7 +142,7 @@ class TuneResult:
 
 
 def recommend(variants: Sequence[VariantResult], workload: str, *, allow_lossy: bool = False,
-              margin: float = TIE_MARGIN) -> Choice | None:  # fmt: skip
+              margin: float = TIE_MARGIN) -> Choice | None:
     """The variant and mode to use for ``workload``: the fastest by measured tok/s (the prediction where a
     variant was not run), unless the source file (in either kernels) is within ``margin`` of it: then the
     source, which changes nothing in the output and needs no new file. Re-quantised variants (``lossy``)
@@ -164,7 +164,7 @@ def recommend(variants: Sequence[VariantResult], workload: str, *, allow_lossy: 
             pick, why = best_source, f"within {margin:.0%} of the fastest ({top[0].label}): keep the source file"
     v, (mode, m) = pick
     return Choice(workload=workload, label=v.label, mode=mode, tok_s=_speed(m) or 0.0, x_source=m.x_source,
-                  measured=m.tok_s is not None, why=why)  # fmt: skip
+                  measured=m.tok_s is not None, why=why)
 
 
 def settings_for(choice: Choice, variant: VariantResult, drafter: str, models_dir: Path | None) -> str:
@@ -242,7 +242,7 @@ Progress = Callable[[int, int, str], None]
 def measure_verify_costs(
     sessions: Mapping[str, Any], prompt: str, *, reps: int, split_threads_batch: int | None,
     progress: Progress | None = None, cache: Any = None,
-) -> dict[str, dict[str, Any]]:  # fmt: skip
+) -> dict[str, dict[str, Any]]:
     """The engine's calibration of every session's target, interleaved: ``reps`` rounds, each timing
     :data:`~specchat.engine.calibration.MEASURE_ROWS` on every target (and again with the batch on
     ``split_threads_batch`` threads, for a target that batches). Each target holds ``prompt`` (chat-formatted)
@@ -319,7 +319,7 @@ def summarize_runs(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> 
                     x_source=statistics.median(xs) if xs else None, runs=len(rs),
                     alpha=alpha_mle(sum(r["draft_n_accepted"] for r in rs), sum(r["rejections"] for r in rs)) if drafted else None,
                     mean_k=statistics.fmean(r["k_mean"] for r in rs) if mode == "auto" else None,
-                )  # fmt: skip
+                )
     return out
 
 
@@ -381,9 +381,9 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
         verdict = (f"it pays: set threads_batch = {result.split_threads_batch} - as long as nothing else keeps these "
                    f"cores busy (then its OpenMP threads collapse: README, 'Measuring on a shared machine')"
                    if result.split_recommended
-                   else f"it does not pay here (needs {SPLIT_GAIN:.0%}): leave threads_batch unset")  # fmt: skip
+                   else f"it does not pay here (needs {SPLIT_GAIN:.0%}): leave threads_batch unset")
         lines += ["", f"Thread split: a 17-row verify batch on {result.split_threads_batch} threads instead of "
-                      f"{result.threads} (single rows stay on {result.threads}): {gains}; {verdict}"]  # fmt: skip
+                      f"{result.threads} (single rows stay on {result.threads}): {gains}; {verdict}"]
     if any(v.modes for v in result.variants):
         lines += ["", "Workloads: median tok/s (× the source's baseline in the same round; predicted from v(K) and the runs' acceptance)"]
         for workload in WORKLOADS:
@@ -397,7 +397,7 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
                         continue
                     acc = f", α {m.alpha:.2f}, mean K {m.mean_k:.1f}" if name == "auto" and m.alpha is not None else ""
                     cells.append(f"{name} {_f(m.tok_s, '.1f')} tok/s ({_f(m.x_source, '.2f')}×; predicted "
-                                 f"{_f(m.predicted_tok_s, '.1f')}{acc})")  # fmt: skip
+                                 f"{_f(m.predicted_tok_s, '.1f')}{acc})")
                 if cells:
                     lines.append(f"    {v.label:<14} " + "; ".join(cells))
     if result.choices:
@@ -406,8 +406,8 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
             v = result.variant(c.label)
             what = "speculation off" if c.mode == "plain" else f"{result.drafter} drafts with auto-K"
             lines.append(f"  {c.workload}: {c.label}, {what}: {c.tok_s:.1f} tok/s"
-                         f"{f' ({c.x_source:.2f}× the source baseline)' if c.x_source else ''} - {c.why}")  # fmt: skip
+                         f"{f' ({c.x_source:.2f}× the source baseline)' if c.x_source else ''} - {c.why}")
             lines.append(f"    {settings_for(c, v, result.drafter, models_dir)}"
-                         + ("  [re-quantised: changes the model's output]" if v.lossy else ""))  # fmt: skip
+                         + ("  [re-quantised: changes the model's output]" if v.lossy else ""))
     lines += [f"note: {n}" for n in result.notes]
     return "\n".join(lines)

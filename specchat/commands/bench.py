@@ -55,9 +55,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat import bench
+    from specchat.bench.command import main
 
-    return bench.main(args, out=sys.stdout, err=sys.stderr)
+    return main(args, out=sys.stdout, err=sys.stderr)
 
 
 __all__ = ["add_arguments", "run", "UserError"]

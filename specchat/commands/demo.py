@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     results = demo.run_tour(
         settings, scenes, load=load_engine, derive=derive_demo, n_predict=args.n_predict,
         progress=lambda msg: print(f"  {msg}", file=sys.stderr), pick=pick_helps_pair,
-    )  # fmt: skip
+    )
     if args.json:
         print(json.dumps([r.figures() for r in results], indent=2, ensure_ascii=False))
     else:

@@ -71,7 +71,7 @@ def settings_overrides(args: argparse.Namespace) -> dict:
 
 #: flags of the local engine (a llama-server has its own settings), with their argparse destinations
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto-k", "auto_k"),
-                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))
 
 
 def load_conversation(path: str) -> list:

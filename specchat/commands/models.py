@@ -140,9 +140,39 @@ def _table(rows: list[list[str]], header: list[str]) -> list[str]:
     return lines
 
 
+def _preset_lines(presets: list[Any]) -> list[str]:
+    """``models list``'s presets: each one's state, and where each of its files comes from and how it is."""
+    from specchat.models.presets import DerivedFile, HubFile, NgramDraft, missing_file_note
+
+    out: list[str] = []
+    for st in presets:
+        p = st.preset
+        out.append(f"  {p.name:<20} {p.kind:<6} {st.state}")
+        for role, file, chk in (("target", p.target, st.target_check), ("draft", p.draft, st.draft_check)):
+            if isinstance(file, NgramDraft):
+                out.append(f"      {role:<6} {file.kind} (n-gram lookup over the conversation: no file)")
+                continue
+            if isinstance(file, HubFile):
+                size = f"{file.size:,} bytes" if file.size is not None else "size checked against the hub"
+                where = f"{file.repo}, {size}"
+            elif isinstance(file, DerivedFile):
+                where = f"specchat models derive {file.derive_args}"
+            else:
+                where = "bundled"
+            all_missing = all(c.status == "missing" for c in (st.target_check, st.draft_check))
+            if chk.ok or all_missing:  # the preset's line says it all
+                state = ""
+            elif chk.status == "missing":
+                state = f"  [{missing_file_note(p, file)}]"
+            else:
+                state = f"  [{chk.status}: {chk.detail}]"
+            out.append(f"      {role:<6} {file.filename} ({where}){state}")
+        out.append(f"      {p.demonstrates}")
+    return out
+
+
 def _run_list(args: argparse.Namespace) -> int:
     from specchat.models.inventory import build_inventory, leftover_parts
-    from specchat.models.presets import DerivedFile, HubFile, NgramDraft, missing_file_note
 
     settings = _settings(args)
     data_dir = settings.effective_data_dir()
@@ -175,7 +205,7 @@ def _run_list(args: argparse.Namespace) -> int:
         for c in curves:
             vs = " ".join(f"v({k})={c['v'][str(k)]:.1f}" for k in VERIFY_KS if str(k) in c["v"])
             out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}, flash attention "
-                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")  # fmt: skip
+                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")
             out.append(f"      {c['reason']}")
     tuned = _tune_results(data_dir)
     if tuned:
@@ -189,29 +219,7 @@ def _run_list(args: argparse.Namespace) -> int:
     out += ["", f"Configured: target = {inv.configured[0]!r}, draft = {inv.configured[1]!r}: {inv.configured_state}"]
 
     out += ["", "Presets (use one with target = \"preset:NAME\")", ""]
-    for st in inv.presets:
-        p = st.preset
-        out.append(f"  {p.name:<20} {p.kind:<6} {st.state}")
-        for role, file, chk in (("target", p.target, st.target_check), ("draft", p.draft, st.draft_check)):
-            if isinstance(file, NgramDraft):
-                out.append(f"      {role:<6} {file.kind} (n-gram lookup over the conversation: no file)")
-                continue
-            if isinstance(file, HubFile):
-                size = f"{file.size:,} bytes" if file.size is not None else "size checked against the hub"
-                where = f"{file.repo}, {size}"
-            elif isinstance(file, DerivedFile):
-                where = f"specchat models derive {file.derive_args}"
-            else:
-                where = "bundled"
-            all_missing = all(c.status == "missing" for c in (st.target_check, st.draft_check))
-            if chk.ok or all_missing:  # the preset's line says it all
-                state = ""
-            elif chk.status == "missing":
-                state = f"  [{missing_file_note(p, file)}]"
-            else:
-                state = f"  [{chk.status}: {chk.detail}]"
-            out.append(f"      {role:<6} {file.filename} ({where}){state}")
-        out.append(f"      {p.demonstrates}")
+    out += _preset_lines(inv.presets)
 
     out += ["", "Compatible target <- draft pairs among the files above (draft smaller than target)", ""]
     if inv.pairs:
@@ -256,7 +264,7 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
                 "flash_attn": k.flash_attn, "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
                 "v": {str(i): curve.at(i) for i in range(len(curve.v))}, "reason": curve.reason,
                 "measured_rows": curve.measured_rows, "measured_at": entry.measured_at,
-            })  # fmt: skip
+            })
     return out
 
 

@@ -54,7 +54,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 #: the race's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto-k", "auto_k"),
-                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))  # fmt: skip
+                    ("--threads", "threads"), ("--n-ctx", "n_ctx"))
 
 
 def race_json(race) -> dict:
@@ -64,7 +64,7 @@ def race_json(race) -> dict:
         "prompt": race.prompt, "target": race.target, "drafter": race.drafter, "k": race.k, "auto_k": race.k is None,
         "ratio": race.ratio, "identical": race.identical, "first_difference": race.first_difference,
         "difference": race.difference or None,
-    }  # fmt: skip
+    }
     if race.remote:  # each lane is a server: its own K and drafter are in its lane
         out.update(k=None, auto_k=False, remote=True, same_weights=race.same_weights)
     for lane in ("off", "on"):
@@ -76,7 +76,7 @@ def race_json(race) -> dict:
             "draft_n": t.draft_n, "draft_n_accepted": t.draft_n_accepted, "acceptance": t.acceptance,
             "k_min": t.k_min, "k_max": t.k_max, "stop_reason": t.stop_reason, "text": run.text,
             "pieces": [[p.t, p.kind, p.text, p.token] for p in run.pieces],
-        }  # fmt: skip
+        }
     return out
 
 

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to listen on (default {DEFAULT_HOST}: this machine only; 0.0.0.0 exposes the app, "
-                        "its model and its history to anyone who can reach the port)")  # fmt: skip
+                        "its model and its history to anyone who can reach the port)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     tui.add_arguments(p)
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     url = f"http://{'[' + args.host + ']' if ':' in args.host else args.host}:{args.port}"
     if args.host not in LOCAL_HOSTS:
         print(f"specchat: serving on {args.host}: anyone who can reach port {args.port} can chat with the model and "
-              "read the saved history (the app has no login)", file=sys.stderr)  # fmt: skip
+              "read the saved history (the app has no login)", file=sys.stderr)
     print(f"specchat serve: open {url} in a browser (Ctrl-C stops the server)", flush=True)
     server = Server(app_command(args), host=args.host, port=args.port, title="specchat")
     try:

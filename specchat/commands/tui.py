@@ -43,7 +43,7 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
 )
 #: the app's flags that set the local models or speculation (refused with a llama-server), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "tui_target"), ("--draft", "tui_draft"), ("--k", "tui_k"),
-                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))  # fmt: skip
+                    ("--auto-k/--no-auto-k", "tui_auto_k"), ("--threads", "tui_threads"), ("--n-ctx", "tui_n_ctx"))
 #: the app's on/off flags: (flag, dest, the value when not given)
 _SWITCHES = (("--auto-k/--no-auto-k", "tui_auto_k", None), ("--no-history", "tui_no_history", False))
 
@@ -174,7 +174,7 @@ def set_escape_delay(environ: MutableMapping[str, str] = os.environ) -> None:
 def derive_demo_models(models_dir: Path, *, threads: int = 1, progress: Callable[[str], None] | None = None) -> Any:
     """The tour's deriver of the demo files (:func:`specchat.models.derive.derive_demo`), imported when it runs
     (on the app's engine thread), like the engine factory's loader."""
-    from specchat.models.derive import derive_demo
+    from specchat.models.derive import derive_demo  # numpy: on the engine thread when the tour runs
 
     return derive_demo(models_dir, threads=threads, progress=progress)
 
@@ -183,9 +183,9 @@ def pick_helps_pair(settings: Any, progress: Callable[[str], None]) -> Any:
     """The tour's choice of this machine's helps pair (:func:`specchat.demo.choose_helps_pair`): a saved tune
     result of the bundled model, else the candidates' verify costs timed with the engine's calibration
     (:func:`specchat.loading.measure_verify_cost`, cached per file). Imported when it runs, on the engine thread."""
-    from specchat.bench.tune import load_results
+    from specchat.bench.tune import load_results  # numpy: on the engine thread when the tour runs
     from specchat.demo import choose_helps_pair
-    from specchat.loading import measure_verify_cost
+    from specchat.loading import measure_verify_cost  # llama_cpp: on the engine thread when the tour runs
     from specchat.models.bundled import BUNDLED_FILE
 
     data_dir = settings.effective_data_dir()

@@ -88,8 +88,54 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
+def _variant_results(variants: list[Any], costs: dict[str, Any], sessions: dict[str, Any]) -> list[Any]:
+    """A :class:`~specchat.bench.tune.VariantResult` per weight format, from its measured verify costs."""
+    from specchat.bench import tune as tn
+
+    results: list[tn.VariantResult] = []
+    for v in variants:
+        cm = costs[v.label]["cost"]
+        sp = costs[v.label]["split"]
+        target = sessions[v.label].decoder.target
+        gain = None
+        if sp is not None and cm.target_ms() and sp.target_ms():
+            gain = 1.0 - (sp.v(16) * sp.target_ms()) / (cm.v(16) * cm.target_ms())
+        results.append(tn.VariantResult(
+            label=v.label, file=v.path.name, path=str(v.path), weights=v.weights, repack=v.repack, source=v.source,
+            flash_attn=v.flash_attn, lossy=v.lossy, one_row=v.one_row, note=v.note, t1_ms=cm.target_ms(), v=tn._v_at(cm),
+            reason=cm.verify.curve(v.weights, "measured", row_by_row=target.row_by_row).reason,
+            split_v=tn._v_at(sp) if sp is not None else None, split_gain=gain,
+        ))
+    return results
+
+
+def _predict_modes(
+    results: list[Any], records: list[dict[str, Any]], costs: dict[str, Any], speculates: bool, labels: list[str]
+) -> None:
+    """Fill each result's modes per workload (plain, and auto-K where it speculates) with the measured runs
+    and the tok/s the cost model predicts from them."""
+    from specchat.bench import tune as tn
+
+    modes = tn.summarize_runs(records, labels)
+    for r in results:
+        cm = costs[r.label]["cost"]
+        r.modes = modes.get(r.label, {})
+        for workload, prompt in tn.WORKLOADS.items():
+            ms = r.modes.setdefault(workload, {})
+            ms.setdefault("plain", tn.Mode())
+            if speculates and not r.one_row:
+                ms.setdefault("auto", tn.Mode())
+            auto = [rec for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto"]
+            rounds = [x for rec in auto for x in rec.get("round_log") or []]
+            drafted = sum(rec["draft_n"] for rec in auto)
+            draft_ms = sum(rec["draft_ms"] for rec in auto)
+            c = draft_ms / drafted / cm.target_ms() if drafted and cm.target_ms() else 0.0
+            for name, m in ms.items():
+                m.predicted_tok_s = tn.predict(m, cm, rounds, plain=name == "plain", c=c)
+
+
 def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
-          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:  # fmt: skip
+          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:
     from specchat.bench.runner import BenchRunner
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
@@ -105,14 +151,14 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     assert mdir is not None
     say = lambda msg: progress(0, 1, msg)  # noqa: E731
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
-                            threads=settings.threads, progress=say, flash_attn=flash_attn)  # fmt: skip
+                            threads=settings.threads, progress=say, flash_attn=flash_attn)
     for v in variants:
         # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
         s = settings.model_copy(
             update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn, "server_url": None}
         )
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
-                                        auto_k=False)  # fmt: skip
+                                        auto_k=False)
     first = next(iter(sessions.values()))
     drafter = first.decoder.drafter_name or NONE
     speculates = drafter != NONE and first.decoder.can_speculate
@@ -121,21 +167,8 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     prompts = {p["name"]: p["prompt"] for p in DEFAULT_SUITE}
     cache = CalibrationCache(data_dir / CALIBRATION_DIR)
     costs = tn.measure_verify_costs(sessions, prompts["prose"], reps=args.reps, split_threads_batch=split,
-                                    progress=progress, cache=cache)  # fmt: skip
-    results: list[tn.VariantResult] = []
-    for v in variants:
-        cm = costs[v.label]["cost"]
-        sp = costs[v.label]["split"]
-        target = sessions[v.label].decoder.target
-        gain = None
-        if sp is not None and cm.target_ms() and sp.target_ms():
-            gain = 1.0 - (sp.v(16) * sp.target_ms()) / (cm.v(16) * cm.target_ms())
-        results.append(tn.VariantResult(
-            label=v.label, file=v.path.name, path=str(v.path), weights=v.weights, repack=v.repack, source=v.source,
-            flash_attn=v.flash_attn, lossy=v.lossy, one_row=v.one_row, note=v.note, t1_ms=cm.target_ms(), v=tn._v_at(cm),
-            reason=cm.verify.curve(v.weights, "measured", row_by_row=target.row_by_row).reason,
-            split_v=tn._v_at(sp) if sp is not None else None, split_gain=gain,
-        ))  # fmt: skip
+                                    progress=progress, cache=cache)
+    results = _variant_results(variants, costs, sessions)
     notes: list[str] = []
     if not speculates:
         notes.append(f"drafter {drafter!r}: only plain decoding was measured; configure draft = \"ngram\" to tune for speculation")
@@ -145,26 +178,11 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         runner = BenchRunner(
             sessions, suite, [0], args.runs, auto=speculates, progress=progress,
             reference=next(v.label for v in variants if v.source), baseline_only=[v.label for v in variants if v.one_row],
-        )  # fmt: skip
+        )
         records = runner.run()
         if runner.interrupted:
             raise KeyboardInterrupt
-    modes = tn.summarize_runs(records, [v.label for v in variants])
-    for r in results:
-        cm = costs[r.label]["cost"]
-        r.modes = modes.get(r.label, {})
-        for workload, prompt in tn.WORKLOADS.items():
-            ms = r.modes.setdefault(workload, {})
-            ms.setdefault("plain", tn.Mode())
-            if speculates and not r.one_row:
-                ms.setdefault("auto", tn.Mode())
-            rounds = [x for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto"
-                      for x in rec.get("round_log") or []]  # fmt: skip
-            drafted = sum(rec["draft_n"] for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto")
-            draft_ms = sum(rec["draft_ms"] for rec in records if rec["target"] == r.label and rec["prompt"] == prompt and rec["mode"] == "auto")
-            c = draft_ms / drafted / cm.target_ms() if drafted and cm.target_ms() else 0.0
-            for name, m in ms.items():
-                m.predicted_tok_s = tn.predict(m, cm, rounds, plain=name == "plain", c=c)
+    _predict_modes(results, records, costs, speculates, [v.label for v in variants])
     choices = [c for w in tn.WORKLOADS if (c := tn.recommend(results, w, allow_lossy=allow_lossy)) is not None]
     if args.no_runs and speculates:
         # without runs the drafter's acceptance is unknown: only plain decoding can be compared
@@ -176,7 +194,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         source=source.name, source_path=str(source), threads=settings.threads, split_threads_batch=split,
         drafter=drafter, cpu=cpu_identity(), measured_at=tn.now(), variants=results, choices=choices,
         split_recommended=bool(gains) and statistics.median(gains) >= tn.SPLIT_GAIN, notes=notes,
-    )  # fmt: skip
+    )
 
 
 __all__ = ["run_tune"]

@@ -87,7 +87,7 @@ class CalibrationKey:
             threads_batch=model.threads_batch, repack=model.repack, row_by_row=model.row_by_row,
             flash_attn=model.flash_attn,
             cpu=cpu_identity(), llama=f"llama-cpp-python {llama_cpp.__version__}; {system_info().strip()}",
-        )  # fmt: skip
+        )
 
     def digest(self) -> str:
         return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:20]
@@ -134,7 +134,7 @@ class CalibrationCache:
         data = {
             "version": FORMAT_VERSION, "key": asdict(key), "weights": weights, "measured_at": time.time(),
             "timings": [[int(r), float(ms)] for r, ms in timings],
-        }  # fmt: skip
+        }
         target = self._file(key)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

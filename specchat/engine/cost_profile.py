@@ -103,7 +103,7 @@ class CostProfile:
                 lookup_ms=float(f.get("lookup_ms", 0.02)),
             )
             for f in data["formats"]
-        )  # fmt: skip
+        )
         return cls(cpu=str(data["cpu"]), source=str(data.get("source", "")), formats=fmts)
 
     @classmethod
@@ -117,7 +117,7 @@ class CostProfile:
             FormatCost(label=v["label"], weights=v["weights"], t1_ms=float(v["t1_ms"]),
                        v={int(k): float(x) for k, x in v["v"].items()})
             for v in tune["variants"]
-        )  # fmt: skip
+        )
         return cls(cpu=cpu or str(tune.get("cpu", "")), source="models tune", formats=fmts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,7 +128,7 @@ class CostProfile:
                  "overhead_ms": f.overhead_ms, "lookup_ms": f.lookup_ms}
                 for f in self.formats
             ],
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +177,7 @@ class ProfileTarget:
     row_by_row = False
 
     def __init__(self, sequence: Sequence[int], eos: int, n_vocab: int, cost: FormatCost, clock: VirtualClock,
-                 calibration: FormatCost | None = None, n_ctx: int = 4096) -> None:  # fmt: skip
+                 calibration: FormatCost | None = None, n_ctx: int = 4096) -> None:
         self.sequence = list(sequence)
         self.eos = eos
         self.n_vocab = n_vocab
@@ -285,7 +285,7 @@ class SimRun:
 
 
 def simulate(cost: FormatCost, trace: ReplyTrace, *, k: int | None, calibration: FormatCost | None = None,
-             n_predict: int | None = None, cost_model: CostModel | None = None) -> SimRun:  # fmt: skip
+             n_predict: int | None = None, cost_model: CostModel | None = None) -> SimRun:
     """Replay ``trace`` on ``cost``: the n-gram drafter at a fixed ``k`` (0 = plain decoding) or auto-K (``k=None``),
     through :class:`~specchat.engine.speculative.SpeculativeDecoder` on a :class:`VirtualClock`. ``identical``
     says the loop emitted exactly the trace's tokens (greedy exactness, here by construction of the logits)."""
@@ -321,7 +321,7 @@ def simulate(cost: FormatCost, trace: ReplyTrace, *, k: int | None, calibration:
         label="auto" if auto else f"K {k}", tokens=counters.predicted_n, ms=float(counters.predicted_ms or 0.0),
         batches=target.batches, drafted=counters.draft_n, accepted=counters.draft_n_accepted,
         identical=list(counters.tokens) == reply[:budget], steps=steps,
-    )  # fmt: skip
+    )
     return run
 
 

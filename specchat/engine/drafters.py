@@ -402,7 +402,7 @@ class NgramDrafter:
             self._learn(*pending, committed, verified=True)
 
     def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], committed: Sequence[int], *,
-               verified: bool = False) -> None:  # fmt: skip
+               verified: bool = False) -> None:
         """Count the outcome of ``tokens`` proposed after ``n_ctx`` context tokens for a match of ``match_len``,
         as far as ``committed`` (the text the target kept) tells it: the accepted positions, then the first
         refusal; for a shadow (``verified`` False) positions not committed yet are unknown and not counted, for

@@ -377,7 +377,7 @@ class LlamaServer:
         is decoded in one batch). Log-probabilities share the softmax's normaliser, so the difference of
         two is the difference of their logits."""
         body = {"prompt": list(tokens), "n_predict": 1, "n_probs": n, "temperature": 0.0, "cache_prompt": False,
-                "post_sampling_probs": False}  # fmt: skip
+                "post_sampling_probs": False}
         data = self._json("POST", "/completion", body)
         probs = data.get("completion_probabilities") if isinstance(data, dict) else None
         if not isinstance(probs, list) or not probs or not isinstance(probs[0], dict):

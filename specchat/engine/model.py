@@ -185,7 +185,7 @@ class Model:
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO if flash_attn is None
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
             else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )  # fmt: skip
+        )
         #: the flash-attention setting the context was made with: "on", "off" or "auto" (llama.cpp's choice)
         self.flash_attn = "auto" if flash_attn is None else ("on" if flash_attn else "off")
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)

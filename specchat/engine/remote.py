@@ -153,7 +153,7 @@ class RemoteSession(Conversation):
             ControlState(k=self._k or 0, speculative=speculative, auto_k=False, drafter=None,
                          sampling=sampling or SamplingParams()),
             fixed=FIXED_REASON,
-        )  # fmt: skip
+        )
         self.reset(system_prompt)
 
     # -- Conversation ---------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ class RemoteSession(Conversation):
         return spliced_prompt_tokens(
             messages, self.server.apply_template, self._tokenize_piece,
             lambda m: any(m is own for own in self._own_replies),
-        )  # fmt: skip
+        )
 
     def _tokenize_piece(self, text: str, at_start: bool) -> list[int]:
         key = (text, at_start)
@@ -454,7 +454,7 @@ class _StreamedReply:
             # recent window: there is no cost model without a draft time)
             status=k_status(speculative=st.speculative, k_control=k, k_round=k, k_cap=k),
             reply=reply_figures(self.counters, self.counters.step_ms),
-        )  # fmt: skip
+        )
 
     def finish(self) -> Iterator[Event]:
         """The stream ended (finished, stopped or broken): flush what is held and close the open round."""

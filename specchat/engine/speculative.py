@@ -194,7 +194,7 @@ class SpeculativeDecoder:
                 accepted=a, emitted=len(emitted) - int(eog), natural=draft.natural if k > 0 else None,
                 t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
                 catch_up_ms=draft.catch_up_ms, verify_decodes=tuple(decodes),
-            )  # fmt: skip
+            )
             yield self._record(counters, st, rnd, decision)
             if eog:
                 stop_reason = "eos"
@@ -204,7 +204,7 @@ class SpeculativeDecoder:
         counters.finish(
             predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
-        )  # fmt: skip
+        )
         return counters
 
     # -- the named steps ---------------------------------------------------------------------------
@@ -334,7 +334,7 @@ class SpeculativeDecoder:
             drafting=drafting, drafter=drafter.name, decision=decision,
             estimate=cm.estimate(drafter.name, self.auto_k.k, self.auto_k.cap), alpha=cm.window(drafter.name).alpha,
             k=self.auto_k.k, measured_gain=cm.measured_gain(drafter.name),
-        )  # fmt: skip
+        )
 
     def _cut(self, tokens: list[int], remaining: int) -> tuple[list[int], bool]:
         """The round's tokens up to end-of-generation and the token budget (never past either), and whether
@@ -374,14 +374,14 @@ class SpeculativeDecoder:
             speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
             auto_k=self.auto_k if decision is not None else None, decision=decision, best_k=cost.best_k,
             k_used=recent.k_used if recent is not None else None,
-        )  # fmt: skip
+        )
         return Step(
             k=rnd.k, drafted=rnd.drafted, accepted=rnd.accepted, emitted=rnd.emitted, t_draft_ms=rnd.t_draft_ms,
             t_verify_ms=rnd.t_verify_ms, t_overhead_ms=rnd.t_overhead_ms, t_step_ms=rnd.t_step_ms,
             speculative=rnd.speculative, auto_k=bool(st.auto_k and rnd.speculative), drafter=rnd.drafter,
             n_past=len(self.target.tokens), cost=cost, natural=rnd.natural, status=status,
             reply=reply_figures(counters, (now - self._t_gen0) * 1000.0), recent=recent,
-        )  # fmt: skip
+        )
 
     def close(self) -> None:
         for d in self.drafters.values():

@@ -406,7 +406,7 @@ class SuffixIndex:
             spans = np.array([self._docs[k][:2] for k in keys], dtype=np.int64).reshape(-1, 2)
             checks = np.array([self._docs[k][2] for k in keys], dtype=np.int64)
             header = {"format": FORMAT_VERSION, "orders": list(self.orders), "keys": [list(k) if isinstance(k, tuple) else k for k in keys],
-                      "meta": meta or {}}  # fmt: skip
+                      "meta": meta or {}}
             arrays = {"corpus": self._buf[: self._n], "spans": spans, "checks": checks}
             for n, o in self._ord.items():
                 arrays[f"keys{n}"], arrays[f"pos{n}"] = o.keys, o.pos

@@ -89,7 +89,7 @@ class SuffixDrafter(NgramDrafter):
         if index is None:
             return own
         cand = index.lookup(context, k, max_spec_factor=self.max_spec_factor, max_spec_offset=self.max_spec_offset,
-                            min_token_prob=self.min_token_prob)  # fmt: skip
+                            min_token_prob=self.min_token_prob)
         if cand is None or not cand.tokens:
             return own
         longer = cand.match_len > self.last_match_len

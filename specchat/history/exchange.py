@@ -287,8 +287,6 @@ def parse_export(data: Any, *, source: str = "import data") -> tuple[Conversatio
 
 def read_export_file(path: str | Path) -> dict[str, Any]:
     """Read a JSON export file (``-`` = stdin) with one-line errors for missing or malformed files."""
-    import sys
-
     if str(path) == "-":
         source = "stdin"
         try:

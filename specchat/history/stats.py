@@ -136,7 +136,7 @@ def format_stats(groups: Sequence[Group], by: Sequence[str], drops: Sequence[Dro
         cells = "  ".join(f"{(v or '-'):<{w}}" for v, w in zip(g.key, widths))
         acc = "-" if g.acceptance is None else f"{g.acceptance:.1%}"
         lines.append(f"{cells}  {g.replies:>7}  {g.drafted:>8}  {acc:>6}  {g.mean_len:>8.2f}  {g.tok_s:>7.1f}  "
-                     f"{g.first[:10]} .. {g.last[:10]}")  # fmt: skip
+                     f"{g.first[:10]} .. {g.last[:10]}")
     lines.append("")
     if not drops:
         lines.append(f"no acceptance drop between builds beyond noise (one-sided two-proportion test, p < {DROP_P})")
@@ -150,4 +150,4 @@ def format_stats(groups: Sequence[Group], by: Sequence[str], drops: Sequence[Dro
 
 
 __all__ = ["DEFAULT_GROUPS", "DROP_P", "GROUP_FIELDS", "Drop", "Group", "acceptance_drops", "format_stats",
-           "group_stats", "parse_groups"]  # fmt: skip
+           "group_stats", "parse_groups"]

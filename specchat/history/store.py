@@ -338,7 +338,7 @@ class HistoryStore:
                 "created": created, "target": target or "", "drafter": drafter or "", "draft_n": draft_n or 0,
                 "accepted": accepted or 0, "spec_steps": spec_steps or 0, "predicted_n": predicted_n or 0,
                 "predicted_ms": predicted_ms or 0.0, "build": str(more.get("build") or ""), "cpu": str(more.get("cpu") or ""),
-            })  # fmt: skip
+            })
         return out
 
     # -- messages -------------------------------------------------------------------------------------

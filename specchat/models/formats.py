@@ -176,7 +176,7 @@ def variants_for(
         out += [
             Variant(f"{v.label} one-row", v.path, v.weights, "on", source=False, lossy=v.lossy, one_row=True)
             for v in list(out) if v.weights.upper() in AMX_FORMATS and (v.source or one_row == "all")
-        ]  # fmt: skip
+        ]
     settings = list(dict.fromkeys(flash_attn)) or ["auto"]
     base = [dataclasses.replace(v, flash_attn=settings[0]) for v in out]
     return base + [

@@ -85,7 +85,7 @@ def _resolve(spec: str, data_dir: Path | None, role: str) -> Path:
     if preset is not None and not spec.startswith(PRESET_PREFIX):
         own = preset.draft if role == "draft" else preset.target
         alone = (f"'{NGRAM}' for its drafter alone (n-gram lookup: no file)" if isinstance(own, NgramDraft)
-                 else f"the file's name ({_file_name(own)!r}) for its {role} alone")  # fmt: skip
+                 else f"the file's name ({_file_name(own)!r}) for its {role} alone")
         raise ModelFileError(
             f"{spec!r} names a preset, a target + draft pair: give target = '{PRESET_PREFIX}{preset.name}' for the "
             f"pair, or {alone}"

@@ -34,4 +34,4 @@ __all__ = [
     "LANES", "LANE_A", "LANE_B", "LOCAL_LABELS", "NEAR_TIE", "SERVER_TOP_N", "Lane", "RaceCancelled", "RaceReplay",
     "RaceResult", "RaceRun", "ReplayEvent", "TimedPiece", "local_difference", "play", "record_race", "record_server_race",
     "server_difference", "server_label", "timeline",
-]  # fmt: skip
+]

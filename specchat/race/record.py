@@ -139,7 +139,7 @@ class RaceResult:
 
 def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
              on_piece: Callable[[Lane, TimedPiece], None] | None, what: str, label: str = "",
-             cancel: Callable[[], None] | None = None) -> RaceRun:  # fmt: skip
+             cancel: Callable[[], None] | None = None) -> RaceRun:
     """Collect one run's events, timed; ``what`` names the run in an error ("the race's baseline run");
     ``cancel()`` (if given) is called after each piece: it asks the run to stop when the race is cancelled."""
     pieces: list[TimedPiece] = []
@@ -175,7 +175,7 @@ def _one_run(events: Iterator[Event], lane: Lane, clock: Callable[[], float],
 
 
 def _local_run(session: ChatSession, prompt: str, lane: Lane, clock: Callable[[], float],
-               on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:  # fmt: skip
+               on_piece: Callable[[Lane, TimedPiece], None] | None, cancelled: Callable[[], bool]) -> RaceRun:
     if cancelled():
         raise RaceCancelled
     session.decoder.reset()  # empty caches: both runs decode the prompt alike
@@ -237,7 +237,7 @@ def record_race(
     return RaceResult(
         prompt=prompt, target=dec.target.name, drafter=dec.drafter_name or NONE, k=k, off=off, on=on,
         first_difference=first, difference=difference,
-    )  # fmt: skip
+    )
 
 
 def server_label(session: RemoteSession, which: str) -> str:
@@ -275,7 +275,7 @@ def record_server_race(
     sessions = {LANE_A: a, LANE_B: b}
     names = {LANE_A: "A", LANE_B: "B"}
     saved = {lane: (s.controls.snapshot().sampling, list(s.messages), s.system_prompt, s.cache_prompt)
-             for lane, s in sessions.items()}  # fmt: skip
+             for lane, s in sessions.items()}
     runs: dict[Lane, RaceRun] = {}
     prompt_ids: list[int] = []
     try:
@@ -312,4 +312,4 @@ def record_server_race(
         prompt=prompt, target=f"{a.info().target_name} vs {b.info().target_name}",
         drafter=f"{a.drafter_label} vs {b.drafter_label}", k=None, off=off, on=on, first_difference=first,
         difference=difference, remote=True, same_weights=same,
-    )  # fmt: skip
+    )

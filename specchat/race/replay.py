@@ -97,7 +97,7 @@ class RaceReplay:
 def play(
     race: RaceResult, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
     *, speed: float = 1.0,
-) -> Iterator[ReplayEvent]:  # fmt: skip
+) -> Iterator[ReplayEvent]:
     """The replay as a blocking iterator (headless use): sleeps until each piece is due, then yields it."""
     replay = RaceReplay(race, clock, speed=speed)
     replay.start()

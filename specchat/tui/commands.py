@@ -25,6 +25,18 @@ from specchat.tui.sanitize import sanitize_line
 TEMPERATURES = (0.0, 0.2, 0.5, 0.7, 1.0, 1.5)
 
 
+class SpeculationActions(Protocol):
+    """What the palette calls on the chat screen (:class:`specchat.tui.screens.chat.ChatScreen`)."""
+
+    def set_drafter(self, name: str) -> None: ...
+
+    def set_k(self, k: int) -> None: ...
+
+    def set_temperature(self, temperature: float) -> None: ...
+
+    def use_fixed_k(self) -> None: ...
+
+
 class PaletteActions(Protocol):
     """What the palette reads from and calls on the app (:class:`specchat.tui.app.SpecChatApp`)."""
 
@@ -34,17 +46,12 @@ class PaletteActions(Protocol):
     @property
     def available_themes(self) -> Mapping[str, Any]: ...
 
-    def set_drafter(self, name: str) -> None: ...
+    @property
+    def chat_screen(self) -> SpeculationActions: ...
 
     def switch_model(self, target: str, draft: str, label: str) -> None: ...
 
     def set_theme(self, name: str) -> None: ...
-
-    def set_k(self, k: int) -> None: ...
-
-    def set_temperature(self, temperature: float) -> None: ...
-
-    def use_fixed_k(self) -> None: ...
 
     def open_tour(self) -> None: ...
 
@@ -78,21 +85,22 @@ class SpecChatCommands(Provider):
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app: PaletteActions = self.app  # type: ignore[assignment]
+        chat = app.chat_screen
         out: list[tuple[str, Callable[[], object], str]] = []
         engine = app.engine
         if engine is not None:
             info = engine.info()
             for name in info.drafters:
-                out.append((f"Drafter: {name}", partial(app.set_drafter, name), "draft with this drafter from the next step"))
+                out.append((f"Drafter: {name}", partial(chat.set_drafter, name), "draft with this drafter from the next step"))
         for label, target, draft, help_text in model_choices():
             out.append((f"Model: {label}", partial(app.switch_model, target, draft, label), help_text))
         for name in sorted(app.available_themes):
             out.append((f"Theme: {name}", partial(app.set_theme, name), "switch the colour theme"))
         for k in range(K_MAX + 1):
-            out.append((f"K = {k}", partial(app.set_k, k), "draft length (0 = no drafting); next step"))
+            out.append((f"K = {k}", partial(chat.set_k, k), "draft length (0 = no drafting); next step"))
         for t in TEMPERATURES:
-            out.append((f"Temperature = {t:g}", partial(app.set_temperature, t), "sampling temperature (0 = greedy)"))
-        out.append(("Use fixed K", app.use_fixed_k, "auto-K off, K fixed: the drafter drafts every round (its colours show)"))
+            out.append((f"Temperature = {t:g}", partial(chat.set_temperature, t), "sampling temperature (0 = greedy)"))
+        out.append(("Use fixed K", chat.use_fixed_k, "auto-K off, K fixed: the drafter drafts every round (its colours show)"))
         out.append(("Tour: when speculation helps and when it hurts", app.open_tour,
                     "scene by scene on the offline models, each a race with one sentence of explanation"))
         return [(sanitize_line(text), callback, sanitize_line(help_text)) for text, callback, help_text in out]

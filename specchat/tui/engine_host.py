@@ -3,9 +3,9 @@
 :class:`EngineHost` owns the engine thread and the engine: loading it (after the first frame, so the window
 appears first), each turn, splitting saved replies into tokens, stopping and closing, and the state those
 share between the UI thread and the engine thread (is a load or a turn running, which engine is in use,
-messages waiting for an engine, is the app closing). :class:`specchat.tui.app.SpecChatApp` keeps the
-widgets, the actions and the history glue, and talks to the engine only through this class and the
-engine's thread-safe :class:`~specchat.engine.controls.Controls`.
+messages waiting for an engine, is the app closing). The app (:class:`specchat.tui.app.SpecChatApp`: loading,
+switching, quitting) and its chat screen (:class:`specchat.tui.screens.chat.ChatScreen`: the turns) talk to
+the engine only through this class and the engine's thread-safe :class:`~specchat.engine.controls.Controls`.
 
 Why one dedicated thread, not ``run_worker(thread=True)`` (a thread of the event loop's shared pool):
 llama.cpp is built with OpenMP, and libgomp keeps one pool of compute threads per *calling* thread. Once
@@ -84,8 +84,8 @@ class EngineHost:
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def start_thread(self) -> None:
-        """Create the engine thread now (it inherits the calling thread's priority: see the app's
-        ``_yield_cpu_to_engine``)."""
+        """Create the engine thread now (it inherits the calling thread's priority: see
+        :func:`specchat.tui.priority.yield_cpu_to_engine`)."""
         self._executor.submit(lambda: None).result()
 
     def _run(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:

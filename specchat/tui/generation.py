@@ -1,9 +1,9 @@
-"""The pump of a turn: the engine's events (engine thread) into the app's messages (event loop).
+"""The pump of a turn: the engine's events (engine thread) into the chat screen's messages (event loop).
 
 :func:`pump_turn` runs on the engine thread (:meth:`specchat.tui.engine_host.EngineHost.start_turn`). It
 consumes the engine's events as fast as the engine produces them and posts at most one :class:`PiecesBatch`
 every :data:`FLUSH_INTERVAL_S` (~15 Hz) and one :class:`StatsUpdated` every :data:`STATS_INTERVAL_S`, via
-``post`` (``App.post_message``: thread-safe, non-blocking). It never calls ``call_from_thread``: that blocks
+``post`` (``ChatScreen.post_message``: thread-safe, non-blocking). It never calls ``call_from_thread``: that blocks
 the engine thread until the UI has run the callback (~0.37 ms each, measured
 with Textual 8.2.8), which per token would slow the engine it is measuring.
 
@@ -49,6 +49,62 @@ FLUSH_INTERVAL_S = 1 / 15
 STATS_INTERVAL_S = 1 / 4
 
 
+class _Batch:
+    """What a turn has produced since the last flush, and how it reaches the UI (``post``)."""
+
+    def __init__(self, turn_id: int, post: Callable[[Any], Any], stats: LiveStats) -> None:
+        self.turn_id = turn_id
+        self.post = post
+        self.stats = stats
+        self.pieces: list[tuple[str, str]] = []
+        self.notices: list[str] = []
+        self.auto_k_notices: list[str] = []
+        self.stats_dirty = False
+        self.turn: Turn | None = None
+        self.error: str | None = None
+        self._posted_mode: tuple | None = None  # (k, speculative, auto_k, drafter) of the last Step the sidebar got
+
+    def take(self, event: Event, now: float) -> bool:
+        """Add one event to the batch; True if it must go out at once (the user changed K or speculation)."""
+        if isinstance(event, Piece):
+            self.pieces.append((event.text, event.kind))
+        elif isinstance(event, Step):
+            self.stats.observe_step(event, now)
+            self.stats_dirty = True
+            # with auto-K on, K moves by itself (and often): only the user's switches force a post
+            mode = (None if event.auto_k else event.k, event.speculative, event.auto_k, event.drafter)
+            if mode != self._posted_mode:  # a K / speculation / drafter change shows at once, not throttled
+                self._posted_mode = mode
+                return True
+        elif isinstance(event, PromptDone):
+            self.stats.observe_prompt(event, now)
+            self.stats_dirty = True
+        elif isinstance(event, Turn):
+            self.turn = event
+        elif isinstance(event, EngineError):
+            self.error = event.message
+        elif isinstance(event, ContextTrimmed):
+            self.notices.append(
+                f"The conversation no longer fit the context ({event.n_ctx} tokens): "
+                f"the oldest {event.dropped_messages} message(s) were dropped for the model."
+            )
+        elif isinstance(event, AutoKNotice):  # said once by the engine: passed on once, as it is
+            self.auto_k_notices.append(event.message)
+            if not event.drafting:
+                self.post(DraftingOff(event.drafter, event.message))  # the chat screen offers fixed K
+        elif isinstance(event, Notice):
+            self.notices.append(event.message)
+        return False
+
+    def flush(self, with_stats: bool) -> None:
+        if self.pieces or self.notices or self.auto_k_notices:
+            self.post(PiecesBatch(self.turn_id, self.pieces, self.notices, self.auto_k_notices))
+            self.pieces, self.notices, self.auto_k_notices = [], [], []
+        if self.stats_dirty and with_stats:
+            self.post(StatsUpdated(self.stats.snapshot()))
+            self.stats_dirty = False
+
+
 def pump_turn(
     turn_id: int,
     events: Iterator[Event] | Callable[[], Iterator[Event]],
@@ -65,71 +121,25 @@ def pump_turn(
     always consumed to its end: stopping is the engine's job (``controls.request_stop()``), so its caches
     stay consistent.
     """
-    pieces: list[tuple[str, str]] = []
-    notices: list[str] = []
-    auto_k_notices: list[str] = []
-    stats_dirty = False
-    turn: Turn | None = None
-    error: str | None = None
+    batch = _Batch(turn_id, post, stats)
     last_flush = last_stats = clock()
     stats.start_turn(last_flush)
     post(StatsUpdated(stats.snapshot()))
-
-    def flush(with_stats: bool) -> None:
-        nonlocal pieces, notices, auto_k_notices, stats_dirty
-        if pieces or notices or auto_k_notices:
-            post(PiecesBatch(turn_id, pieces, notices, auto_k_notices))
-            pieces = []
-            notices = []
-            auto_k_notices = []
-        if stats_dirty and with_stats:
-            post(StatsUpdated(stats.snapshot()))
-            stats_dirty = False
-
-    posted_mode: tuple | None = None  # (k, speculative, auto_k, drafter) of the last Step the sidebar got
     try:
         iterator = events() if callable(events) else events
         for event in iterator:
             now = clock()
-            force = False
-            if isinstance(event, Piece):
-                pieces.append((event.text, event.kind))
-            elif isinstance(event, Step):
-                stats.observe_step(event, now)
-                stats_dirty = True
-                # with auto-K on, K moves by itself (and often): only the user's switches force a post
-                mode = (None if event.auto_k else event.k, event.speculative, event.auto_k, event.drafter)
-                if mode != posted_mode:  # a K / speculation / drafter change shows at once, not throttled
-                    posted_mode = mode
-                    force = True
-            elif isinstance(event, PromptDone):
-                stats.observe_prompt(event, now)
-                stats_dirty = True
-            elif isinstance(event, Turn):
-                turn = event
-            elif isinstance(event, EngineError):
-                error = event.message
-            elif isinstance(event, ContextTrimmed):
-                notices.append(
-                    f"The conversation no longer fit the context ({event.n_ctx} tokens): "
-                    f"the oldest {event.dropped_messages} message(s) were dropped for the model."
-                )
-            elif isinstance(event, AutoKNotice):  # said once by the engine: passed on once, as it is
-                auto_k_notices.append(event.message)
-                if not event.drafting:
-                    post(DraftingOff(event.drafter, event.message))  # the app offers fixed K
-            elif isinstance(event, Notice):
-                notices.append(event.message)
+            force = batch.take(event, now)
             if force or now - last_flush >= interval:
                 with_stats = force or now - last_stats >= stats_interval
-                flush(with_stats)
+                batch.flush(with_stats)
                 last_flush = now
                 if with_stats:
                     last_stats = now
     except Exception as exc:  # the engine failed: end the turn with a message, never crash the app
-        error = describe_exception(exc)
-    stats.finish_turn(turn)
-    stats_dirty = True
-    flush(True)
-    post(TurnFinished(turn_id, turn, error))
-    return turn
+        batch.error = describe_exception(exc)
+    stats.finish_turn(batch.turn)
+    batch.stats_dirty = True
+    batch.flush(True)
+    post(TurnFinished(turn_id, batch.turn, batch.error))
+    return batch.turn

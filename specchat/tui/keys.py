@@ -60,7 +60,7 @@ APP_KEYS: tuple[KeySpec, ...] = (
             show=False),
     KeySpec("history", "ctrl+o", "history", "History", "open, continue, delete, export saved chats", show=False),
     KeySpec("export", "ctrl+s", "export", "Export", "export this chat as Markdown", show=False),
-    # as in chat apps: only in an *empty, focused* prompt (SpecChatApp.check_action); anywhere else the key
+    # as in chat apps: only in an *empty, focused* prompt (ChatScreen.check_action); anywhere else the key
     # keeps its own meaning (up moves the prompt's cursor, scrolls the chat)
     KeySpec(
         "edit_last", "up", "edit_last", "Edit last message",
@@ -111,6 +111,11 @@ def app_bindings() -> list[Binding]:
         Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
         for spec in APP_KEYS
     ]
+
+
+def first_key(keys: Mapping[str, str], binding_id: str, default: str) -> str:
+    """The first key a binding has now (``keys``: the keys in effect after the keymap), for the hints shown."""
+    return keys.get(binding_id, default).split(",")[0]
 
 
 def screen_bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:

@@ -1,4 +1,5 @@
-"""Messages the engine thread posts to the app (``post_message`` is thread-safe and non-blocking).
+"""Messages the engine thread posts to the UI (``post_message`` is thread-safe and non-blocking): loading's to
+the app, a turn's to the chat screen (:class:`specchat.tui.screens.chat.ChatScreen`).
 
 The turn's pump (:func:`specchat.tui.generation.pump_turn`) posts at most ~15 :class:`PiecesBatch` and ~4 :class:`StatsUpdated` a second; stats
 messages coalesce (``can_replace``) so a busy UI only ever draws the newest numbers.

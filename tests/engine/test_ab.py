@@ -10,7 +10,7 @@ from specchat.engine.telemetry.ab import BARELY_RAN_SHARE, ab_summary, barely_ra
 
 
 def turn(target: str, drafter: str, *, on: int, steps: int = 20, drafting: int | None = None, tokens: int = 40,
-         ms: float = 400.0, drafted: int = 0, accepted: int = 0, speculative: bool | None = None) -> Turn:  # fmt: skip
+         ms: float = 400.0, drafted: int = 0, accepted: int = 0, speculative: bool | None = None) -> Turn:
     drafting = (steps if on else 0) if drafting is None else drafting
     return Turn(
         prompt_n=5, prompt_ms=1.0, predicted_n=tokens, predicted_ms=ms, predicted_per_second=tokens / ms * 1000 if ms else 0.0,
@@ -18,7 +18,7 @@ def turn(target: str, drafter: str, *, on: int, steps: int = 20, drafting: int |
         accepted_per_pos=[], draft_ms_per_step=0.0, verify_ms_per_step=0.0, overhead_ms=0.0, step_ms=ms,
         n_steps=steps, n_spec_steps=drafting, stop_reason="length", text="x", target=target, drafter=drafter,
         speculative=bool(on) if speculative is None else speculative, spec_on_steps=on,
-    )  # fmt: skip
+    )
 
 
 def test_turn_modes_and_the_barely_ran_rule() -> None:
@@ -52,7 +52,7 @@ def test_ab_summary_never_mixes_pairs() -> None:
     assert [(r.target, r.drafter, r.mode) for r in rows] == [
         ("bundled", "ngram", "off"), ("bundled", "ngram", "on"), ("bundled", "ngram", "barely"),
         ("bundled", "ngram", "mixed"), ("bundled", "self", "off"), ("bundled", "self", "on"), ("f16", "ngram", "on"),
-    ]  # fmt: skip
+    ]
     assert by["bundled", "ngram", "off"].turns == 1 and by["bundled", "ngram", "off"].ratio is None
     assert by["bundled", "ngram", "on"].ratio == pytest.approx(1.5)
     assert by["bundled", "ngram", "on"].drafted == 90 and by["bundled", "ngram", "on"].accepted == 70

@@ -25,7 +25,7 @@ TIMINGS = [(1, 10.0), (3, 20.0), (5, 28.0), (1, 11.0), (3, 21.0), (5, 29.0)]
 def _key(path: Path, **kw) -> CalibrationKey:
     st = path.stat()
     base = dict(path=str(path.resolve()), size=st.st_size, mtime_ns=st.st_mtime_ns, threads=1, threads_batch=1,
-                repack=False, row_by_row=False, flash_attn="off", cpu=cpu_identity(), llama="llama-cpp-python 0.3.36; AVX512 = 1")  # fmt: skip
+                repack=False, row_by_row=False, flash_attn="off", cpu=cpu_identity(), llama="llama-cpp-python 0.3.36; AVX512 = 1")
     base.update(kw)
     return CalibrationKey(**base)
 
@@ -40,7 +40,7 @@ def test_an_entry_is_read_back_only_under_exactly_its_key(tmp_path):
     entry = cache.load(key)
     assert entry is not None and entry.timings == tuple(TIMINGS) and entry.weights == "Q4_1" and entry.file_is_current()
     for change in ({"threads": 2}, {"threads_batch": 2}, {"repack": True}, {"row_by_row": True}, {"flash_attn": "on"},
-                   {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"}):  # fmt: skip
+                   {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"}):
         assert cache.load(dataclasses.replace(key, **change)) is None, change
     assert [e.key for e in cache.for_file(f)] == [key]
 

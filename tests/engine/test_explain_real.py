@@ -20,7 +20,7 @@ COPY_PROMPT = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heav
 
 
 def _session(target, draft=None, *, drafter: str, k: int = 4, auto_k: bool = False, n_predict: int = 32,
-             n_ctx: int = 1024) -> ChatSession:  # fmt: skip
+             n_ctx: int = 1024) -> ChatSession:
     dec = build_decoder(target, draft, drafter=drafter, k=k, n_ctx=n_ctx)
     dec.cost_model = CostModel()
     dec.controls.set_auto_k(auto_k)

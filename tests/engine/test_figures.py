@@ -103,17 +103,17 @@ def test_k_status_labels_every_state() -> None:
     assert (st.state, st.label, st.k, st.reason) == ("warming up", "K 16 (auto: warming up)", 16, "warm-up")
     # holding at 16 while the model's argmax is 4 (auto-K waits for patience / dwell): both numbers, and why
     st = k_status(speculative=True, k_control=3, k_round=16, k_cap=16, auto_k=auto,
-                  decision=KDecision(16, KReason.HOLD), best_k=4, k_used=5.2)  # fmt: skip
+                  decision=KDecision(16, KReason.HOLD), best_k=4, k_used=5.2)
     assert st.label == "K 16 (auto: holding, best now 4)"
     assert "until another K beats it by 5 % on 2 rounds in a row" in st.note
     assert "K 16 is a cap: the drafter proposed 5.2 tokens per drafting round" in st.note
     # off for cost (regime 0) and probing (a round drafts while the regime is 0)
     auto.k = 0
     st = k_status(speculative=True, k_control=3, k_round=0, k_cap=16, auto_k=auto,
-                  decision=KDecision(0, KReason.CANNOT_PAY), best_k=0)  # fmt: skip
+                  decision=KDecision(0, KReason.CANNOT_PAY), best_k=0)
     assert (st.state, st.label) == ("off for cost", "K 0 (auto: off for cost)")
     st = k_status(speculative=True, k_control=3, k_round=3, k_cap=16, auto_k=auto,
-                  decision=KDecision(3, KReason.PROBE), best_k=0)  # fmt: skip
+                  decision=KDecision(3, KReason.PROBE), best_k=0)
     assert (st.state, st.label, st.k, st.k_round) == ("probing", "K 0 (auto: probing with K 3)", 0, 3)
 
 
@@ -146,25 +146,25 @@ def test_the_policy_passes_through_the_states_a_reader_sees() -> None:
 
 def _estimate(c: float, alpha_to_pay: float, best: int = 0, s: float = 1.0) -> CostEstimate:
     return CostEstimate(alpha=0.5, c=c, v=3.0, best_k=best, predicted_speedup=s, target_ms_per_token=10.0,
-                        draft_ms_per_token=10.0 * c, alpha_to_pay=alpha_to_pay)  # fmt: skip
+                        draft_ms_per_token=10.0 * c, alpha_to_pay=alpha_to_pay)
 
 
 def test_auto_k_notice_says_why_in_one_line() -> None:
     off = auto_k_notice(drafting=False, drafter="self", decision=KDecision(0, KReason.CANNOT_PAY),
-                        estimate=_estimate(0.98, math.inf), alpha=None, k=0)  # fmt: skip
+                        estimate=_estimate(0.98, math.inf), alpha=None, k=0)
     assert off.message == "auto-K: drafting off — the draft costs 0.98× a target token; it cannot pay even at 100 % acceptance"
     assert (off.drafting, off.drafter, off.reason) == (False, "self", "cannot pay")
     costly = auto_k_notice(drafting=False, drafter="skip", decision=KDecision(0, KReason.CANNOT_PAY),
-                           estimate=_estimate(0.41, 0.953), alpha=None, k=0)  # fmt: skip
+                           estimate=_estimate(0.41, 0.953), alpha=None, k=0)
     assert costly.message == (
         "auto-K: drafting off — the draft costs 0.41× a target token; it could pay only above 95 % acceptance per "
         "position (α)"
     )
     low = auto_k_notice(drafting=False, drafter="ngram", decision=KDecision(0, KReason.SWITCH),
-                        estimate=_estimate(0.0, 0.62), alpha=0.41, k=0)  # fmt: skip
+                        estimate=_estimate(0.0, 0.62), alpha=0.41, k=0)
     assert low.message.startswith("auto-K: drafting off — recent α 0.41 is below the 0.62 it needs to pay")
     on = auto_k_notice(drafting=True, drafter="ngram", decision=KDecision(8, KReason.PROBE_PAID),
-                       estimate=_estimate(0.0, 0.62, best=8, s=1.43), alpha=0.93, k=8)  # fmt: skip
+                       estimate=_estimate(0.0, 0.62, best=8, s=1.43), alpha=0.93, k=8)
     assert on.message == (
         "auto-K: drafting on at K 8 — recent α 0.93 predicts 1.43× plain decoding (it pays above α = 0.62); the "
         "draft costs 0.00× a target token"
@@ -188,9 +188,9 @@ def test_break_even_line_never_asks_for_alpha_above_zero() -> None:
     """Issue 11: bench printed "α = 0.00: needs α > 0.00 to pay" for a free drafter whose drafts were all
     rejected: the bound α > c says nothing when c = 0 (the verify cost decides)."""
     est = CostEstimate(alpha=0.0, c=0.0, v=1.8, best_k=0, predicted_speedup=1.0, target_ms_per_token=10.0,
-                       draft_ms_per_token=0.0)  # fmt: skip
+                       draft_ms_per_token=0.0)
     assert "needs α > 0.00" not in break_even_line(est)
     assert break_even_line(est) == "draft costs 0.00× target per token, α = 0.00: the verify cost of a batch eats the gain; best K = off"
     with_need = CostEstimate(alpha=0.0, c=0.0, v=1.8, best_k=0, predicted_speedup=1.0, target_ms_per_token=10.0,
-                             draft_ms_per_token=0.0, alpha_to_pay=0.47)  # fmt: skip
+                             draft_ms_per_token=0.0, alpha_to_pay=0.47)
     assert break_even_line(with_need) == "draft costs 0.00× target per token, α = 0.00: pays only above α = 0.47; best K = off"

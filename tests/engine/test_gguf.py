@@ -118,14 +118,14 @@ class TestTinyModels:
 # ---------------------------------------------------------------------------------------------------------
 # validation before llama.cpp sees a file
 
-import os
-import shutil
-import struct
+import os  # noqa: E402
+import shutil  # noqa: E402
+import struct  # noqa: E402
 
-import gguf as gguf_pkg
+import gguf as gguf_pkg  # noqa: E402
 
-from specchat.engine.gguf import parse_gguf, read_gguf_info, validate_gguf
-from specchat.errors import ModelFileError, UserError
+from specchat.engine.gguf import parse_gguf, read_gguf_info, validate_gguf  # noqa: E402
+from specchat.errors import ModelFileError, UserError  # noqa: E402
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -168,7 +168,7 @@ def test_run_turn_on_a_row_by_row_target_reports_plain_pieces(tiny_target):
     [("none", 3, False, True), ("ngram", 0, False, True), ("ngram", 3, False, False), ("ngram", 0, True, False)],
 )
 def test_repack_auto_gives_the_one_row_kernels_to_sessions_that_do_not_speculate(monkeypatch, bundled_model, draft, k,
-                                                                                 auto_k, one_row):  # fmt: skip
+                                                                                 auto_k, one_row):
     """On a CPU whose AMX batches crash (simulated for the choice; the model itself checks the real CPU), the
     bundled Q4_1 gets llama.cpp's repacked layouts exactly when the session will not verify batches: no
     drafter, or a fixed K = 0."""

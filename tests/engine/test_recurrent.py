@@ -208,7 +208,7 @@ def test_a_recurrent_draft_for_a_transformer_target_is_refused(tiny_mamba, tiny_
 @pytest.mark.parametrize("draft", [["--draft", "none"], []], ids=["draft-none", "default-ngram"])
 def test_generate_runs_a_recurrent_target_with_speculation_off(capsys, isolated_config, tiny_mamba, draft):
     rc = main(["generate", "--target", str(tiny_mamba), *draft, "--prompt", "hi", "--n-predict", "4", "--raw",
-               "--threads", "1", "--n-ctx", str(N_CTX)])  # fmt: skip
+               "--threads", "1", "--n-ctx", str(N_CTX)])
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert out.strip()
@@ -217,7 +217,7 @@ def test_generate_runs_a_recurrent_target_with_speculation_off(capsys, isolated_
 
 def test_generate_refuses_a_draft_model_for_a_recurrent_target(capsys, isolated_config, tiny_mamba):
     rc = main(["generate", "--target", str(tiny_mamba), "--draft", str(tiny_mamba), "--prompt", "hi",
-               "--n-predict", "4", "--raw", "--threads", "1", "--n-ctx", str(N_CTX)])  # fmt: skip
+               "--n-predict", "4", "--raw", "--threads", "1", "--n-ctx", str(N_CTX)])
     out, err = capsys.readouterr()
     assert rc == 2
     lines = err.strip().splitlines()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from enginekit import build_decoder, pieces, plain_then_speculative, run_turn, steps
+from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.events import Piece, Step
 from specchat.engine.model import Model

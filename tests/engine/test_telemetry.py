@@ -99,7 +99,7 @@ class Trace:
 
 
 def drive(drafter: SyntheticDrafter, n: int, *, auto: AutoK | None = None, k: int | None = None,
-          cm: CostModel | None = None) -> Trace:  # fmt: skip
+          cm: CostModel | None = None) -> Trace:
     cm = cm if cm is not None else CostModel()
     tr = Trace()
     for _ in range(n):
@@ -622,7 +622,7 @@ def test_auto_k_keeps_probing_cheap_drafters_often() -> None:
     # the same text with a draft model costing 1.5 target rounds per token: probes thin out to probe_max
     costly = AutoK()
     late = drive(SyntheticDrafter(alpha=0.02, draft_ms_per_token=15.0, v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600,
-                 auto=costly)  # fmt: skip
+                 auto=costly)
     # ... and at c = 1.5 nothing pays even at α = 1: no probes at all (only re-timings of the draft)
     assert costly.k == 0 and late.reasons[-1] in (KReason.CANNOT_PAY, KReason.REMEASURE)
 
@@ -696,7 +696,7 @@ def test_every_auto_k_reason_is_reachable_and_consistent_with_its_k() -> None:
     turns predictable after 300 rounds (free drafts, each verify row 5 % dearer) and a draft costlier than
     the target (c = 1.5) reach every reason between them."""
     turning = drive(SyntheticDrafter(alpha=lambda i: 0.02 if i < 300 else 0.95, draft_ms_per_token=0.0,
-                                     v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600, auto=AutoK())  # fmt: skip
+                                     v=lambda r: 1 + 0.05 * (r - 1), seed=8), 600, auto=AutoK())
     costly = drive(SyntheticDrafter(alpha=1.0, draft_ms_per_token=15.0, noise=0.05, seed=3), 600, auto=AutoK())
     pairs = list(zip(turning.chosen, turning.reasons)) + list(zip(costly.chosen, costly.reasons))
     # a free drafter's measured loss is reached in test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max
@@ -728,7 +728,7 @@ def test_auto_k_stays_within_the_drafters_own_cap() -> None:
 def test_auto_k_is_deterministic() -> None:
     def run() -> list[int]:
         d = SyntheticDrafter(alpha=lambda i: 0.3 if (i // 150) % 2 else 0.85, draft_ms_per_token=1.5,
-                             noise=0.2, seed=10)  # fmt: skip
+                             noise=0.2, seed=10)
         return drive(d, 600, auto=AutoK()).chosen
 
     assert run() == run()
@@ -809,7 +809,7 @@ def test_auto_k_rejects_bad_parameters() -> None:
 
 def _est(alpha: float, c: float, best: int, s: float, v: float = 1.0) -> CostEstimate:
     return CostEstimate(alpha=alpha, c=c, v=v, best_k=best, predicted_speedup=s,
-                        target_ms_per_token=10.0, draft_ms_per_token=10.0 * c)  # fmt: skip
+                        target_ms_per_token=10.0, draft_ms_per_token=10.0 * c)
 
 
 def test_break_even_line() -> None:
@@ -847,7 +847,7 @@ def test_turn_counters_llama_server_figures() -> None:
     rounds = [(4, 4, 5), (4, 1, 2), (2, 0, 1), (0, 0, 1), (3, 2, 3)]
     for d, a, e in rounds:
         tc.add_step(drafted=d, accepted=a, emitted=e, t_draft_ms=1.0 * d, t_verify_ms=10.0,
-                    t_overhead_ms=0.5, t_step_ms=10.5 + d)  # fmt: skip
+                    t_overhead_ms=0.5, t_step_ms=10.5 + d)
     tc.finish(stop_reason="eos", text="hi", tokens=[1, 2], kinds=["plain", "plain"], last=2)
     turn = tc.to_turn(k=4, drafter="ngram", speculative=True)
     assert (turn.prompt_n, turn.prompt_ms) == (12, 30.0)
@@ -880,7 +880,7 @@ def test_turn_counters_wall_time_and_plain_turn() -> None:
     for _ in range(10):
         tc.add(Step(k=0, drafted=0, accepted=0, emitted=1, t_draft_ms=0.0, t_verify_ms=9.0,
                     t_overhead_ms=1.0, t_step_ms=10.0, speculative=False, auto_k=False,
-                    drafter="none", n_past=0))  # fmt: skip
+                    drafter="none", n_past=0))
     turn = tc.to_turn(predicted_ms=125.0, stop_reason="length")
     assert turn.predicted_n == 10 and turn.predicted_ms == 125.0
     assert turn.predicted_per_second == pytest.approx(80.0)

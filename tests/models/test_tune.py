@@ -21,11 +21,11 @@ WORKLOAD = {"plain_chat": "plain chat", "copy_heavy": "copy-heavy"}
 
 
 def _variant(label: str, *, source: bool = False, lossy: bool = False, one_row: bool = False, path: str = "",
-             **modes: dict[str, Mode]) -> VariantResult:  # fmt: skip
+             **modes: dict[str, Mode]) -> VariantResult:
     return VariantResult(
         label=label, file=f"{label}.gguf", path=path or f"/m/{label}.gguf", weights=label.split()[0], repack="off",
         source=source, lossy=lossy, one_row=one_row, note="", modes={WORKLOAD[w]: m for w, m in modes.items()},
-    )  # fmt: skip
+    )
 
 
 # the issue's own table, as measured runs (tok/s), with the one-row kernels of this CPU
@@ -39,7 +39,7 @@ RECORDED = [
     _variant("Q4_0", lossy=True, plain_chat={"plain": Mode(tok_s=47.0)}, copy_heavy={"auto": Mode(tok_s=90.0)}),
     _variant("Q4_1 one-row", one_row=True, path="/m/q41.gguf",
              plain_chat={"plain": Mode(tok_s=100.0)}, copy_heavy={"plain": Mode(tok_s=98.0)}),
-]  # fmt: skip
+]
 
 
 def test_recommend_picks_the_fastest_measured_variant_and_mode_per_workload() -> None:
@@ -77,7 +77,7 @@ def test_recommend_falls_back_to_predictions_and_says_so() -> None:
 def test_results_are_saved_and_read_back(tmp_path: Path) -> None:
     result = TuneResult(source="x.gguf", source_path="/m/x.gguf", threads=1, split_threads_batch=2, drafter="ngram",
                         cpu="cpu", measured_at=1.0, variants=RECORDED,
-                        choices=[c for w in ("plain chat", "copy-heavy") if (c := recommend(RECORDED, w))])  # fmt: skip
+                        choices=[c for w in ("plain chat", "copy-heavy") if (c := recommend(RECORDED, w))])
     path = save_result(tmp_path, result)
     assert path == tmp_path / "tune" / "x.gguf.json"
     (back,) = load_results(tmp_path)
@@ -114,13 +114,13 @@ def test_a_truncated_model_is_one_line(capsys, isolated_config: Path, tmp_path: 
 
 
 def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, isolated_config: Path, tmp_path: Path,
-                                                                     tiny_target: Path, monkeypatch) -> None:  # fmt: skip
+                                                                     tiny_target: Path, monkeypatch) -> None:
     """server_url (here from the environment, an address nothing listens on) is for the app's replies; tune
     times the files on this CPU and never connects to it (it did: a connection error, nothing tuned)."""
     monkeypatch.setenv("SPECCHAT_SERVER_URL", "http://127.0.0.1:9")
     data = tmp_path / "data"
     code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "F32",
-                             "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")  # fmt: skip
+                             "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")
     assert code == 0, err
     (result,) = load_results(data)
     # flash attention as llama.cpp chooses, then off (tune measures both by default)
@@ -129,7 +129,7 @@ def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, i
 
 
 def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_config: Path, tmp_path: Path,
-                                                              tiny_target: Path) -> None:  # fmt: skip
+                                                              tiny_target: Path) -> None:
     """A real tune, tiny and quick: F32 source and the Q8_0 asked for (fewer bits: flagged as changing the
     output), verify cost timed, plain chat and copy-heavy run with n-gram and auto-K, a recommendation per
     workload, the result saved and the timings in the calibration cache (the app starts warm on both files)."""
@@ -139,7 +139,7 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
     data = tmp_path / "data"
     code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "Q8_0",
                              "--threads", "1", "--runs", "1", "--n-predict", "6", "--reps", "1", "--no-progress",
-                             "--flash-attn", "auto")  # fmt: skip
+                             "--flash-attn", "auto")
     assert code == 0, err
     (result,) = load_results(data)
     labels = [v.label for v in result.variants]
@@ -164,7 +164,7 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
 
 
 def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: Path, tmp_path: Path,
-                                                       demo_data_dir: Path) -> None:  # fmt: skip
+                                                       demo_data_dir: Path) -> None:
     """The bundled Q4_1 and its Q8_0 (already derived by the demo fixture: tune reuses it), timings only: every
     variant's verify cost in words, the one-row AMX variants where this CPU needs them, recommendations from
     the predictions, and the JSON output."""
@@ -174,7 +174,7 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
     (data / "models").mkdir(parents=True)
     (data / "models" / SMOLLM2_Q8_FILE).symlink_to(demo_data_dir / "models" / SMOLLM2_Q8_FILE)
     code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(data), "--formats", "Q8_0", "--threads", "1",
-                             "--reps", "1", "--no-runs", "--no-progress", "--json", "--flash-attn", "auto")  # fmt: skip
+                             "--reps", "1", "--no-runs", "--no-progress", "--json", "--flash-attn", "auto")
     assert code == 0, err
     report = json.loads(out)
     labels = [v["label"] for v in report["variants"]]
@@ -200,7 +200,7 @@ def test_a_flash_attention_off_choice_is_written_as_its_config_line() -> None:
     from specchat.bench.tune import Choice, VariantResult, settings_for
 
     v = VariantResult(label="Q8_0 fa-off", file="m.Q8_0.gguf", path="/x/m.Q8_0.gguf", weights="Q8_0", repack="off",
-                      source=False, lossy=False, one_row=False, note="", flash_attn="off")  # fmt: skip
+                      source=False, lossy=False, one_row=False, note="", flash_attn="off")
     c = Choice(workload="copy-heavy", label=v.label, mode="auto", tok_s=1.0, x_source=2.0, measured=True, why="")
     assert settings_for(c, v, "ngram", None).endswith('repack = "off", flash_attn = "off"')
     plain = settings_for(c, dataclasses.replace(v, flash_attn="auto"), "ngram", None)

@@ -49,21 +49,21 @@ class ServerProcess:
     """One llama-server subprocess; :meth:`start` returns once ``/health`` answers 200."""
 
     def __init__(self, model: Path, log: Path, *, draft: Path | None = None, spec_type: str | None = None,
-                 n_ctx: int = 1024, metrics: bool = True) -> None:  # fmt: skip
+                 n_ctx: int = 1024, metrics: bool = True) -> None:
         from specchat.engine.model import extra_buffer_types_safe
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         args = [str(server_binary()), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-                "-t", "1", "-tb", "1", "-c", str(n_ctx), "-np", "1"]  # fmt: skip
+                "-t", "1", "-tb", "1", "-c", str(n_ctx), "-np", "1"]
         if metrics:
             args.append("--metrics")
         if not extra_buffer_types_safe():
             args.append("--no-repack")
         if draft is not None:
             args += ["--spec-type", "draft-simple", "--spec-draft-model", str(draft),
-                     "--spec-draft-n-max", str(SERVER_K), "-td", "1", "-tbd", "1"]  # fmt: skip
+                     "--spec-draft-n-max", str(SERVER_K), "-td", "1", "-tbd", "1"]
         elif spec_type is not None:
             args += ["--spec-type", spec_type]
         self.args = args

@@ -17,12 +17,12 @@ pytestmark = pytest.mark.usefixtures("isolated_config")
 
 #: the keys of a local bench report's header (specchat.bench.command.main's meta) and its parts
 BENCH_KEYS = {"specchat_bench", "interrupted", "target", "drafter", "ks", "auto", "runs", "n_predict", "temperature",
-              "seed", "threads", "n_ctx", "suite", "records", "summary", "arithmetic"}  # fmt: skip
+              "seed", "threads", "n_ctx", "suite", "records", "summary", "arithmetic"}
 
 
 def test_generate_json_has_the_local_fields(capsys, self_draft_server):
     rc = main(["generate", "--server", self_draft_server.url, "--prompt", "Count from 1 to 5.", "--n-predict", "20",
-               "--temperature", "0", "--json"])  # fmt: skip
+               "--temperature", "0", "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(out)
@@ -35,7 +35,7 @@ def test_generate_json_has_the_local_fields(capsys, self_draft_server):
 
 def test_generate_streams_coloured_text(capsys, self_draft_server):
     rc = main(["generate", "--server", self_draft_server.url, "--prompt", "Count from 1 to 5.", "--n-predict", "12",
-               "--temperature", "0", "--color", "always"])  # fmt: skip
+               "--temperature", "0", "--color", "always"])
     out, _err = capsys.readouterr()
     assert rc == 0
     assert "\x1b[32m" in out and "\x1b[34;1m" in out  # accepted and bonus colours
@@ -50,7 +50,7 @@ def test_server_url_from_the_environment(capsys, monkeypatch, self_draft_server)
 
 
 @pytest.mark.parametrize("flag", [["--k", "2"], ["--draft", "ngram"], ["--target", "bundled"], ["--auto-k"],
-                                  ["--threads", "2"], ["--n-ctx", "512"]])  # fmt: skip
+                                  ["--threads", "2"], ["--n-ctx", "512"]])
 def test_generate_refuses_local_flags_with_a_server(capsys, flag):
     rc = main(["generate", "--server", "http://127.0.0.1:9", "--prompt", "hi", *flag])
     _out, err = capsys.readouterr()
@@ -63,7 +63,7 @@ def test_bench_json_has_the_local_fields(capsys, tmp_path, self_draft_server):
     suite.write_text(json.dumps([{"name": "count", "prompt": "Count from 1 to 8."}]))
     report = tmp_path / "bench.json"
     rc = main(["bench", "--server", self_draft_server.url, "--suite", str(suite), "--runs", "2", "--n-predict", "16",
-               "--json", str(report), "--no-progress"])  # fmt: skip
+               "--json", str(report), "--no-progress"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(report.read_text())

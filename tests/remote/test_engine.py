@@ -187,7 +187,7 @@ def test_controls_are_fixed_by_the_server_and_say_so(self_session):
     assert info.k_max == SERVER_K and info.can_speculate and info.drafters == ()
     assert "no ghost text" in info.note and "K keys do not apply" in info.note and "/metrics" in info.note
     for change in (lambda c: c.set_k(5), lambda c: c.set_speculative(False), lambda c: c.set_auto_k(True),
-                   lambda c: c.set_drafter("ngram")):  # fmt: skip
+                   lambda c: c.set_drafter("ngram")):
         with pytest.raises(FixedControlError, match="K keys do not apply"):
             change(self_session.controls)
     assert self_session.controls.snapshot().k == SERVER_K  # the server's K, shown in the sidebar

@@ -160,7 +160,7 @@ def test_generate_prints_the_partial_reply_and_one_line_when_the_server_dies(lla
         [sys.executable, "-m", "specchat.cli", "generate", "--server", server.url, "--n-predict", "400",
          "--temperature", "0", "--prompt", "Write a very long story about a lighthouse keeper."],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    )
     assert proc.stdout is not None
     first = proc.stdout.read(20)  # some of the reply has streamed
     server.kill()

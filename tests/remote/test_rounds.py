@@ -32,7 +32,7 @@ def test_self_draft_stream_every_round_three_accepted_and_a_bonus():
     chunks.append((1, 9, 9, 350.0))  # no budget left for a draft: a plain round
     _, kinds, rounds = feed(chunks)
     assert kinds == ["plain"] + ["accepted"] * 3 + ["bonus"] + ["accepted"] * 3 + ["bonus"] + ["accepted"] * 3 + [
-        "bonus", "plain"]  # fmt: skip
+        "bonus", "plain"]
     assert [(r.drafted, r.accepted, r.emitted) for r in rounds] == [(0, 0, 1), (3, 3, 4), (3, 3, 4), (3, 3, 4), (0, 0, 1)]
     assert [r.t_ms for r in rounds] == pytest.approx([0.001, 99.999, 100.0, 100.0, 50.0])
 

@@ -35,7 +35,7 @@ async def test_app_streams_colours_saves_and_explains_fixed_k(tmp_path, self_dra
     settings = Settings(
         server_url=self_draft_server.url, n_predict=24, data_dir=tmp_path, theme="specchat-dark",
         sampling={"temperature": 0.0},
-    )  # fmt: skip
+    )
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     notes: list[str] = []
@@ -49,7 +49,7 @@ async def test_app_streams_colours_saves_and_explains_fixed_k(tmp_path, self_dra
         prompt.focus()
         await pilot.press("enter")
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         kinds = {k for _, k in reply.tokens.kinds_text() if k}
         assert {"plain", "accepted", "bonus"} <= kinds and "rejected" not in kinds
         assert reply.reply_text == app.engine.messages[-1].content
@@ -61,11 +61,11 @@ async def test_app_streams_colours_saves_and_explains_fixed_k(tmp_path, self_dra
             assert notes == [FIXED_REASON], key
         state = app.engine.controls.snapshot()
         assert state.k == SERVER_K and state.speculative and not state.auto_k
-        assert app.sidebar.text_of("k-status").startswith(f"K {SERVER_K} (fixed)")
+        assert app.chat_screen.sidebar.text_of("k-status").startswith(f"K {SERVER_K} (fixed)")
         # a llama-server reports no draft time: the sidebar says so instead of showing 0.00 ms
-        assert "draft       not reported" in app.sidebar.text_of("reply-figures")
-        assert "0.00 ms" not in app.sidebar.text_of("reply-figures")
-        _conv, saved = store.load(app.conversation_id)
+        assert "draft       not reported" in app.chat_screen.sidebar.text_of("reply-figures")
+        assert "0.00 ms" not in app.chat_screen.sidebar.text_of("reply-figures")
+        _conv, saved = store.load(app.chat_screen.recorder.conversation_id)
         assert saved[-1].kinds == app.engine.messages[-1].kinds and saved[-1].stats.drafter == "server: draft-simple"
     store.close()
 
@@ -103,7 +103,7 @@ def test_specchat_server_in_a_real_terminal(tmp_path, self_draft_server, cols, r
         sys.executable, ["-m", "specchat.cli", "--server", self_draft_server.url, "--n-predict", "16",
                          "--temperature", "0"],
         env=env, dimensions=(rows, cols),
-    )  # fmt: skip
+    )
     screen = Screen(child, cols, rows)
     try:
         screen.wait_for(r"ready")
@@ -142,7 +142,7 @@ async def test_app_when_the_server_is_unreachable_or_dies_mid_reply(tmp_path, ll
     # dies mid-reply: the partial reply stays on screen and in history, marked, with one error line
     server = llama_server()
     settings = Settings(server_url=server.url, n_predict=400, data_dir=tmp_path, theme="specchat-dark",
-                        sampling={"temperature": 0.0})  # fmt: skip
+                        sampling={"temperature": 0.0})
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -152,14 +152,14 @@ async def test_app_when_the_server_is_unreachable_or_dies_mid_reply(tmp_path, ll
         prompt.focus()
         await pilot.press("enter")
         deadline = time.monotonic() + 120
-        while not (app.assistant_messages() and app.assistant_messages()[-1].reply_text) and time.monotonic() < deadline:
+        while not (app.chat_screen.assistant_messages() and app.chat_screen.assistant_messages()[-1].reply_text) and time.monotonic() < deadline:
             await pilot.pause(0.05)
         server.kill()
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.error and "closed the connection" in reply.error and reply.reply_text
         errors = [n.text for n in app.query(ChatNotice) if "ended with an error" in n.text]
         assert len(errors) == 1
-        _conv, saved = store.load(app.conversation_id)
+        _conv, saved = store.load(app.chat_screen.recorder.conversation_id)
         assert saved[-1].role == "assistant" and saved[-1].stopped and saved[-1].content == reply.reply_text
     store.close()

@@ -66,7 +66,7 @@ def test_record_server_race(self_draft_server, plain_server):
 
 def test_specchat_race_two_servers_json(capsys, self_draft_server, plain_server):
     rc = main(["race", "--server", self_draft_server.url, "--server-b", plain_server.url, "--prompt", PROMPT,
-               "--n-predict", str(N), "--json"])  # fmt: skip
+               "--n-predict", str(N), "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(out)
@@ -83,12 +83,12 @@ def test_specchat_race_two_servers_json(capsys, self_draft_server, plain_server)
 
 def test_specchat_race_two_servers_text(capsys, self_draft_server, plain_server):
     rc = main(["race", "--server", self_draft_server.url, "--server-b", plain_server.url, "--prompt", PROMPT,
-               "--n-predict", str(N)])  # fmt: skip
+               "--n-predict", str(N)])
     out, err = capsys.readouterr()
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"race: server A SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(self_draft_server.url)} "
-                               f"(server: draft-simple, K {SERVER_K}) vs server B ")  # fmt: skip
+                               f"(server: draft-simple, K {SERVER_K}) vs server B ")
     assert f"vs server B SmolLM2-135M-Instruct.Q4_1.gguf @ {_host(plain_server.url)} (no speculation)" in lines[0]
     assert lines[1].startswith("A: ") and "acceptance 100 %" in lines[1]
     assert lines[2].startswith("B: ") and lines[2].endswith("(no draft)")
@@ -101,7 +101,7 @@ def test_two_different_models_may_differ(capsys, self_draft_server, skip_draft_m
     other = ServerProcess(skip_draft_model, tmp_path / "other.log").start()
     try:
         rc = main(["race", "--server", self_draft_server.url, "--server-b", other.url, "--prompt", PROMPT,
-                   "--n-predict", "8", "--json"])  # fmt: skip
+                   "--n-predict", "8", "--json"])
     finally:
         other.stop()
     out, err = capsys.readouterr()
@@ -189,10 +189,10 @@ def test_bench_two_servers(capsys, tmp_path, self_draft_server, plain_server):
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "count", "prompt": "Count from 1 to 8."},
-                                 {"name": "hello", "prompt": "Say hello."}]))  # fmt: skip
+                                 {"name": "hello", "prompt": "Say hello."}]))
     report = tmp_path / "bench.json"
     rc = main(["bench", "--server", self_draft_server.url, "--server-b", plain_server.url, "--suite", str(suite),
-               "--runs", "2", "--n-predict", "12", "--json", str(report), "--no-progress"])  # fmt: skip
+               "--runs", "2", "--n-predict", "12", "--json", str(report), "--no-progress"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     data = json.loads(report.read_text())
@@ -227,14 +227,14 @@ def test_bench_two_servers_runs_interleaved(self_draft_server, plain_server, tmp
     import argparse
     import io
 
-    from specchat import bench
+    from specchat.bench import command as bench
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "one", "prompt": "Say one."}, {"name": "two", "prompt": "Say two."}]))
     args = argparse.Namespace(server=self_draft_server.url, server_b=plain_server.url, target=None, draft=None,
                               k=None, suite=str(suite), runs=2, n_predict=4, temperature=None, seed=None, auto=False,
                               json=None, plot=False, threads=None, n_ctx=None, no_arithmetic=False, progress=False,
-                              no_progress=True)  # fmt: skip
+                              no_progress=True)
     seen: list[tuple[str, str]] = []
     rc = bench.main(args, out=io.StringIO(), err=io.StringIO(), on_record=lambda r: seen.append((r["server"], r["prompt"])))
     assert rc == 0
@@ -244,7 +244,7 @@ def test_bench_two_servers_runs_interleaved(self_draft_server, plain_server, tmp
 def test_bench_server_b_refused(capsys, self_draft_server):
     dead = f"http://127.0.0.1:{free_port()}"
     rc = main(["bench", "--server", self_draft_server.url, "--server-b", dead, "--runs", "1", "--n-predict", "4",
-               "--no-progress"])  # fmt: skip
+               "--no-progress"])
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith(f"specchat: error: server B: cannot connect to llama-server at {dead}: connection refused")
@@ -310,7 +310,7 @@ def test_the_app_with_two_servers_in_a_real_terminal(tmp_path, self_draft_server
 
     cols, rows = 80, 24
     child = pexpect.spawn(sys.executable, ["-m", "specchat.cli", "--server", self_draft_server.url, "--server-b",
-                                           plain_server.url], env=_pty_env(tmp_path), dimensions=(rows, cols))  # fmt: skip
+                                           plain_server.url], env=_pty_env(tmp_path), dimensions=(rows, cols))
     screen = Screen(child, cols, rows)
     try:
         screen.wait_for(r"ready")
@@ -328,7 +328,7 @@ def test_the_app_refuses_server_b_alone_in_a_real_terminal(tmp_path):
     import pexpect
 
     child = pexpect.spawn(sys.executable, ["-m", "specchat.cli", "--server-b", "http://127.0.0.1:8"],
-                          env=_pty_env(tmp_path), dimensions=(24, 80))  # fmt: skip
+                          env=_pty_env(tmp_path), dimensions=(24, 80))
     try:
         child.expect(pexpect.EOF, timeout=60)
         output = child.before.decode()
@@ -346,7 +346,7 @@ def test_bench_two_servers_interrupted_keeps_what_was_measured(self_draft_server
     import argparse
     import io
 
-    from specchat import bench
+    from specchat.bench import command as bench
 
     suite = tmp_path / "suite.json"
     suite.write_text(json.dumps([{"name": "one", "prompt": "Say one."}]))
@@ -354,7 +354,7 @@ def test_bench_two_servers_interrupted_keeps_what_was_measured(self_draft_server
     args = argparse.Namespace(server=self_draft_server.url, server_b=plain_server.url, target=None, draft=None,
                               k=None, suite=str(suite), runs=3, n_predict=4, temperature=None, seed=None, auto=False,
                               json=str(report), plot=False, threads=None, n_ctx=None, no_arithmetic=False,
-                              progress=False, no_progress=True)  # fmt: skip
+                              progress=False, no_progress=True)
     seen: list[str] = []
 
     def interrupt_after_three(record: dict) -> None:
@@ -387,7 +387,7 @@ async def test_the_race_key_races_server_a_against_server_b_in_the_app(tmp_path,
     settings = Settings(
         server_url=self_draft_server.url, server_b_url=plain_server.url, n_predict=16, data_dir=tmp_path,
         sampling={"temperature": 0.0},
-    )  # fmt: skip
+    )
     app = SpecChatApp(make_factory(settings), settings, None, make_factory=make_factory)
     async with app.run_test(size=(120, 36)) as pilot:
         await settle(pilot)

@@ -26,12 +26,12 @@ def test_the_status_bar_shows_no_number_before_a_reply_and_the_glossary_scrolls_
         assert "0.0" not in bar and "tok/s" not in bar
         app.write("hello there\r")
         app.wait_for(lambda s: _status_bar(app).strip().split(" ")[1:3] == ["tok/s", "\u00b7"], timeout=60,
-                     what="the status bar's rate")  # fmt: skip
+                     what="the status bar's rate")
         rate = float(_status_bar(app).split()[0])
         assert rate > 0 and "K 3 (fixed)" in _status_bar(app)
         app.resize(60, 20)
         app.wait_for(lambda s: len(app.lines()) == 20 and "K 3 (fixed)" in _status_bar(app), timeout=30,
-                     what="the 60x20 layout")  # fmt: skip
+                     what="the 60x20 layout")
         app.press("f1")
         app.wait_for("Glossary", timeout=30)
         assert "Colours" not in app.text()  # below the fold at 60x20

@@ -44,7 +44,7 @@ def test_the_sidebar_states_the_real_targets_verify_cost_and_its_reason_after_a_
         app.write("Repeat exactly: one two three four. one two three four.\r")
         reason = re.compile(r"F32: [^;]+; verifying 17 rows costs [0-9.]+ rows")
         app.wait_for(lambda s: "measured this session" in sidebar_text(app) and reason.search(sidebar_text(app))
-                     and "tok/s of the last reply" in sidebar_text(app), timeout=180, what="the measured curve")  # fmt: skip
+                     and "tok/s of the last reply" in sidebar_text(app), timeout=180, what="the measured curve")
         after = sidebar_text(app)
         assert "verify cost v(K) \u00b7 F32, measured this session" in after, after
         rows = [line for line in sidebar_lines(app) if re.fullmatch(r"K\s*\d+ .* [0-9.]+ of \d+( \u25c2)?", line)]

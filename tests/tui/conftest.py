@@ -12,10 +12,10 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from fake_engine import FakeClock, FakeEngine
-from tuikit import fake_settings
+from fake_engine import FakeClock, FakeEngine  # noqa: E402 (after the sys.path entry above)
+from tuikit import fake_settings  # noqa: E402
 
-from specchat.tui.app import SpecChatApp
+from specchat.tui.app import SpecChatApp  # noqa: E402
 
 
 @pytest.fixture

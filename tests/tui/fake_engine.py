@@ -89,7 +89,7 @@ def verify_curve(weights: str, per_row: float, source: str = "cache") -> VerifyC
     reason line (:func:`verify_reason`)."""
     v = tuple(1.0 + per_row * k for k in range(K_MAX + 1))
     return VerifyCurve(weights=weights, v=v, target_ms=10.0, measured_rows=K_MAX + 1, source=source,  # type: ignore[arg-type]
-                       reason=verify_reason(weights, lambda k: v[k], measured=source != "prior"))  # fmt: skip
+                       reason=verify_reason(weights, lambda k: v[k], measured=source != "prior"))
 
 
 def live_curve(curve: VerifyCurve, round_no: int) -> VerifyCurve:
@@ -342,7 +342,7 @@ class FakeEngine:
                     drafting=drafting, drafter=drafter, decision=KDecision(auto.k_round, auto.reason),
                     estimate=self.cost or DEFAULT_COST, alpha=self.cost_model.window(drafter).alpha,
                     k=auto.regime if drafting else 0,
-                )  # fmt: skip
+                )
             emitted_pieces: list[Piece] = []
             drafted = accepted = 0
             if speculate:
@@ -378,7 +378,7 @@ class FakeEngine:
             counters.add_step(
                 drafted=drafted, accepted=accepted, emitted=emitted, t_draft_ms=t_draft, t_verify_ms=t_verify,
                 t_overhead_ms=0.5, t_step_ms=t_step, k=k if speculate else 0, speculative=can_draft,
-            )  # fmt: skip
+            )
             if speculate:
                 self.cost_model.observe_step(drafter, k, drafted, accepted, t_draft, t_verify, drafted + 1)
             recent = recent_figures(self.cost_model.window(drafter)) if can_draft else None
@@ -389,7 +389,7 @@ class FakeEngine:
                     speculative=True, k_control=state.k, k_round=auto.k_round, k_cap=AUTO_K_CAP, auto_k=policy,
                     decision=KDecision(auto.k_round, auto.reason), best_k=auto.best_k,
                     k_used=recent.k_used if recent is not None else None,
-                )  # fmt: skip
+                )
             else:
                 status = k_status(speculative=can_draft, k_control=state.k, k_round=k if can_draft else 0, k_cap=K_MAX)
             cost = self.cost

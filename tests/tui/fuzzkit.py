@@ -189,7 +189,7 @@ class Fuzz:
         "edit_last": 3, "new_chat": 2,
         "history_open": 3, "history_search": 2, "history_move": 2, "history_enter": 3, "history_delete": 2,
         "history_close": 2, "export": 2, "theme": 1, "palette": 1, "resize": 2,
-    }  # fmt: skip
+    }
 
     def __init__(
         self,
@@ -254,9 +254,10 @@ class Fuzz:
         and the engine's messages go through rather than every widget: ~5x faster a sequence here.
         """
         for _ in range(rounds):
-            nodes = [self.app]
+            nodes = [self.app, self.app.chat_screen]  # the chat screen gets the engine's messages, even under a dialog
             try:
-                nodes.append(self.app.screen)
+                if self.app.screen is not self.app.chat_screen:
+                    nodes.append(self.app.screen)
             except Exception:  # no screen: the app is closing
                 pass
             if self.app.focused is not None:
@@ -299,11 +300,11 @@ class Fuzz:
 
     def screen_messages(self) -> list[tuple[str, str, bool]]:
         out = []
-        for widget in self.app.chat.children:
+        for widget in self.app.chat_screen.chat.children:
             if isinstance(widget, UserMessage):
                 if not widget.has_class("queued"):  # sent during a reply: saved once it is sent, after the reply
                     out.append(("user", widget.text, False))
-            elif isinstance(widget, AssistantMessage) and widget is not self.app._current:
+            elif isinstance(widget, AssistantMessage) and widget is not self.app.chat_screen._current:
                 out.append(("assistant", widget.reply_text, widget.stopped))
         return out
 
@@ -319,14 +320,14 @@ class Fuzz:
             assert not others, f"llama.cpp was called from other threads than the engine thread: {others}"
         # history == screen (the reply being generated aside); engine == screen when idle
         shown = self.screen_messages()
-        if app.conversation_id is None:
+        if app.chat_screen.recorder.conversation_id is None:
             saved: list[tuple[str, str, bool]] = []
         else:
-            _, messages = self.store.load(app.conversation_id)
+            _, messages = self.store.load(app.chat_screen.recorder.conversation_id)
             saved = [(m.role, m.content, m.stopped) for m in messages if m.role != "system"]
         regenerating = self.regenerating
         if regenerating is not None and app.generating and app.host.turn_id == regenerating[0]:
-            if app.conversation_id is not None:
+            if app.chat_screen.recorder.conversation_id is not None:
                 shown = [*shown, regenerating[1]]
         else:
             self.regenerating = None
@@ -541,13 +542,13 @@ async def go_home(fuzz: Fuzz, initial) -> None:
     controls.set_auto_k(state.auto_k)
     controls.set_drafter(state.drafter)
     controls.set_sampling(state.sampling)
-    app._controls_changed()
-    if not app.show_ghosts:
-        app.action_toggle_ghosts()
-    if app.markdown_view:
-        app.action_toggle_markdown()
+    app.chat_screen.controls_changed()
+    if not app.chat_screen.show_ghosts:
+        app.chat_screen.action_toggle_ghosts()
+    if app.chat_screen.markdown_view:
+        app.chat_screen.action_toggle_markdown()
     app.theme = theme
-    app.prompt.clear()
+    app.chat_screen.prompt.clear()
     inner = getattr(fuzz.engine.engine, "_reply_index", None)
     if inner is not None:  # the fake engine's replies start from the first again
         fuzz.engine.engine._reply_index = 0

@@ -11,7 +11,7 @@ from specchat.tui.app import SpecChatApp
 
 
 def ab_text(app) -> str:
-    return str(app.sidebar.query_one("#ab").render())
+    return str(app.chat_screen.sidebar.query_one("#ab").render())
 
 
 def section(text: str, title: str) -> list[str]:
@@ -37,7 +37,7 @@ async def test_switching_the_pair_mid_session_never_mixes_its_turns(tmp_path):
         await send_each(pilot, "on 1", "on 2")  # speculation on (ngram, K = 3)
         await pilot.press("ctrl+t")  # off: the baseline of (target-a, ngram)
         await send_each(pilot, "off 1")
-        app.set_drafter("none")  # another pair on the same target: (target-a, none), speculation still off
+        app.chat_screen.set_drafter("none")  # another pair on the same target: (target-a, none), speculation still off
         await send_each(pilot, "none 1")
         app.switch_model("bundled", "ngram", "bundled SmolLM2 + ngram")  # the palette's model switch
         await wait_ready(pilot)
@@ -45,7 +45,7 @@ async def test_switching_the_pair_mid_session_never_mixes_its_turns(tmp_path):
         await send_each(pilot, "b 1")
 
         turns = [*first.turns, *second.turns]
-        rows = app._stats.snapshot().ab
+        rows = app.chat_screen.stats.snapshot().ab
         assert rows == ab_summary(turns)
         # every row holds the turns of exactly one pair (and one mode)
         for row in rows:

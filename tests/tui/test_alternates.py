@@ -25,7 +25,7 @@ ANSWERS = ["first answer with drafts", "second answer plain", "third answer with
 
 
 def last_reply(app):
-    return app.assistant_messages()[-1]
+    return app.chat_screen.assistant_messages()[-1]
 
 
 def saved_versions(store, conv_id: int) -> tuple[list[str], int]:
@@ -41,7 +41,7 @@ async def test_regenerate_twice_keeps_three_versions_flip_persists_and_reopens(m
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "q")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         first_spans = reply_spans(last_reply(app).tokens)
         first_ghosts = last_reply(app).tokens.ghost_text
         assert first_ghosts  # speculation on: refused drafts shown
@@ -54,7 +54,7 @@ async def test_regenerate_twice_keeps_three_versions_flip_persists_and_reopens(m
         last = engine.messages[-1]
         assert [v.content for v in last.versions()] == ANSWERS and last.alternate_index == 2
         assert saved_versions(history_store, conv_id) == (ANSWERS, 2)
-        assert len(app.assistant_messages()) == 1  # one reply in the pane, three versions of it
+        assert len(app.chat_screen.assistant_messages()) == 1  # one reply in the pane, three versions of it
         reply = last_reply(app)
         assert reply.reply_text == ANSWERS[2] and str(reply.border_subtitle).startswith("reply 3/3 \u00b7 ")
 
@@ -112,7 +112,7 @@ async def test_history_keeps_the_old_reply_while_its_regeneration_runs(make_app,
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "q")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         engine.hold_at_steps = {0}
         await pilot.press("ctrl+r")
         await wait_hold(pilot, engine)

@@ -31,7 +31,7 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
     settings = Settings(
         target="bundled", draft="ngram", k=3, auto_k=False, n_predict=40, n_ctx=1024, threads=1,
         data_dir=tmp_path, theme="specchat-dark",
-    )  # fmt: skip
+    )
     store = HistoryStore(tmp_path / "history.sqlite3")
     app = SpecChatApp(make_factory(settings), settings, store, make_factory=make_factory, export_dir=tmp_path)
     try:
@@ -56,7 +56,7 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
             first = next((i for i, (a, b) in enumerate(zip(off.tokens, on.tokens)) if a != b), None)
 
             # the pane: one reply, version 2/2 with its own numbers; flip to 1/2: the baseline's numbers, plain
-            reply = app.assistant_messages()[-1]
+            reply = app.chat_screen.assistant_messages()[-1]
             assert reply.reply_text == on.content and str(reply.border_subtitle).startswith("reply 2/2 \u00b7 ")
             assert f"{on.stats.predicted_per_second:.1f} tok/s" in str(reply.border_subtitle)
             assert "accepted" in {kind for _, kind in reply_spans(reply.tokens)} or on.stats.draft_n_accepted == 0
@@ -70,7 +70,7 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
             assert session.messages[-1].content == off.content
 
             # history keeps both, with their numbers, and the choice
-            _, records = store.records(app.conversation_id)
+            _, records = store.records(app.chat_screen.recorder.conversation_id)
             saved = [r.message for r in records[-1].version_records()]
             assert [m.content for m in saved] == [off.content, on.content]
             assert [m.stats.predicted_n for m in saved] == [off.stats.predicted_n, on.stats.predicted_n]
@@ -78,10 +78,10 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
             assert records[-1].message.alternate_index == 0
 
             # the A/B table: the engine's summary of these two real turns, in the pair's own section
-            rows = app._stats.snapshot().ab
+            rows = app.chat_screen.stats.snapshot().ab
             assert rows == ab_summary([off.stats, on.stats])
             assert {r.pair for r in rows} == {(on.stats.target, "ngram")}
-            lines = str(app.sidebar.query_one("#ab").render()).split("\n")
+            lines = str(app.chat_screen.sidebar.query_one("#ab").render()).split("\n")
             head = lines.index(pair_title(on.stats.target, "ngram"))
             assert [line.split()[0] for line in lines[head + 2 : head + 2 + len(rows)]] == [r.mode for r in rows]
             assert lines[head + 2].split()[1:3] == ["1", f"{rows[0].tok_s:.1f}"]

@@ -37,7 +37,7 @@ from specchat.tui.widgets.token_view import TokenView
 
 def _figures(app) -> str:
     """How K was chosen, then this reply's figures, as the sidebar shows them."""
-    return app.sidebar.text_of("k-status") + "\n" + app.sidebar.text_of("reply-figures")
+    return app.chat_screen.sidebar.text_of("k-status") + "\n" + app.chat_screen.sidebar.text_of("reply-figures")
 
 
 async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(make_app):
@@ -54,14 +54,14 @@ async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(ma
         await pilot.pause()
         await pilot.pause()
         assert app.engine is None
-        assert "loading 25 %" in str(app.sidebar.query_one("#status").render())
+        assert "loading 25 %" in str(app.chat_screen.sidebar.query_one("#status").render())
         await send(pilot, "too early")
         assert app.query_one(PromptInput).text == "too early"  # kept, not lost
         assert any("still loading" in n for n in notifications(app))
         gate.set()
         await wait_ready(pilot)
         assert app.engine is engine
-        assert "ready" in str(app.sidebar.query_one("#status").render())
+        assert "ready" in str(app.chat_screen.sidebar.query_one("#status").render())
 
 
 async def test_once_the_engine_is_ready_the_start_up_heap_is_frozen_once_per_process(make_app):
@@ -87,7 +87,7 @@ async def test_send_streams_a_coloured_reply(make_app):
         await settle(pilot)
         assert engine.calls == ["send:explain speculative decoding"]
         assert [w.text for w in app.query(UserMessage)] == ["explain speculative decoding"]
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         turn = engine.turns[-1]
         assert reply.finished and reply.reply_text == turn.text == engine.messages[-1].content
         kinds = {k for _, k in reply.tokens.kinds_text() if k}
@@ -156,7 +156,7 @@ async def test_k_change_and_speculation_toggle_mid_reply_show_in_the_next_steps(
         after = engine.steps_seen[6:]
         assert after and all(not s.speculative and s.drafted == 0 and s.k == 0 for s in after)
         assert _figures(app).startswith("speculation off\nlast reply")
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.reply_text == engine.turns[-1].text
         tail_kinds = [k for _, k in reply.tokens.kinds_text()][-len(after) :]
         assert set(tail_kinds) == {"plain"}
@@ -179,7 +179,7 @@ async def test_escape_stops_and_keeps_the_partial_reply(make_app):
         await pilot.press("escape")
         await settle(pilot)
         assert not app.generating
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.stopped and "stopped" in reply.border_subtitle and reply.has_class("stopped")
         assert reply.reply_text and reply.reply_text == engine.messages[-1].content
         assert len(reply.reply_text) < len(DEFAULT_REPLY)
@@ -195,11 +195,11 @@ async def test_regenerate_replaces_the_last_reply(make_app):
         await wait_ready(pilot)
         await send(pilot, "q")
         await settle(pilot)
-        assert app.assistant_messages()[-1].reply_text == "first answer"
+        assert app.chat_screen.assistant_messages()[-1].reply_text == "first answer"
         await pilot.press("ctrl+r")
         await settle(pilot)
         assert engine.calls == ["send:q", "regenerate"]
-        replies = app.assistant_messages()
+        replies = app.chat_screen.assistant_messages()
         assert [r.reply_text for r in replies] == ["second answer"]
         assert [m.role for m in engine.messages] == ["user", "assistant"]
 
@@ -214,8 +214,8 @@ async def test_new_chat_clears_the_conversation(make_app):
         await pilot.pause()
         assert engine.calls[-1] == "reset"
         assert engine.messages[0].content == "be brief"
-        assert not app.assistant_messages() and not list(app.query(UserMessage))
-        assert app.conversation_id is None
+        assert not app.chat_screen.assistant_messages() and not list(app.query(UserMessage))
+        assert app.chat_screen.recorder.conversation_id is None
 
 
 async def test_engine_error_mid_reply_ends_the_turn_with_a_message(make_app):
@@ -228,11 +228,11 @@ async def test_engine_error_mid_reply_ends_the_turn_with_a_message(make_app):
         assert not app.generating
         errors = [n for n in app.query(ChatNotice) if n.has_class("error")]
         assert errors and "llama_decode" in errors[-1].text
-        assert app.assistant_messages()[-1].has_class("failed")
+        assert app.chat_screen.assistant_messages()[-1].has_class("failed")
         engine.fail_at_step = None
         await send(pilot, "again")  # still usable
         await settle(pilot)
-        assert app.assistant_messages()[-1].finished and not app.assistant_messages()[-1].error
+        assert app.chat_screen.assistant_messages()[-1].finished and not app.chat_screen.assistant_messages()[-1].error
 
 
 async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
@@ -254,7 +254,7 @@ async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
         assert app.engine is None and "truncated" in app.engine_error
         notice = [n for n in app.query(ChatNotice) if n.has_class("error")][-1]
         assert "download it again" in notice.text and "ctrl+o" in notice.text
-        assert "model error" in str(app.sidebar.query_one("#status").render())
+        assert "model error" in str(app.chat_screen.sidebar.query_one("#status").render())
         await send(pilot, "hello?")
         assert any("No model is loaded" in n for n in notifications(app))
         await pilot.press("ctrl+o")
@@ -263,9 +263,9 @@ async def test_model_error_is_shown_and_history_stays_readable(tmp_path):
         await pilot.press("enter")
         await pilot.pause()
         assert [w.text for w in app.query(UserMessage)] == ["hello"]
-        assert [r.reply_text for r in app.assistant_messages()] == ["hi there"]
+        assert [r.reply_text for r in app.chat_screen.assistant_messages()] == ["hi there"]
         # no engine to split the reply into its tokens: drawn as one uncoloured piece, as before
-        assert reply_spans(app.assistant_messages()[0].tokens) == [("hi there", "saved")]
+        assert reply_spans(app.chat_screen.assistant_messages()[0].tokens) == [("hi there", "saved")]
     store.close()
 
 
@@ -278,7 +278,7 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "first question", "second question")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         assert conv_id is not None
         _, saved = store.load(conv_id)
         assert [(m.role, m.content) for m in saved] == [
@@ -297,7 +297,7 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
         await pilot.press("enter")
         await pilot.pause()
         assert not isinstance(app.screen, HistoryScreen)
-        assert app.conversation_id == conv_id
+        assert app.chat_screen.recorder.conversation_id == conv_id
         assert engine.calls[-1] == "load" and [m.content for m in engine.loaded] == [m.content for m in saved]
         assert [w.text for w in app.query(UserMessage)] == ["first question", "second question"]
         await send(pilot, "third question")  # continue the reopened conversation
@@ -313,7 +313,7 @@ async def test_history_is_saved_and_reopened_with_a_real_store(make_app, tmp_pat
         await pilot.press("tab", "enter")
         await pilot.pause()
         assert store.list_conversations() == []
-        assert app.conversation_id is None
+        assert app.chat_screen.recorder.conversation_id is None
         await pilot.press("escape")
     store.close()
 
@@ -326,7 +326,7 @@ async def test_the_message_is_saved_when_sent_and_the_reply_when_the_turn_ends(m
         await send(pilot, "first question")
         await wait_hold(pilot, engine)
         # mid-reply: the question is saved already (a crash now would lose only the reply)
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         assert conv_id is not None and app.generating
         assert saved_messages(history_store, conv_id) == [("user", "first question")]
         engine.release()
@@ -417,7 +417,7 @@ async def test_keymap_from_settings_remaps_bindings(make_app):
         await pilot.press("f4")  # the old key no longer raises K
         assert engine.controls.snapshot().k == 4
         await pilot.press("ctrl+g")
-        assert app.show_ghosts is False
+        assert app.chat_screen.show_ghosts is False
         await pilot.press("f1")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -464,7 +464,7 @@ async def test_markdown_view_toggles_without_losing_the_token_view(make_app):
         await wait_ready(pilot)
         await send(pilot, "code please")
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         rows_before = [r.plain for r in reply.tokens._rows]
         await pilot.press("f8")
         await pilot.pause()
@@ -596,8 +596,8 @@ async def test_theme_switch_recolours_finished_tokens_and_sidebar_shows_the_last
         app.set_theme("specchat-high-contrast")
         await pilot.pause()
         assert accepted_colour() == app.get_theme("specchat-high-contrast").variables["token-accepted"]
-        assert str(app.sidebar.query_one("#tok-s-label").render()) == "tok/s of the last reply"
-        assert app.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
+        assert str(app.chat_screen.sidebar.query_one("#tok-s-label").render()) == "tok/s of the last reply"
+        assert app.chat_screen.sidebar.query_one("#tok-s").value == f"{engine.turns[-1].predicted_per_second:.1f}"
 
 
 async def test_loading_every_turn_and_closing_run_on_one_engine_thread(make_app):
@@ -646,7 +646,8 @@ def test_ui_thread_yields_cpu_to_the_engine_thread_only_when_llama_takes_every_c
         sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
         from fake_engine import FakeEngine
         from tuikit import fake_settings, wait_ready
-        from specchat.tui.app import SpecChatApp, UI_NICE
+        from specchat.tui.app import SpecChatApp
+        from specchat.tui.priority import UI_NICE
         seen = {{}}
         def factory(progress):
             tid = threading.get_native_id()
@@ -694,7 +695,7 @@ async def test_up_on_an_empty_prompt_edits_the_last_message_and_sending_replaces
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "first question", "second question")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         prompt = app.query_one(PromptInput)
         await pilot.press("up")
         assert prompt.text == "second question" and prompt.cursor_location == prompt.document.end
@@ -706,17 +707,17 @@ async def test_up_on_an_empty_prompt_edits_the_last_message_and_sending_replaces
         assert engine.calls[-1] == "edit:second question, shorter"
         # mid-reply: the old message and reply are gone from the pane and already from history
         assert [w.text for w in app.query(UserMessage)] == ["first question", "second question, shorter"]
-        assert [r.reply_text for r in app.assistant_messages()] == ["one", ""]
+        assert [r.reply_text for r in app.chat_screen.assistant_messages()] == ["one", ""]
         assert saved_messages(history_store, conv_id) == [
             ("user", "first question"), ("assistant", "one"), ("user", "second question, shorter")
         ]
-        assert prompt.text == "" and app.editing is None and not prompt.border_title
+        assert prompt.text == "" and not app.chat_screen.editing and not prompt.border_title
         await pilot.press("up")  # not while a reply is being generated
-        assert prompt.text == "" and app.editing is None
+        assert prompt.text == "" and not app.chat_screen.editing
         assert any("still being generated" in n for n in notifications(app))
         engine.release()
         await settle(pilot)
-        assert [r.reply_text for r in app.assistant_messages()] == ["one", "three"]
+        assert [r.reply_text for r in app.chat_screen.assistant_messages()] == ["one", "three"]
         assert [(m.role, m.content) for m in engine.messages] == saved_messages(history_store, conv_id) == [
             ("user", "first question"), ("assistant", "one"), ("user", "second question, shorter"), ("assistant", "three")
         ]
@@ -737,25 +738,25 @@ async def test_escape_cancels_an_edit_and_puts_the_prompt_back(make_app):
         prompt = app.query_one(PromptInput)
         prompt.focus()
         await pilot.press("up")  # nothing to edit yet
-        assert app.editing is None and any("Nothing to edit" in n for n in notifications(app))
+        assert not app.chat_screen.editing and any("Nothing to edit" in n for n in notifications(app))
         await send(pilot, "question")
         await settle(pilot)
         prompt.set_text("a\nb")
         await pilot.press("up")  # a prompt with text: up moves the cursor, it does not edit
-        assert prompt.text == "a\nb" and prompt.cursor_location == (0, 1) and app.editing is None
+        assert prompt.text == "a\nb" and prompt.cursor_location == (0, 1) and not app.chat_screen.editing
         commands = {c.title: c for c in app.get_system_commands(app.screen)}
         commands["Edit last message"].callback()  # the palette edits even with a draft in the prompt
-        assert prompt.text == "question" and app.editing is not None
+        assert prompt.text == "question" and app.chat_screen.editing
         assert app.query_one(UserMessage).has_class("editing") and prompt.has_class("editing")
         await pilot.press("escape")
-        assert prompt.text == "a\nb" and app.editing is None
+        assert prompt.text == "a\nb" and not app.chat_screen.editing
         assert not app.query_one(UserMessage).has_class("editing") and not prompt.has_class("editing")
         assert engine.calls == ["send:question"]
         await pilot.press("enter")  # after a cancel, Enter is an ordinary send again
         await settle(pilot)
         assert engine.calls == ["send:question", "send:a\nb"]
         assert [w.text for w in app.query(UserMessage)] == ["question", "a\nb"]
-        assert [r.reply_text for r in app.assistant_messages()] == ["one", "two"]
+        assert [r.reply_text for r in app.chat_screen.assistant_messages()] == ["one", "two"]
 
 
 async def test_editing_after_a_failed_reply_replaces_the_failed_exchange(make_app):
@@ -774,7 +775,7 @@ async def test_editing_after_a_failed_reply_replaces_the_failed_exchange(make_ap
         await settle(pilot)
         assert not list(app.query(ChatNotice))  # the error notice belonged to the replaced exchange
         assert [w.text for w in app.query(UserMessage)] == ["q, reworded"]
-        assert [(r.reply_text, r.error) for r in app.assistant_messages()] == [("fine", None)]
+        assert [(r.reply_text, r.error) for r in app.chat_screen.assistant_messages()] == [("fine", None)]
         assert [(m.role, m.content) for m in engine.messages] == [("user", "q, reworded"), ("assistant", "fine")]
 
 
@@ -786,14 +787,14 @@ async def test_the_edit_key_is_remappable_and_listed_in_help(make_app):
         await settle(pilot)
         prompt = app.query_one(PromptInput)
         await pilot.press("up")
-        assert prompt.text == "" and app.editing is None  # up no longer edits
+        assert prompt.text == "" and not app.chat_screen.editing  # up no longer edits
         await pilot.press("ctrl+e")
-        assert prompt.text == "question" and app.editing is not None
+        assert prompt.text == "question" and app.chat_screen.editing
         await pilot.press("escape")
         prompt.set_text("draft")
         prompt.move_cursor((0, 0))
         await pilot.press("ctrl+e")  # with text in the prompt the key keeps the TextArea's meaning (line end)
-        assert prompt.text == "draft" and prompt.cursor_location == (0, 5) and app.editing is None
+        assert prompt.text == "draft" and prompt.cursor_location == (0, 5) and not app.chat_screen.editing
         await pilot.press("f1")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
@@ -826,11 +827,11 @@ async def test_a_reopened_reply_is_drawn_in_its_kind_colours(make_app, history_s
         await wait_ready(pilot)
         await send(pilot, "explain speculative decoding")
         await settle(pilot)
-        live = reply_spans(app.assistant_messages()[-1].tokens)
+        live = reply_spans(app.chat_screen.assistant_messages()[-1].tokens)
         await pilot.press("ctrl+n")
         await pilot.pause()
         await reopen_first_saved(pilot)
-        (reply,) = app.assistant_messages()
+        (reply,) = app.chat_screen.assistant_messages()
         assert reply.saved_coloured
         assert engine.detokenized == [engine.turns[-1].tokens]  # asked once, on the engine thread
         assert len(engine.threads) == 1 and threading.main_thread().ident not in engine.threads
@@ -851,7 +852,7 @@ async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_an
         await wait_ready(pilot)
         await send(pilot, "explain speculative decoding")
         await settle(pilot)
-        live = reply_spans(first.assistant_messages()[-1].tokens)
+        live = reply_spans(first.chat_screen.assistant_messages()[-1].tokens)
     (conv,) = history_store.list_conversations()
     _, saved = history_store.load(conv.id)
 
@@ -870,7 +871,7 @@ async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_an
         await pilot.pause()
         await pilot.press("enter")
         await pilot.pause()
-        (reply,) = app.assistant_messages()
+        (reply,) = app.chat_screen.assistant_messages()
         assert app.engine is None and reply.reply_text == saved[-1].content
         assert {kind for _, kind in reply_spans(reply.tokens)} == {"saved"}
         gate.set()
@@ -885,7 +886,7 @@ async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_an
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await reopen_first_saved(pilot)
-        (reply,) = app.assistant_messages()
+        (reply,) = app.chat_screen.assistant_messages()
         assert other_model.detokenized == [saved[-1].tokens]  # asked, and its answer did not fit the reply
         assert not reply.saved_coloured and reply.reply_text == saved[-1].content
         assert {kind for _, kind in reply_spans(reply.tokens)} == {"saved"}

@@ -146,20 +146,20 @@ async def test_tiny_pair_send_k_change_and_speculation_toggle_mid_reply(tmp_path
         engine.release()
         await _wait_hold(pilot, engine, 2)
         assert [s.k for s in engine.steps[3:6]] == [4, 4, 4]
-        assert app.sidebar.text_of("k-status").startswith("K 4 (fixed)")
+        assert app.chat_screen.sidebar.text_of("k-status").startswith("K 4 (fixed)")
         await pilot.press("f5")  # speculation off mid-reply
         engine.release()
         await settle(pilot)
         after = engine.steps[6:]
         assert after, "the reply ended before the toggle could show"
         assert all(s.drafted == 0 and not s.speculative for s in after)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         turn = reply.turn
         assert turn is not None and reply.reply_text == turn.text == engine.messages[-1].content
         assert turn.draft_n > 0 and turn.predicted_n == len(turn.tokens)
         tail = [k for _, k in reply.tokens.kinds_text() if k][-len(after) :]
         assert set(tail) == {"plain"}
-        assert app.sidebar.text_of("k-status").startswith("speculation off")
+        assert app.chat_screen.sidebar.text_of("k-status").startswith("speculation off")
 
 
 async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_pair, greedy_prompts):
@@ -174,11 +174,11 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         engine: Holding = box["engine"]
         await send(pilot, greedy_prompts[1])
         await _wait_hold(pilot, engine, 1)
-        conv_id = app.conversation_id  # mid-reply: the message is saved already, the reply not yet
+        conv_id = app.chat_screen.recorder.conversation_id  # mid-reply: the message is saved already, the reply not yet
         assert conv_id is not None and saved_messages(store, conv_id) == [("user", greedy_prompts[1])]
         await pilot.press("escape")
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.stopped and engine.messages[-1].stopped and engine.messages[-1].stats.stop_reason == "stopped"
         assert reply.reply_text == engine.messages[-1].content
         assert len(engine.steps) <= 3  # ended within one step of the request
@@ -191,9 +191,9 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         roles = [m.role for m in engine.messages if m.role != "system"]
         assert roles == ["user", "assistant"]
         regenerated = engine.messages[-1]
-        assert not regenerated.stopped and regenerated.content == app.assistant_messages()[-1].reply_text
-        assert len(app.assistant_messages()) == 1
-        assert app.conversation_id == conv_id
+        assert not regenerated.stopped and regenerated.content == app.chat_screen.assistant_messages()[-1].reply_text
+        assert len(app.chat_screen.assistant_messages()) == 1
+        assert app.chat_screen.recorder.conversation_id == conv_id
         _, saved = store.load(conv_id)
         assert [m.content for m in saved if m.role != "system"] == [greedy_prompts[1], regenerated.content]
         await pilot.press("ctrl+n")
@@ -205,7 +205,7 @@ async def test_tiny_pair_escape_regenerate_new_chat_and_history(tmp_path, tiny_p
         assert isinstance(app.screen, HistoryScreen)
         await pilot.press("enter")
         await pilot.pause()
-        assert app.conversation_id == conv_id
+        assert app.chat_screen.recorder.conversation_id == conv_id
         assert [w.text for w in app.query(UserMessage)] == [greedy_prompts[1]]
         await send(pilot, greedy_prompts[2])
         await settle(pilot)
@@ -241,8 +241,8 @@ async def test_tiny_pair_edit_last_message_replaces_the_exchange_in_chat_and_his
         assert turns == [("user", greedy_prompts[3]), ("assistant", edited.content)]
         assert edited.content != old_reply and edited.stats is not None and edited.stats.predicted_n > 0
         assert [w.text for w in app.query(UserMessage)] == [greedy_prompts[3]]
-        assert [r.reply_text for r in app.assistant_messages()] == [edited.content]
-        conv_id = app.conversation_id
+        assert [r.reply_text for r in app.chat_screen.assistant_messages()] == [edited.content]
+        conv_id = app.chat_screen.recorder.conversation_id
         assert saved_messages(history_store, conv_id) == turns
         _, saved = history_store.load(conv_id)
         assert saved[-1].tokens == edited.tokens
@@ -272,13 +272,13 @@ async def test_tiny_pair_reply_reopened_from_history_keeps_its_token_colours(
         assert app.engine_error is None, app.engine_error
         await send(pilot, greedy_prompts[4])
         await settle(pilot)
-        streamed = app.assistant_messages()[-1]
+        streamed = app.chat_screen.assistant_messages()[-1]
         live = reply_spans(streamed.tokens)
         assert "accepted" in {kind for _, kind in live}
         await pilot.press("ctrl+n")
         await pilot.pause()
         await reopen_first_saved(pilot)
-        (reply,) = app.assistant_messages()
+        (reply,) = app.chat_screen.assistant_messages()
         assert reply.saved_coloured
         assert reply_spans(reply.tokens) == live  # the real detokenizer gives back the streamed pieces
         n_vocab = box["engine"].engine.decoder.target.n_vocab
@@ -315,12 +315,12 @@ async def test_ready_shows_only_once_a_message_can_be_sent(tmp_path, tiny_target
                 await pilot.pause()
             assert texts and app.engine is None
             assert not re.search(r"\bready\b", screen_text(app)), screen_text(app)
-            assert "ready" not in app.sidebar.status_text
+            assert "ready" not in app.chat_screen.sidebar.status_text
             await send(pilot, "hello")
             assert app.query_one(PromptInput).text == "hello"  # refused, kept
             release.set()
             await wait_ready(pilot)
-            assert re.search(r"\bready\b", screen_text(app)) and app.sidebar.status_text == "ready"
+            assert re.search(r"\bready\b", screen_text(app)) and app.chat_screen.sidebar.status_text == "ready"
             await send(pilot, "hello")
             await settle(pilot)
             assert app.query_one(PromptInput).text == "" and len(app.engine.messages) >= 2
@@ -346,7 +346,7 @@ async def test_bundled_model_with_ngram_drafter_replies(tmp_path, bundled_model)
         assert app.engine_error is None, app.engine_error
         await send(pilot, "Write a Python function that adds two numbers.")
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.finished and not reply.error
         turn = reply.turn
         assert turn is not None and 0 < turn.predicted_n <= 32 and reply.reply_text == turn.text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specchat.commands.tui import make_factory
 from specchat.config import Settings
-from specchat.engine.events import Piece, Turn
+from specchat.engine.events import Turn
 from specchat.tui.engine_host import EngineHost
 
 
@@ -52,7 +52,7 @@ class Recorder:
 
 def tiny_settings(tmp_path: Path, target: Path) -> Settings:
     return Settings(target=str(target), draft="ngram", k=3, auto_k=False, n_predict=12, n_ctx=512, threads=1,
-                    data_dir=tmp_path)  # fmt: skip
+                    data_dir=tmp_path)
 
 
 async def run_host(tmp_path: Path, target: Path) -> tuple[EngineHost, Recorder, dict]:

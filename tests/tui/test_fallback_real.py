@@ -18,7 +18,7 @@ async def test_the_sidebar_and_a_notice_say_the_fallback_format_is_in_use(tmp_pa
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         assert app.engine_error is None, app.engine_error
-        assert "fallback '### Role:'" in str(app.sidebar.query_one("#pair").render())
+        assert "fallback '### Role:'" in str(app.chat_screen.sidebar.query_one("#pair").render())
         await send(pilot, "Hi")
         await settle(pilot)
         notices = [n.text for n in app.query(ChatNotice)]

@@ -23,7 +23,7 @@ async def test_engine_messages_that_arrive_once_the_app_is_closing_are_not_drawn
         await send(pilot, "go")
         await wait_hold(pilot, engine)
         turn_id = app.host.turn_id
-        snapshot = app._stats.snapshot()
+        snapshot = app.chat_screen.stats.snapshot()
     late = [
         StatsUpdated(snapshot),
         PiecesBatch(turn_id, [("late", "plain")], ["a notice"]),
@@ -32,7 +32,9 @@ async def test_engine_messages_that_arrive_once_the_app_is_closing_are_not_drawn
         EngineFailed("late failure"),
     ]
     for message in late:
-        handler = getattr(app, f"on_{message.handler_name.removeprefix('on_')}")
+        name = f"on_{message.handler_name.removeprefix('on_')}"
+        # a turn's messages are the chat screen's, loading's the app's
+        handler = getattr(app.chat_screen, name, None) or getattr(app, name)
         handler(message)  # raised NoMatches / ScreenStackError before
     (conv,) = history_store.list_conversations()
     _, saved = history_store.load(conv.id)

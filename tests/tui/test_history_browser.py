@@ -29,8 +29,8 @@ async def test_opening_a_saved_chat_in_markdown_view_does_not_crash(make_app, hi
         await pilot.press("enter")
         await settle(pilot)
         assert not isinstance(app.screen, HistoryScreen)
-        assert app.conversation_id == first_id
-        (reply,) = app.assistant_messages()
+        assert app.chat_screen.recorder.conversation_id == first_id
+        (reply,) = app.chat_screen.assistant_messages()
         assert reply.markdown_shown and not reply.tokens.display
         await pilot.press("f8")  # and back to the token view
         await pilot.pause()
@@ -147,7 +147,7 @@ async def test_arrows_choose_and_enter_opens_while_typing_stays_in_the_search_bo
         await pilot.press("enter")
         await settle(pilot)
         assert not isinstance(app.screen, HistoryScreen)
-        assert app.conversation_id == ids[2] and [m.content for m in engine.loaded] == list(CHATS[2])
+        assert app.chat_screen.recorder.conversation_id == ids[2] and [m.content for m in engine.loaded] == list(CHATS[2])
 
 
 # -- delete: an unambiguous key and a confirmation -----------------------------------------------------------
@@ -192,12 +192,12 @@ async def test_deleting_the_open_conversation_starts_a_new_chat_and_never_resave
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "a chat to delete")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         await _open_browser(pilot)
         await pilot.press("delete", "tab", "enter", "escape")
         await settle(pilot)
-        assert history_store.list_conversations() == [] and app.conversation_id is None
-        assert app.assistant_messages() == [] and engine.messages == []
+        assert history_store.list_conversations() == [] and app.chat_screen.recorder.conversation_id is None
+        assert app.chat_screen.assistant_messages() == [] and engine.messages == []
         await send_each(pilot, "a new one")
         (conv,) = history_store.list_conversations()
         assert conv.id != conv_id and conv.title == "a new one"
@@ -285,7 +285,7 @@ async def test_exports_go_to_the_data_dirs_exports_with_one_naming_scheme(histor
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send_each(pilot, "Why is the sky blue?")
-        conv_id = app.conversation_id
+        conv_id = app.chat_screen.recorder.conversation_id
         await pilot.press("ctrl+s")
         await pilot.pause()
         first = exports / f"specchat-{conv_id}-why-is-the-sky-blue.md"
@@ -315,5 +315,5 @@ async def test_the_markdown_k_column_is_the_k_used_over_the_turn(make_app, histo
         await settle(pilot)
         ks = sorted({s.k for s in engine.steps_seen})
         assert ks == [3, 5]
-        md = history_store.export_markdown(app.conversation_id)
+        md = history_store.export_markdown(app.chat_screen.recorder.conversation_id)
         assert "| 3\u20135 | ngram |" in md  # was "| 5 |": the K control when the turn ended

@@ -74,7 +74,7 @@ async def test_a_hostile_conversation_is_drawn_without_a_raw_control_character(m
         assert "PWNED" in screen_text(app)  # the updated column shows the payload, inert
         await pilot.press("enter")
         await settle(pilot)
-        assert app.conversation_id == conv_id
+        assert app.chat_screen.recorder.conversation_id == conv_id
         (reply,) = app.query(AssistantMessage)
         assert "ended: " in reply.border_subtitle and "]52;c;" in reply.border_subtitle
         assert raw_controls(reply.border_subtitle) == []
@@ -158,7 +158,7 @@ async def test_a_stop_signal_mid_reply_saves_the_partial_reply_marked_stopped(ma
     app, _ = make_app(engine, history_store=history_store, stop_signals=True)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        assert app._signals_added  # installed on the running loop
+        assert app.lifecycle.added  # installed on the running loop
         await send(pilot, "tell me")
         await wait_hold(pilot, engine)
         app._on_stop_signal(int(sig))  # what loop.add_signal_handler calls

@@ -33,7 +33,7 @@ async def test_keys_still_queued_when_enter_is_handled_are_part_of_the_message(m
         await settle(pilot)
         await settle(pilot)
         assert [c for c in engine.calls if c.startswith("send:")] == ["send:hello there", "send:second\nline"]
-        assert [t for r, t in saved_messages(history_store, app.conversation_id) if r == "user"] == [
+        assert [t for r, t in saved_messages(history_store, app.chat_screen.recorder.conversation_id) if r == "user"] == [
             "hello there", "second\nline"
         ]
         assert app.query_one(PromptInput).text == ""
@@ -65,9 +65,9 @@ async def test_a_message_sent_during_a_reply_is_queued_and_sent_after_it_whole(m
         assert engine.calls == ["send:first", "send:second", "send:third"]
         assert not any(w.has_class("queued") for w in app.query(UserMessage))
         # on screen: each message followed by its own reply
-        kinds = [type(w).__name__ for w in app.chat.children if type(w).__name__ in ("UserMessage", "AssistantMessage")]
+        kinds = [type(w).__name__ for w in app.chat_screen.chat.children if type(w).__name__ in ("UserMessage", "AssistantMessage")]
         assert kinds == ["UserMessage", "AssistantMessage"] * 3
-        assert saved_messages(history_store, app.conversation_id) == [
+        assert saved_messages(history_store, app.chat_screen.recorder.conversation_id) == [
             ("user", "first"), ("assistant", "one"), ("user", "second"), ("assistant", "two"),
             ("user", "third"), ("assistant", "three"),
         ]
@@ -82,7 +82,7 @@ async def test_ctrl_n_during_a_reply_says_it_stops_and_starts_a_new_chat(make_ap
         await wait_hold(pilot, engine)
         await send(pilot, "queued one")
         await pilot.pause()
-        conv = app.conversation_id
+        conv = app.chat_screen.recorder.conversation_id
         await pilot.press("ctrl+n")
         await pilot.pause()
         notes = notifications(app)
@@ -91,8 +91,8 @@ async def test_ctrl_n_during_a_reply_says_it_stops_and_starts_a_new_chat(make_ap
         assert app.query_one(PromptInput).text == "queued one"
         await settle(pilot)
         assert not app.generating
-        assert not list(app.query(UserMessage)) and not app.assistant_messages()
-        assert app.conversation_id is None
+        assert not list(app.query(UserMessage)) and not app.chat_screen.assistant_messages()
+        assert app.chat_screen.recorder.conversation_id is None
         assert engine.calls[-1] == "reset"
         # the stopped chat is kept, its partial reply marked stopped; the queued message was never sent
         _, saved = history_store.load(conv)
@@ -124,10 +124,10 @@ async def test_up_right_after_typing_moves_the_cursor_instead_of_editing(make_ap
         app.post_message(events.Key("x", "x"))
         app.post_message(events.Key("up", None))
         await settle(pilot)
-        assert app.editing is None and prompt.text == "x"
+        assert not app.chat_screen.editing and prompt.text == "x"
         await pilot.press("end", "backspace")  # up moved the cursor to the start of the line
         await settle(pilot)
         assert prompt.text == ""
         await pilot.press("up")  # a really empty prompt (nothing queued): up edits the last message
         await pilot.pause()
-        assert app.editing is not None and prompt.text == "first"
+        assert app.chat_screen.editing and prompt.text == "first"

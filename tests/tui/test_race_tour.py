@@ -36,15 +36,15 @@ def _turn(n: int, tok_s: float, drafted: int = 0, accepted: int = 0) -> Turn:
     return Turn(prompt_n=12, prompt_ms=20.0, predicted_n=n, predicted_ms=n / tok_s * 1000, predicted_per_second=tok_s,
                 draft_n=drafted, draft_n_accepted=accepted, acceptance=accepted / drafted if drafted else None,
                 mean_len=1.0, accepted_per_pos=[], draft_ms_per_step=0.0, verify_ms_per_step=0.0, overhead_ms=0.0,
-                step_ms=1.0, n_steps=n, n_spec_steps=0, stop_reason="eos", text="", tokens=[1] * n)  # fmt: skip
+                step_ms=1.0, n_steps=n, n_spec_steps=0, stop_reason="eos", text="", tokens=[1] * n)
 
 
 WORDS = ("Speculative decoding lets a cheap drafter guess the next tokens and the target checks them all in one "
-         "batch, keeping the longest prefix it agrees with.").split(" ")  # fmt: skip
+         "batch, keeping the longest prefix it agrees with.").split(" ")
 
 
 def make_race(kinds: str = "aacbpar", off_dt: float = 0.05, on_dt: float = 0.03, *, k: int | None = 4,
-              drafter: str = "ngram") -> RaceResult:  # fmt: skip
+              drafter: str = "ngram") -> RaceResult:
     """A race over WORDS: the baseline one plain word every ``off_dt`` s; the speculative run cycles ``kinds``
     (a accepted, r rejected ghost, c corrected, b bonus, p plain) every ``on_dt`` s, a ghost not advancing."""
     off = tuple(TimedPiece(round(off_dt * (i + 1), 6), (" " if i else "") + w, "plain", i) for i, w in enumerate(WORDS))
@@ -67,7 +67,7 @@ def make_race(kinds: str = "aacbpar", off_dt: float = 0.05, on_dt: float = 0.03,
     return RaceResult(
         "Explain speculative decoding in one sentence.", "SmolLM2-135M-Instruct.Q4_1", drafter, k,
         RaceRun("off", off, _turn(n, n / off_end), off_end), RaceRun("on", tuple(on), _turn(n, n / on_end, drafted, accepted), on_end),
-    )  # fmt: skip
+    )
 
 
 def lane_text(view: RaceView, lane: str) -> str:
@@ -239,7 +239,7 @@ async def test_the_palette_opens_the_tour_and_a_scene_that_cannot_race_says_why(
     scene = next(s for s in demo.SCENES if s.pair.target == "bundled")  # the bundled model alone: nothing to derive
     options = TourOptions(derive=_tour_options().derive, scenes=(scene,))
     app = SpecChatApp(lambda progress: FakeEngine(), fake_settings(data_dir=tmp_path),
-                      make_factory=lambda settings: (lambda progress: FakeEngine()), tour=options)  # fmt: skip
+                      make_factory=lambda settings: (lambda progress: FakeEngine()), tour=options)
     async with app.run_test(size=(100, 32)) as pilot:
         await wait_ready(pilot)
         await palette(pilot, "tour")
@@ -291,9 +291,9 @@ async def test_the_race_races_the_prompt_text_else_the_last_message():
         await wait_ready(pilot)
         await send(pilot, "first message")
         await settle(pilot)
-        assert app.race_text() == "first message"
+        assert app.chat_screen.race_text() == "first message"
         app.query_one(PromptInput).text = "typed, not sent"
-        assert app.race_text() == "typed, not sent"
+        assert app.chat_screen.race_text() == "typed, not sent"
 
 
 # -- auto-K turning drafting off: the offer of a fixed K ------------------------------------------------------
@@ -305,7 +305,7 @@ class DraftingOffEngine(FakeEngine):
 
     def _rounds(self, tokens):
         yield AutoKNotice("auto-K: drafting off — the draft costs 0.98× a target token; it cannot pay even at "
-                          "100 % acceptance", drafting=False, drafter="draft.gguf")  # fmt: skip
+                          "100 % acceptance", drafting=False, drafter="draft.gguf")
         yield from super()._rounds(tokens)
 
 

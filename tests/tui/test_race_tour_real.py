@@ -45,7 +45,7 @@ class Clock:
 
 def _settings(tmp_path: Path, target: str, draft: str, **kw) -> Settings:
     values = dict(target=target, draft=draft, k=4, auto_k=False, n_predict=16, n_ctx=1024, threads=1,
-                  data_dir=tmp_path / "data", theme="specchat-dark")  # fmt: skip
+                  data_dir=tmp_path / "data", theme="specchat-dark")
     values.update(kw)
     return Settings(**values)
 
@@ -228,10 +228,10 @@ async def test_auto_k_judging_a_model_draft_unprofitable_offers_fixed_k(tmp_path
         await settle(pilot)
         offers = [n for n in notifications(app) if "Use fixed K" in n]
         assert len(offers) == 1 and "unprofitable" in offers[0], notifications(app)
-        assert app.assistant_messages()[-1].turn.draft_n == 0
+        assert app.chat_screen.assistant_messages()[-1].turn.draft_n == 0
         await palette(pilot, "use fixed k")
         state = app.engine.controls.snapshot()
         assert not state.auto_k and state.k == 4 and state.speculative
         await send(pilot, "Say it again.")
         await settle(pilot)
-        assert app.assistant_messages()[-1].turn.draft_n > 0  # fixed K: the model drafter drafts every round
+        assert app.chat_screen.assistant_messages()[-1].turn.draft_n > 0  # fixed K: the model drafter drafts every round

@@ -293,7 +293,7 @@ async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with
     settings = Settings(
         target="bundled", draft="ngram", k=4, auto_k=False, n_predict=48, n_ctx=1024, threads=1,
         data_dir=tmp_path, theme="specchat-dark",
-    )  # fmt: skip
+    )
     steps: list[Step] = []
     real_factory = make_factory(settings)
 
@@ -323,7 +323,7 @@ async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with
         assert sidebar.text_of("tok-s-label") == "tok/s: no reply yet"
         await send(pilot, "Repeat exactly: the cat sat on the mat. the cat sat on the mat. the cat sat on the mat.")
         await settle(pilot)
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.finished and not reply.error and steps
         last = steps[-1]
         assert last.reply is not None and last.recent is not None and last.status is not None

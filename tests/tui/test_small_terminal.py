@@ -9,7 +9,7 @@ import json
 import pytest
 from tuikit import SIZE, notifications, send, settle, wait_ready
 
-from specchat.tui.app import SIDEBAR_MIN_WIDTH
+from specchat.tui.screens.chat import SIDEBAR_MIN_WIDTH
 from specchat.tui.keys import APP_KEYS
 from specchat.tui.state import UiState, load_state
 from specchat.tui.widgets.sidebar import Sidebar
@@ -116,11 +116,11 @@ async def test_the_non_f_keys_work(make_app, key):
     app, engine = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
-        before = (engine.controls.snapshot(), app.show_ghosts, app.markdown_view, app.query_one(Sidebar).display,
+        before = (engine.controls.snapshot(), app.chat_screen.show_ghosts, app.chat_screen.markdown_view, app.query_one(Sidebar).display,
                   type(app.screen).__name__)
         await pilot.press(key)
         await pilot.pause()
-        after = (engine.controls.snapshot(), app.show_ghosts, app.markdown_view, app.query_one(Sidebar).display,
+        after = (engine.controls.snapshot(), app.chat_screen.show_ghosts, app.chat_screen.markdown_view, app.query_one(Sidebar).display,
                  type(app.screen).__name__)
         assert after != before, key
 

@@ -29,8 +29,8 @@ def test_ab_table_with_two_pairs(snap_compare, tmp_path):
         app.switch_model("bundled", "ngram", "another pair")
         await wait_ready(pilot)
         await send_each(pilot, "on")
-        ab = app.sidebar.query_one("#ab")
-        app.sidebar.scroll_to_widget(ab, top=True, animate=False)
+        ab = app.chat_screen.sidebar.query_one("#ab")
+        app.chat_screen.sidebar.scroll_to_widget(ab, top=True, animate=False)
         app.clear_notifications()
         await settle(pilot)
 
@@ -52,6 +52,6 @@ def test_reply_showing_version_1_of_2(snap_compare, tmp_path):
         await pilot.press("left")
         app.clear_notifications()
         await settle(pilot)
-        assert str(app.assistant_messages()[-1].border_subtitle).startswith("reply 1/2")
+        assert str(app.chat_screen.assistant_messages()[-1].border_subtitle).startswith("reply 1/2")
 
     assert snap_compare(app, terminal_size=TERMINAL, run_before=run_before)

@@ -208,7 +208,6 @@ def test_sidebar_text_helpers():
     assert "best K = 6" in break_even_text(cheap)
     assert "waiting" in break_even_text(None)
     from specchat.engine.controls import ControlState
-    from specchat.tui.stats import StatsSnapshot
 
     # before any round, K is what the controls say, in the engine's words
     assert format_k(None, ControlState(k=5, auto_k=True)) == ["K auto (no round yet)"]

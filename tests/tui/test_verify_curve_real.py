@@ -20,7 +20,7 @@ from tinymodels import GREEDY_PROMPTS
 
 def test_the_verify_curve_and_its_reason_reach_the_tui_through_events(tmp_path: Path, tiny_target: Path) -> None:
     settings = Settings(target=str(tiny_target), draft="ngram", auto_k=True, n_predict=16, n_ctx=512, threads=1,
-                        data_dir=tmp_path)  # fmt: skip
+                        data_dir=tmp_path)
     first = load_engine(settings)
     try:
         info = first.info()

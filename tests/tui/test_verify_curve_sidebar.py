@@ -38,7 +38,7 @@ TEXT_WIDTH = SPARK_WIDTH + 6
 Q41 = DEFAULT_VERIFY  # v(K) = 1 + 0.62 K: v(16) = 10.9, "no batched kernel on this CPU"
 F16 = verify_curve("F16", 0.1, "measured")  # v(16) = 2.6, a batched kernel
 INFO = EngineInfo(target_name="t.gguf", draft_name="ngram", drafters=("ngram",), n_ctx=512, k_max=K_MAX,
-                  can_speculate=True, verify=Q41, weights="Q4_1")  # fmt: skip
+                  can_speculate=True, verify=Q41, weights="Q4_1")
 
 
 def _fill(row: str) -> int:
@@ -109,7 +109,7 @@ def test_without_a_curve_the_block_says_why_in_words():
 
 def test_the_live_curve_is_preferred_to_the_engines_info():
     live = CostEstimate(alpha=0.6, c=0.0, v=1.0, best_k=4, predicted_speedup=1.5, target_ms_per_token=10.0,
-                        draft_ms_per_token=0.0, verify=F16)  # fmt: skip
+                        draft_ms_per_token=0.0, verify=F16)
     assert shown_curve(StatsSnapshot(cost=live), INFO) is F16
     assert shown_curve(StatsSnapshot(cost=replace(live, verify=None)), INFO) is Q41
     assert shown_curve(StatsSnapshot(), INFO) is Q41
@@ -215,7 +215,7 @@ async def test_f1_shows_this_targets_curve_and_reason_after_the_glossary(make_ap
         block = "\n".join(
             ["Verify cost of this target", "  verify cost v(K) \u00b7 Q4_1, measured this session",
              *(f"  {row}" for row in chart_rows(Q41, K_MAX, 3)), f"  {Q41.reason}"]
-        )  # fmt: skip
+        )
         assert block in text and block.split("\n", 1)[1] == "\n".join(
             f"  {line}" for part in sidebar.verify_texts() for line in part.splitlines()
         )
@@ -230,7 +230,7 @@ async def test_after_a_model_switch_the_new_targets_curve_is_shown_not_the_old_l
     first = FakeEngine(target_name="target-a.gguf")
     second = FakeEngine(target_name="target-b.gguf", verify=replace(F16, source="cache"))
     app = SpecChatApp(lambda progress: first, fake_settings(data_dir=tmp_path), make_factory=lambda s: (lambda p: second),
-                      export_dir=tmp_path)  # fmt: skip
+                      export_dir=tmp_path)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await send(pilot, "on a")

@@ -107,7 +107,7 @@ def ab_summary(turns: Iterable[Turn]) -> tuple[ABRow, ...]:
                     drafted=sum(t.draft_n for t in ts), accepted=sum(t.draft_n_accepted for t in ts), tok_s=tok_s,
                     ratio=ratio,
                 )
-            )  # fmt: skip
+            )
     return tuple(rows)
 
 

@@ -62,7 +62,7 @@ class _DrafterStats:
     __slots__ = (
         "acc", "rej", "clock", "draft", "ratio", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
         "prior_rej", "spent_ms", "priced_ms", "plain_ms", "measured",
-    )  # fmt: skip
+    )
 
     def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
         # prior as pseudo-observations: prior_weight rejections and the matching accepted count
@@ -312,7 +312,7 @@ class CostModel:
                 rnd.drafter, rnd.k, rnd.drafted, rnd.accepted, rnd.t_draft_ms, rnd.t_verify_ms, rnd.drafted + 1,
                 t_overhead_ms=rnd.t_overhead_ms, natural=rnd.natural, catch_up_ms=rnd.catch_up_ms,
                 verify_decodes=rnd.verify_decodes,
-            )  # fmt: skip
+            )
         else:
             self.observe_plain(rnd.t_verify_ms + rnd.t_overhead_ms)
 

@@ -47,7 +47,7 @@ class TurnCounters:
         "acc_per_pos", "drafted_per_pos", "draft_ms", "verify_ms", "overhead_ms", "step_ms",
         "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last", "k_min", "k_max",
         "rejections", "asked_steps", "spec_on_steps",
-    )  # fmt: skip
+    )
 
     def __init__(self, prompt_n: int = 0, prompt_ms: float = 0.0) -> None:
         self.prompt_n = int(prompt_n)
@@ -130,7 +130,7 @@ class TurnCounters:
             drafted=step.drafted, accepted=step.accepted, emitted=step.emitted,
             t_draft_ms=step.t_draft_ms, t_verify_ms=step.t_verify_ms,
             t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms, k=step.k, speculative=step.speculative,
-        )  # fmt: skip
+        )
 
     def finish(
         self,

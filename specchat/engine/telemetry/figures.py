@@ -173,7 +173,7 @@ def k_status(
         dwell=auto_k.dwell if auto and auto_k is not None else None,
         dwell_min=auto_k.dwell_min if auto and auto_k is not None else None,
         label=label, note="; ".join(notes),
-    )  # fmt: skip
+    )
 
 
 def auto_k_notice(

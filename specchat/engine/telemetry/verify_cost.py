@@ -179,7 +179,7 @@ class VerifyCost:
             source=source if measured else "prior",
             reason=verify_reason(weights, self.v, measured=measured, row_by_row=row_by_row,
                                  single_rows_up_to=self.single_rows_up_to() if measured else 1),
-        )  # fmt: skip
+        )
 
     def v(self, k: int) -> float:
         """v(K): predicted verify cost of K+1 rows relative to one row (v(0) = 1)."""

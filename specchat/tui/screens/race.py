@@ -24,15 +24,18 @@ from textual.content import Content
 from textual.widget import Widget
 from textual.widgets import Static
 
+from specchat.engine.drafter_kinds import NONE
 from specchat.race import RaceResult
 from specchat.tui.keys import RACE_KEYS, screen_bindings
 from specchat.tui.sanitize import sanitize_line
 from specchat.tui.screens.race_base import RaceEnded, RaceProgress, RaceViewScreen, progress_text
+from specchat.tui.outcomes import Refusal
 from specchat.tui.widgets.race_view import LANE_TITLES
 
 if TYPE_CHECKING:
+    from specchat.config import Settings
     from specchat.engine.protocol import ChatEngine
-    from specchat.tui.engine_host import EngineHost
+    from specchat.tui.engine_host import EngineFactory, EngineHost
 
 #: a race of two llama-servers (``--server-b``): lane "off" is server A, "on" server B (specchat.race)
 SERVER_LANE_TITLES = {"off": "server A", "on": "server B"}
@@ -81,7 +84,7 @@ class RaceScreen(RaceViewScreen):
             Content(f"Race \u00b7 \u201c{one_line(self.prompt)}\u201d \u00b7 the message alone, greedy: "
                     f"{'server A, then server B' if self._connect_b else 'speculation off, then on'}, one after the other"),
             id="race-header",
-        )  # fmt: skip
+        )
 
     def on_mount(self) -> None:
         if self.race is not None:
@@ -123,3 +126,40 @@ class RaceScreen(RaceViewScreen):
     def action_replay(self) -> None:
         if self.race is not None and not self.busy:
             self.view.play(self.race)
+
+
+def race_for(
+    engine: ChatEngine,
+    text: str | None,
+    host: EngineHost,
+    clock: Callable[[], float],
+    settings: Settings,
+    make_factory: Callable[[Settings], EngineFactory] | None,
+) -> RaceScreen | Refusal:
+    """The race of ``text`` this session can run, ready to push, or why there is none.
+
+    Local models: speculation off, then on, with the drafter and K in use (auto-K races as auto-K). A
+    llama-server sets its speculation with its own flags, so it races only against a second server
+    (``--server-b``): server A (this session's), then server B.
+    """
+    server_b = settings.server_b_url if engine.controls.fixed else None
+    if engine.controls.fixed and (server_b is None or make_factory is None):
+        return Refusal("A race turns speculation off and on with local models; this session uses a llama-server, "
+                       "whose own flags set speculation: give --server-b URL to race it against a second server.",
+                       "warning", 8)
+    if host.generating:
+        return Refusal("A reply is still being generated: press Esc first, then race.", "warning")
+    if text is None:
+        return Refusal("Nothing to race yet: type a message in the prompt, or send one first.")
+    if server_b is not None and make_factory is not None:  # two llama-servers: A (this session), then B
+        factory_b = make_factory(settings.model_copy(update={"server_url": server_b, "server_b_url": None}))
+        return RaceScreen(text, clock, record=(host, engine, None), connect_b=lambda: factory_b(lambda _f, _w: None))
+    state = engine.controls.snapshot()
+    info = engine.info()
+    if not info.can_speculate or (state.drafter or info.draft_name) == NONE:
+        why = info.note or "no drafter is selected: choose one with ctrl+p \u2192 Drafter"
+        return Refusal(f"Nothing to race against: {why}.", "warning", 8)
+    k = None if state.auto_k else state.k
+    if k == 0:
+        return Refusal("K is 0, so nothing would be drafted: raise K or turn auto-K on, then race.", "warning")
+    return RaceScreen(text, clock, record=(host, engine, k))

@@ -155,7 +155,7 @@ class RaceViewScreen(Screen[None]):
                 turn_id, engine, prompt, k, self.post_message,
                 cancelled=lambda: self._cancel.is_set() or host.closing, **options,
             )
-        )  # fmt: skip
+        )
 
     def cancel_turn(self, status: str) -> None:
         """Ask the turn in flight to stop (at its next round boundary), saying ``status`` meanwhile."""

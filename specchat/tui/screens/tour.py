@@ -39,9 +39,6 @@ if TYPE_CHECKING:
     from specchat.config import Settings
     from specchat.tui.engine_host import EngineFactory, EngineHost
 
-#: the K "Use fixed K" sets when K is 0: the K of the tour's model-drafter scenes (specchat.demo.SCENES)
-FIXED_K = 4
-
 
 @dataclass(frozen=True)
 class TourOptions:
@@ -292,5 +289,5 @@ class TourScreen(RaceViewScreen):
             self.host.submit(
                 lambda: [session.close() for session in sessions.values()], name="tour-close",
                 description="close the tour's models",
-            )  # fmt: skip
+            )
         self.dismiss()

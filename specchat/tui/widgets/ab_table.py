@@ -69,7 +69,7 @@ def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
     shown."""
     if not rows:
         return [EMPTY]
-    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE
+    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE  # numpy: with the first A/B row, not at start-up
 
     sections: dict[tuple[str, str], list[ABRow]] = {}
     for row in rows:

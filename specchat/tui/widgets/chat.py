@@ -15,11 +15,11 @@ reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 from __future__ import annotations
 
 from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
 from textual.widgets import Static
 
+from specchat.engine.controls import ControlState
 from specchat.engine.events import Turn
-from specchat.engine.protocol import Message
+from specchat.engine.protocol import EngineInfo, Message
 from specchat.tui.sanitize import text as inert
 from specchat.tui.widgets.token_view import TokenView
 
@@ -38,6 +38,16 @@ def version_title(turn: Turn | None) -> str:
     k = f"K={turn.k_max}" if turn.k_min == turn.k_max else f"K={turn.k_min}\u2013{turn.k_max}"
     how = {"on": k, "barely": "drafter barely ran", "mixed": "speculation switched mid-reply"}[mode]
     return f"{target} \u00b7 {turn.drafter or '?'} \u00b7 {how}"
+
+
+def reply_title(info: EngineInfo | None, state: ControlState | None) -> str:
+    """A reply's title while it is generated: the target, and how it runs (the drafter and K in effect)."""
+    if state is None or info is None:
+        return "assistant"
+    if not state.speculative:
+        return f"{info.target_name} \u00b7 no speculation"
+    k = "auto-K" if state.auto_k else f"K={state.k}"
+    return f"{info.target_name} \u00b7 {state.drafter or info.draft_name} \u00b7 {k}"
 
 
 def turn_summary(turn: Turn) -> str:
@@ -243,9 +253,115 @@ class AssistantMessage(Vertical):
 
 
 class ChatLog(VerticalScroll):
-    """The scrolling conversation; stays pinned to the bottom while a reply streams (until you scroll up)."""
+    """The scrolling conversation; stays pinned to the bottom while a reply streams (until you scroll up).
+
+    It keeps what only it shows (as Toad keeps a conversation's state in the widget that shows it): the
+    messages queued behind the reply being generated, in order (:meth:`queue`, :meth:`next_queued`,
+    :meth:`unqueue`), a saved conversation drawn whole (:meth:`show_messages`), and the exchanges as shown
+    (:meth:`exchanges`, what an unsaved chat exports)."""
 
     can_focus = True
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._queued: list[UserMessage] = []
+        self._editing: UserMessage | None = None  # highlighted while it is edited in the prompt
+
     def on_mount(self) -> None:
         self.anchor()
+
+    def mark_editing(self, on: bool) -> None:
+        """Highlight the last message sent while it is edited in the prompt (and scroll to it), or stop."""
+        if self._editing is not None:
+            self._editing.remove_class("editing")
+        sent = [w for w in self.query(UserMessage) if w not in self._queued]
+        self._editing = sent[-1] if on and sent else None
+        if self._editing is not None:
+            self._editing.add_class("editing")
+            self.scroll_to_widget(self._editing, animate=False)
+
+    def assistant_messages(self) -> list[AssistantMessage]:
+        return list(self.query(AssistantMessage))
+
+    def add_reply(self, reply: AssistantMessage, after: UserMessage | None = None) -> None:
+        """Show a reply being generated at the end, or right after ``after`` (a queued message now sent)."""
+        if after is not None and after.is_attached:
+            self.mount(reply, after=after)
+        else:
+            self.mount(reply)
+        self.anchor()
+
+    def queue(self, text: str) -> None:
+        """Show ``text`` at the end, marked queued: it is sent when the reply being generated ends."""
+        widget = UserMessage(text)
+        widget.add_class("queued")
+        widget.border_title = "you \u00b7 queued: sent when this reply ends"
+        self._queued.append(widget)
+        self.mount(widget)
+        self.anchor()
+
+    def next_queued(self) -> UserMessage | None:
+        """The oldest queued message, now shown as sent (it stays where it is; its reply goes after it)."""
+        if not self._queued:
+            return None
+        widget = self._queued.pop(0)
+        widget.remove_class("queued")
+        widget.border_title = "you"
+        return widget
+
+    def unqueue(self) -> list[str]:
+        """Take the queued messages off the chat; their texts, in order."""
+        texts = [w.text for w in self._queued]
+        for widget in self._queued:
+            widget.remove()
+        self._queued = []
+        return texts
+
+    def remove_last_exchange(self) -> None:
+        """Remove the last user message and everything after it (its reply, the notices about that turn)."""
+        children = list(self.children)
+        first = max((i for i, w in enumerate(children) if isinstance(w, UserMessage)), default=len(children))
+        for widget in children[first:]:
+            widget.remove()
+
+    def show_messages(self, messages: list[Message], *, show_ghosts: bool, markdown: bool) -> None:
+        """Draw a saved conversation in place of what is shown (its replies uncoloured until the engine splits
+        them into tokens: :meth:`AssistantMessage.show_saved_pieces`)."""
+        self.remove_children()
+        for m in messages:
+            if m.role == "system":
+                if m.content:
+                    self.mount(ChatNotice(f"system: {m.content}"))
+            elif m.role == "user":
+                self.mount(UserMessage(m.content))
+            else:
+                widget = AssistantMessage(title="assistant (saved)", show_ghosts=show_ghosts, markdown=markdown)
+                widget.load_saved(m)
+                self.mount(widget)
+        self.scroll_end(animate=False)
+
+    def uncoloured_saved_replies(self) -> list[tuple[AssistantMessage, list[int]]]:
+        """Each saved reply not drawn in its kind colours yet, with its token ids (for the engine to split)."""
+        return [
+            (reply, reply.saved_message.tokens)
+            for reply in self.assistant_messages()
+            if reply.saved_message is not None and reply.saved_message.tokens and not reply.saved_coloured
+        ]
+
+    def add_notices(self, notices: list[str], reply: AssistantMessage, *, kind: str = "") -> None:
+        """Show each notice about a reply above it (``kind``: a class, e.g. ``auto-k``)."""
+        for line in notices:
+            notice = ChatNotice(line)
+            if kind:
+                notice.add_class(kind)
+            self.mount(notice, before=reply)
+
+    def exchanges(self) -> list[tuple[str, str, bool]]:
+        """``(role, text, stopped)`` of each sent message and reply shown (queued messages left out)."""
+        out: list[tuple[str, str, bool]] = []
+        for widget in self.children:
+            if isinstance(widget, UserMessage) and widget not in self._queued:
+                out.append(("user", widget.text, False))
+            elif isinstance(widget, AssistantMessage):
+                out.append(("assistant", widget.reply_text, widget.stopped))
+        return out

@@ -36,6 +36,7 @@ from textual.binding import Binding
 from textual.widgets import TextArea
 
 from specchat.tui.keys import PROMPT_KEYS
+from specchat.tui.sanitize import text as inert
 
 #: ``submit(text) -> taken``: the app sends (or refuses, saying why) the prompt's text; True clears the prompt
 Submit = Callable[[str], bool]
@@ -58,6 +59,8 @@ class PromptInput(TextArea):
             placeholder="Message (Enter sends, ctrl+j new line, ctrl+g help)",
         )
         self.submit = submit
+        #: what the prompt held before the last message was put in it for editing (None: not editing)
+        self.held_before_edit: str | None = None
 
     #: the TextArea's actions that step aside in an empty prompt, for the app's keys (see the module docstring)
     STEP_ASIDE = frozenset({"cursor_left", "cursor_right"})
@@ -75,6 +78,30 @@ class PromptInput(TextArea):
         """Replace the prompt's text and put the cursor at its end."""
         self.text = text
         self.move_cursor(self.document.end)
+
+    @property
+    def editing(self) -> bool:
+        return self.held_before_edit is not None
+
+    def begin_edit(self, text: str, hint: str) -> None:
+        """Show ``text`` (the last message) for editing, ``hint`` in the border (how to resend or cancel);
+        what the prompt held is kept for :meth:`end_edit` (an edit begun again keeps the first one's)."""
+        if self.held_before_edit is None:
+            self.held_before_edit = self.text
+        self.set_text(text)
+        self.border_title = inert(hint)
+        self.add_class("editing")
+        self.focus()
+
+    def end_edit(self, *, restore: bool) -> None:
+        """Leave edit mode; ``restore`` puts back what the prompt held before the edit began."""
+        held, self.held_before_edit = self.held_before_edit, None
+        if held is None:
+            return
+        self.border_title = None
+        self.remove_class("editing")
+        if restore:
+            self.set_text(held)
 
     def action_submit(self) -> None:
         self.call_later(self._submit_now)  # behind the keys typed before Enter: see the module docstring

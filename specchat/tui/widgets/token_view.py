@@ -59,6 +59,17 @@ def kind_style(kind: str) -> str:
     return f"${variable} {text_style}".strip()
 
 
+def legend_content(show_ghosts: bool) -> Content:
+    """The chat's legend line: each kind in its own style, and whether the ghosts (refused drafts) are shown."""
+    parts: list[Content] = []
+    for kind in ("accepted", "corrected", "bonus", "plain"):
+        parts.append(Content.styled(f"\u25a0 {kind}", kind_style(kind)))
+        parts.append(Content("  "))
+    parts.append(Content.styled("ghost", kind_style(GHOST)))
+    parts.append(Content(" = refused draft" + ("" if show_ghosts else " (hidden)")))
+    return Content.assemble(*parts)
+
+
 def _kinds_css() -> str:
     return "\n".join(
         f"TokenView > .token--{kind} {{ color: ${variable}; text-style: {text_style or 'none'}; }}"
