@@ -356,7 +356,7 @@ def outcome_line(result: SceneResult) -> str:
     step = race.on.last_step
     ratio = f"{race.ratio:.2f}×"
     if step is None or step.cost is None or not t.n_spec_steps:
-        return f"on this CPU it {v} ({ratio}): no round drafted, so the difference is the run's noise"
+        return f"on this CPU it {v} ({ratio}) by the verdict's bar, with no round drafting: that difference is the runs' noise"
     cost = step.cost
     drafted = t.draft_n / t.n_spec_steps  # tokens drafted per drafting round
     d = max(1, round(drafted))

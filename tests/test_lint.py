@@ -1,6 +1,5 @@
 """The linter runs: ``ruff check`` passes over the whole tree (its rules are ``[tool.ruff]`` in pyproject.toml),
-and no ``fmt: skip`` marker addresses a formatter that is not run (the engine's are left to its owner: they
-may only go)."""
+and no ``fmt: skip`` marker addresses a formatter that is not run."""
 
 from __future__ import annotations
 
