@@ -70,7 +70,7 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
         v = demo.verdict(r.race.ratio)
         assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU it {v} (")
         forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
-        assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×): ")
+        assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×)")
         if r.race.on.turn.n_spec_steps:
             assert "single-row decodes" in forced and "pays only while the tokens kept exceed the round's cost" in forced
     figures = [r.figures() for r in results]
