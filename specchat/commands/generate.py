@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+from specchat.commands.arguments import warn_k_above_cap
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
 from specchat.errors import UserError
 
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     auto_k = bool(args.auto_k)
     session = load_engine(settings, auto_k=auto_k)
+    warn_k_above_cap(settings, auto_k=auto_k)
     if settings.k == 0 and not session.controls.fixed:
         session.controls.set_speculative(False)
     note = session.info().note

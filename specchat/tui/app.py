@@ -372,7 +372,7 @@ class SpecChatApp(App[None]):
         """The palette also lists every key action (so nothing depends on a function key working)."""
         yield from super().get_system_commands(screen)
         for spec in APP_KEYS:
-            if spec.action == "stop" and not self.host.generating:
+            if spec.action in ("stop", "stop_now") and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
             callback = {"edit_last": self.start_edit, "reply_prev": partial(self.flip_reply, -1),
@@ -802,6 +802,8 @@ class SpecChatApp(App[None]):
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
             return self._edit_key_applies()
+        if action == "stop_now":  # ctrl+c: only while a reply streams; else it keeps its meaning (copy)
+            return self.host.generating
         return True
 
     def action_stop(self) -> None:
@@ -812,6 +814,10 @@ class SpecChatApp(App[None]):
             self.engine.controls.request_stop()
             if self._current is not None:
                 self._current.border_subtitle = "stopping\u2026"
+
+    def action_stop_now(self) -> None:
+        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py)."""
+        self.action_stop()
 
     def action_regenerate(self) -> None:
         engine = self._engine_or_explain()

@@ -15,8 +15,11 @@ must hold:
 
 - no exception: the app is still running and has not recorded one;
 - the app answers a key: a probe key (``f19``, a priority binding of :class:`FuzzApp` that only counts) is
-  handled once the app has handled what was queued before it (:meth:`Fuzz.sync`: no wall-clock limit; it
-  gives up after 30 s, a hang detector);
+  handled once the app has handled what was queued before it (:meth:`Fuzz.sync`), pressed twice an action:
+  right after it (a reply may be streaming, a dialog opening) and once the app has settled. With a
+  ``key_budget`` (the fake engine's fuzz: 0.5 s) each probe must be answered within it, a key's answer as a
+  user feels it; without one (the real model, whose rounds hold the engine thread's share of one core) only
+  within 30 s, a hang detector. The slowest answer is kept (:attr:`Fuzz.slowest_key`) for the report;
 - only the engine thread touched the engine: the threads recorded by :class:`HeldEngine` (every event of a
   turn, detokenize, close) and, for the real engine, by :func:`record_llama_threads` (every llama.cpp C
   function) are the app's one engine thread;
@@ -37,6 +40,7 @@ import asyncio
 import ctypes
 import random
 import threading
+import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,6 +204,7 @@ class Fuzz:
         *,
         llama_threads: set[int] | None = None,
         settle_polls: int = 20_000,
+        key_budget: float | None = None,
     ) -> None:
         self.pilot = pilot
         self.app: FuzzApp = pilot.app
@@ -210,6 +215,8 @@ class Fuzz:
         self.log: list[str] = []
         self.llama_threads = llama_threads
         self.settle_polls = settle_polls
+        self.key_budget = key_budget
+        self.slowest_key = 0.0  # the longest a probe key waited for its answer, in seconds
         self.engine_thread: int | None = None
         self.saved_reply: Message | None = None  # see seed_history
         #: the turn id of a regeneration and the reply it regenerates (history keeps that reply until the new
@@ -227,6 +234,7 @@ class Fuzz:
             name = self.rng.choices(self._names, self._weights)[0]
             detail = await getattr(self, "do_" + name)()
             self.log.append(name + (f"({detail})" if detail else ""))
+            await self.probe()  # mid-action: a reply may be streaming
             await self.settle()
             self.check()
             await self.probe()
@@ -337,8 +345,15 @@ class Fuzz:
 
     async def probe(self) -> None:
         before = self.app.probes
+        start = time.perf_counter()
         await self.press(PROBE_KEY)
+        took = time.perf_counter() - start
         assert self.app.probes == before + 1, "the app did not answer the probe key"
+        self.slowest_key = max(self.slowest_key, took)
+        if self.key_budget is not None:
+            assert took <= self.key_budget, (
+                f"the app answered a key after {took * 1000:.0f} ms (budget {self.key_budget * 1000:.0f} ms)"
+            )
 
     # -- helpers -----------------------------------------------------------------------------------------
     @property
@@ -569,11 +584,14 @@ async def run_sequences(
     per_session: int = 10,
     llama_threads: set[int] | None = None,
     saved_reply: Message | None = None,
+    key_budget: float | None = None,
+    report: dict | None = None,
 ) -> int:
     """Run one sequence of ``length`` actions per seed, ``per_session`` sequences per app session (a fresh app,
     engine and history database each session; :func:`go_home` between sequences). ``make(store, directory)``
     returns (app, :class:`HeldEngine`); ``saved_reply`` is a reply of the engine's model to find in the history
-    (:func:`seed_history`). Returns the number of actions run."""
+    (:func:`seed_history`); ``key_budget``: see :class:`Fuzz`. Returns the number of actions run; ``report``
+    (a dict) gets the slowest key answer (``slowest_key``, seconds) and the sequences run."""
     from specchat.history import HistoryStore
 
     actions = 0
@@ -588,7 +606,7 @@ async def run_sequences(
             async with app.run_test(size=HOME_SIZE) as pilot:
                 initial = None
                 for seed in seeds[first : first + per_session]:
-                    fuzz = Fuzz(pilot, engine, store, seed, llama_threads=llama_threads)
+                    fuzz = Fuzz(pilot, engine, store, seed, llama_threads=llama_threads, key_budget=key_budget)
                     fuzz.saved_reply = saved_reply
                     try:
                         if initial is None:
@@ -600,6 +618,10 @@ async def run_sequences(
                         actions += len(fuzz.log)
                     except Exception as exc:
                         raise fuzz.failure(exc) from exc
+                    finally:
+                        if report is not None:
+                            report["slowest_key"] = max(report.get("slowest_key", 0.0), fuzz.slowest_key)
+                            report["sequences"] = report.get("sequences", 0) + 1
             if app._exception is not None:
                 raise fuzz.failure(app._exception) if fuzz else app._exception
         except AssertionError:

@@ -27,7 +27,6 @@ from tuikit import (
 
 from specchat.errors import ModelFileError
 from specchat.tui.app import SpecChatApp
-from specchat.tui.heap import freeze_startup_heap
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.widgets.chat import ChatNotice, UserMessage
@@ -64,19 +63,53 @@ async def test_first_frame_appears_before_the_engine_loads_and_shows_progress(ma
         assert "ready" in str(app.sidebar.query_one("#status").render())
 
 
-async def test_once_the_engine_is_ready_the_start_up_heap_is_frozen_once_per_process(make_app):
-    """The collector's full passes stop walking the start-up objects (specchat.tui.heap: 77 -> 25 ms median
-    pause measured in the app), and a second app in the same process (a test run) does not freeze again."""
-    gc.unfreeze()
-    assert gc.get_freeze_count() == 0
-    app, _engine = make_app()
+#: run in a fresh interpreter by the heap-freeze test: the app on the fake engine, twice, and the collector's
+#: frozen count after each (the freeze is once per process, so it must be a process of its own)
+HEAP_FREEZE_CHILD = r"""
+import asyncio, gc, json, sys
+sys.path.insert(0, sys.argv[1])
+from fake_engine import FakeClock, FakeEngine
+from tuikit import SIZE, fake_settings, settle, wait_ready
+from specchat.tui.app import SpecChatApp
+from specchat.tui.heap import freeze_startup_heap
+
+async def one_app():
+    engine = FakeEngine()
+    app = SpecChatApp(lambda progress: engine, fake_settings(), clock=FakeClock(), export_dir=sys.argv[2])
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         await settle(pilot)
-        frozen = gc.get_freeze_count()
-        assert frozen > 10_000  # the imports' functions and types alone are tens of thousands
-    assert freeze_startup_heap() is False
-    assert gc.get_freeze_count() <= frozen  # none added (reference counting still frees frozen objects)
+        return gc.get_freeze_count()
+
+before = gc.get_freeze_count()
+first = asyncio.run(one_app())
+again = freeze_startup_heap()
+second = asyncio.run(one_app())
+print(json.dumps({"before": before, "first": first, "again": again, "second": second}))
+"""
+
+
+def test_once_the_engine_is_ready_the_start_up_heap_is_frozen_once_per_process(tmp_path):
+    """The collector's full passes stop walking the start-up objects (specchat.tui.heap: 77 -> 25 ms median
+    pause measured in the app), and a second app in the same process (a test run) does not freeze again.
+    In a process of its own: freezing is global to the interpreter, so in the test process it would change
+    the collector for every test after this one (and depend on whether an earlier test had frozen it)."""
+    import json
+    import subprocess
+    import sys
+
+    parent = gc.get_freeze_count()
+    proc = subprocess.run(
+        [sys.executable, "-c", HEAP_FREEZE_CHILD, str(Path(__file__).parent), str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["before"] == 0
+    assert counts["first"] > 10_000  # the imports' functions and types alone are tens of thousands
+    assert counts["again"] is False  # once per process
+    assert counts["second"] <= counts["first"]  # none added (reference counting still frees frozen objects)
+    assert gc.get_freeze_count() == parent  # this process's collector is as it was
 
 
 async def test_send_streams_a_coloured_reply(make_app):

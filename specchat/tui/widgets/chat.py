@@ -14,13 +14,14 @@ reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 
 from __future__ import annotations
 
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
 from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
 from specchat.tui.sanitize import text as inert
+from specchat.tui.widgets.paging import PagedVerticalScroll
 from specchat.tui.widgets.token_view import TokenView
 
 
@@ -242,7 +243,7 @@ class AssistantMessage(Vertical):
         self.tokens.set_show_ghosts(show)
 
 
-class ChatLog(VerticalScroll):
+class ChatLog(PagedVerticalScroll):
     """The scrolling conversation; stays pinned to the bottom while a reply streams (until you scroll up)."""
 
     can_focus = True
