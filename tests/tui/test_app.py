@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 from pathlib import Path
@@ -25,11 +26,12 @@ from tuikit import (
     wait_ready,
 )
 
+from specchat.engine.protocol import Message
 from specchat.errors import ModelFileError
 from specchat.tui.app import SpecChatApp
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.history import HistoryScreen
-from specchat.tui.widgets.chat import ChatNotice, UserMessage
+from specchat.tui.widgets.chat import AssistantMessage, ChatNotice, UserMessage
 from specchat.tui.widgets.prompt import PromptInput
 from specchat.tui.widgets.token_view import TokenView
 
@@ -219,6 +221,30 @@ async def test_escape_stops_and_keeps_the_partial_reply(make_app):
         assert engine.messages[-1].stopped
         await pilot.press("escape")  # nothing running: a harmless no-op
         assert not app.generating
+
+
+async def test_ctrl_c_stops_a_streaming_reply_at_once_and_copies_when_idle(make_app):
+    """ctrl+c (the stop key no escape sequence begins with: no ESCDELAY wait) stops the reply at the round it
+    lands in, as Esc does; with no reply streaming it keeps its meaning: the prompt copies its selection."""
+    engine = FakeEngine(hold_at_steps=(4,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "go")
+        await wait_hold(pilot, engine)
+        steps = len(engine.steps_seen)
+        await pilot.press("ctrl+c")
+        await settle(pilot)
+        assert not app.generating and engine.messages[-1].stopped
+        assert len(engine.steps_seen) <= steps + 1  # the round in flight, then the stop
+        reply = app.assistant_messages()[-1]
+        assert reply.stopped and "stopped" in reply.border_subtitle
+        prompt = app.query_one(PromptInput)
+        prompt.set_text("copy me")
+        prompt.select_all()
+        await pilot.press("ctrl+c")  # idle: the TextArea's copy, not a stop (nothing to stop) nor a quit hint
+        await pilot.pause()
+        assert app.clipboard == "copy me" and not app.generating
 
 
 async def test_regenerate_replaces_the_last_reply(make_app):
@@ -873,6 +899,32 @@ async def test_a_reopened_reply_is_drawn_in_its_kind_colours(make_app, history_s
         app.set_theme("specchat-light")  # theme colours still apply to the reopened reply
         await pilot.pause()
         _assert_drawn_in_kind_colours(app, reply.tokens)
+
+
+async def test_a_reopened_reply_that_drafted_says_its_ghosts_were_not_saved(make_app, history_store):
+    """History keeps a reply's tokens and kinds, not its rejected drafts: a reopened reply that had some says
+    "ghosts not saved" on its border (the live reply showed them and says nothing of it); a reply whose drafts
+    were all accepted, or that drafted nothing, says nothing either."""
+    engine = FakeEngine()
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send(pilot, "explain speculative decoding")
+        await settle(pilot)
+        live = app.assistant_messages()[-1]
+        turn = engine.turns[-1]
+        assert turn.draft_n > turn.draft_n_accepted and "rejected" in {k for _, k in live.pieces}
+        assert "ghosts not saved" not in str(live.border_subtitle)
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await reopen_first_saved(pilot)
+        (reply,) = app.assistant_messages()
+        assert reply.saved_coloured and "rejected" not in {k for _, k in reply.pieces}
+        assert str(reply.border_subtitle).endswith("ghosts not saved")
+    plain = AssistantMessage()
+    plain.saved_message = Message("assistant", "x")
+    plain.turn = dataclasses.replace(turn, draft_n=4, draft_n_accepted=4)
+    assert not plain.ghosts_not_saved
 
 
 async def test_reopened_in_a_later_session_coloured_once_the_same_model_loads_and_never_by_another(

@@ -137,7 +137,19 @@ class AssistantMessage(Vertical):
             subtitle.append("error")
         if turn is not None:
             subtitle.append(turn_summary(turn))
+        if self.ghosts_not_saved:
+            subtitle.append("ghosts not saved")
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
+
+    @property
+    def ghosts_not_saved(self) -> bool:
+        """This reply is drawn from history, and it had rejected drafts: history keeps a reply's tokens and
+        their kinds, not the drafts that were rejected, so its ghosts cannot be shown (said on the reply rather
+        than letting a reply that drafted look as if nothing was ever rejected)."""
+        turn = self.turn
+        return (
+            self.saved_message is not None and turn is not None and turn.draft_n > turn.draft_n_accepted
+        )
 
     # -- versions (regenerate) ----------------------------------------------------------------------------
     def set_versions(self, message: Message) -> None:
