@@ -111,7 +111,9 @@ def test_once_the_engine_is_ready_the_start_up_heap_is_frozen_once_per_process(t
     assert counts["first"] > 10_000  # the imports' functions and types alone are tens of thousands
     assert counts["again"] is False  # once per process
     assert counts["second"] <= counts["first"]  # none added (reference counting still frees frozen objects)
-    assert gc.get_freeze_count() == parent  # this process's collector is as it was
+    # this process's collector: nothing unfrozen or frozen here (the count only falls, as reference counting
+    # frees objects an earlier app of this process froze)
+    assert gc.get_freeze_count() <= parent
 
 
 async def test_send_streams_a_coloured_reply(make_app):
