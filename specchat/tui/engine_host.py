@@ -173,6 +173,8 @@ class EngineHost:
         :attr:`generating` until :meth:`finish_turn`. Returns the new turn's id."""
         self.turn_id += 1
         turn_id = self.turn_id
+        if self.engine is not None:  # a stop pressed from now on is this turn's (Controls.begin_turn)
+            self.engine.controls.begin_turn()
         self.generating = True
         self._turn_done.clear()
         self._run(

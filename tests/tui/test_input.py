@@ -202,3 +202,21 @@ async def test_several_page_downs_in_one_burst_scroll_several_pages(make_app):
         await pilot.wait_for_animation()
         await settle(pilot)
         assert box.scroll_y == 3 * page
+
+
+async def test_escape_right_after_enter_in_one_burst_stops_that_reply(make_app):
+    """"hi", Enter and Esc in one burst: the Esc lands after the reply has started on the UI side but (often)
+    before the engine thread has begun it; that stop is the reply's (it was lost: the engine cleared every stop
+    request when it began a turn). Repeated, since it is a race with the engine thread."""
+    engine = FakeEngine(["word " * 400], hold_at_steps=(1,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).focus()
+        await pilot.pause()
+        for i in range(8):
+            _type_burst(app, f"hi {i}\r")
+            app.post_message(events.Key("escape", None))
+            await settle(pilot)
+            assert not app.generating
+            assert engine.messages[-1].role == "assistant" and engine.messages[-1].stopped, i
