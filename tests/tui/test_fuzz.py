@@ -21,7 +21,7 @@ from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
 
 SEED = int(os.environ.get("SPECCHAT_FUZZ_SEED", "0"))
-SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "300"))
+SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "200"))
 LENGTH = int(os.environ.get("SPECCHAT_FUZZ_LENGTH", "20"))
 #: a key is answered within this on the fake engine (the probe key, pressed during and after every action)
 KEY_BUDGET_S = float(os.environ.get("SPECCHAT_FUZZ_KEY_BUDGET", "0.5"))
