@@ -139,3 +139,24 @@ def assert_same_greedy_reply_up_to_near_ties(
         f"run B its own by {gap_b:.4f} (near-tie bound {near_tie})"
     )
     return diff
+
+
+def assert_identical_or_a_near_tie(race) -> None:
+    """A race's two greedy texts are the same, or part where the target scores the two tokens within NEAR_TIE
+    of each other: the near-tie itself (:attr:`~specchat.race.RaceResult.parting_logits`), not the sentence
+    that names it (a defect's sentence, "not a near-tie: a defect", contains "a near-tie" too)."""
+    from specchat.race import NEAR_TIE
+
+    if race.identical:
+        assert race.parting_logits is None and race.difference == "" and race.off.turn.tokens == race.on.turn.tokens
+        return
+    assert race.parting_logits is not None, f"the texts part but the target's logits were not measured: {race.difference}"
+    off_logit, on_logit = race.parting_logits
+    gap = off_logit - on_logit
+    assert abs(gap) <= NEAR_TIE, (
+        f"the texts part at token {race.first_difference + 1} where the target's logits are {off_logit:.3f} and "
+        f"{on_logit:.3f}, {abs(gap):.3f} apart: not a near-tie (bound {NEAR_TIE}): {race.difference}"
+    )
+    assert not race.defect and "not a near-tie" not in race.difference, race.difference
+    if race.first_difference < min(len(race.off.turn.tokens), len(race.on.turn.tokens)):
+        assert f"scores them {abs(gap):.2f} apart" in race.difference, race.difference  # the sentence says that gap

@@ -366,11 +366,11 @@ def test_example_file_is_valid_and_documents_every_field_with_its_default(isolat
 def test_example_file_lists_every_binding_id_and_both_keymap_forms():
     """The [keymap] comments list each binding id of the app with its default keys, and the commented-out
     examples (one ``id = "keys"``, one ``"key" = "id"``) resolve without problems."""
-    from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, resolve_keymap
+    from specchat.tui.keys import ALL_SPECS, resolve_keymap
 
     keymap_part = EXAMPLE.read_text(encoding="utf-8").split("\n[keymap]\n", 1)[1]
     listed = re.findall(r"^#   ([a-z_]+) +(\S+) +\S", keymap_part, re.MULTILINE)
-    assert dict(listed) == {spec.id: spec.keys for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    assert dict(listed) == {spec.id: spec.keys for spec in ALL_SPECS.values()}  # the race's and tour's too
     assert len(listed) == len(dict(listed))
     examples = [line.removeprefix("# ") for line in keymap_part.splitlines() if re.match(r'^# \S+ = "', line)]
     entries = tomllib.loads("\n".join(examples))

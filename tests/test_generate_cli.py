@@ -181,3 +181,18 @@ def test_peak_memory_stays_within_weights_plus_kv_plus_250_mb(bundled_model):
     budget = info.file_size + kv_bytes + 250 * 2**20
     assert peak_kb * 1024 <= budget, f"peak RSS {peak_kb / 1024:.0f} MB > budget {budget / 2**20:.0f} MB"
     # an n_ctx x n_vocab float32 logits buffer alone would be 4096 * 49152 * 4 bytes = 768 MB
+
+
+def test_a_model_drafters_k_above_its_cap_is_said_in_one_line(capsys, tiny_pair):
+    """``--draft MODEL --k 40`` runs at a model drafter's cap (16): one line on stderr says so (not silently);
+    the n-gram drafter's cap is 64, so its K 40 is said nothing of, and auto-K chooses within the cap itself."""
+    target, draft = tiny_pair
+    common = ["--prompt", "Hello there", "--target", str(target), "--n-predict", "24", "--raw"]
+    data, err = run_json(capsys, *common, "--draft", str(draft), "--k", "40")
+    notes = [line for line in err.splitlines() if "cap" in line]
+    assert notes == ["specchat: note: K 40 is above a model drafter's cap of 16: its rounds draft at most 16 tokens"]
+    assert data["draft_n"] > 0 and data["k_max"] <= 16
+    _, err = run_json(capsys, *common, "--draft", "ngram", "--k", "40")
+    assert "cap" not in err
+    _, err = run_json(capsys, *common, "--draft", str(draft), "--k", "16")
+    assert "cap" not in err

@@ -52,6 +52,16 @@ def default_stop_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
+def random_moments(test: str) -> tuple[random.Random, int]:
+    """The random moments of a signal test, from a seed that is printed and can be given back: the seed is
+    ``SPECCHAT_SIGNAL_SEED`` if set, else drawn from ``os.urandom``. Printed first (pytest shows it with a
+    failure, ``-s`` always), so a failing run replays: ``SPECCHAT_SIGNAL_SEED=<seed> pytest ... -k <test>``."""
+    given = os.environ.get("SPECCHAT_SIGNAL_SEED", "").strip()
+    seed = int(given) if given else int.from_bytes(os.urandom(4), "little")
+    print(f"{test}: seed {seed} (replay: SPECCHAT_SIGNAL_SEED={seed})", flush=True)
+    return random.Random(seed), seed
+
+
 def one_line_error(proc: subprocess.CompletedProcess, rc: int = 2) -> str:
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == rc, (proc.returncode, err[-2000:])
@@ -191,6 +201,58 @@ def test_import_into_a_full_disk_is_one_line_and_keeps_the_database(db, tmp_path
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert count_conversations(db) == 1
+
+
+def test_signal_tests_print_and_accept_their_seed(monkeypatch, capsys):
+    """A random-moment signal test prints its seed, and the seed given back replays the same moments."""
+    monkeypatch.delenv("SPECCHAT_SIGNAL_SEED", raising=False)
+    _, drawn = random_moments("t")
+    assert capsys.readouterr().out == f"t: seed {drawn} (replay: SPECCHAT_SIGNAL_SEED={drawn})\n"
+    monkeypatch.setenv("SPECCHAT_SIGNAL_SEED", str(drawn))
+    rng, seed = random_moments("t")
+    again = random.Random(drawn)
+    assert seed == drawn and [rng.random() for _ in range(3)] == [again.random() for _ in range(3)]
+    assert f"seed {drawn}" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs mounted for this test (root: ``mount -t tmpfs``; unmounted after), so a write past it fails
+    with ENOSPC as on a full disk. Skipped, with the reason, only where this system cannot mount one."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    if not sys.platform.startswith("linux"):
+        pytest.skip(f"a tmpfs is Linux-only; this is {sys.platform}")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        reason = f"cannot mount a tmpfs here (uid {os.geteuid()}): {proc.stderr.strip() or proc.returncode}"
+        print(reason)
+        pytest.skip(reason)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_import_into_a_disk_that_is_full_is_one_line_and_keeps_the_database(small_disk, tmp_path):
+    """The reported failure: "database or disk is full" (ENOSPC, SQLITE_FULL) in the middle of the import's
+    transaction, on a real filesystem that fills up (a 1 MiB tmpfs): one line naming it, nothing of the import
+    saved, the database intact and usable."""
+    db = small_disk / "history.sqlite3"
+    seed_one(db)
+    data = hostile_export()
+    data["messages"][1]["content"] = "x" * 4_000_000  # four times the whole disk
+    path = tmp_path / "big.json"  # the file being imported lives elsewhere: only the database's disk fills
+    path.write_text(json.dumps(data), encoding="utf-8")
+    err = one_line_error(run(tmp_path, "history", "--db", str(db), "import", str(path)))
+    assert "cannot write the history database" in err and "database or disk is full" in err, err
+    assert "nothing of this change was saved (what was saved before is intact)" in err
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert count_conversations(db) == 1
+    proc = run(tmp_path, "history", "--db", str(db), "list")  # still usable
+    assert proc.returncode == 0, proc.stderr.decode()
 
 
 @pytest.mark.parametrize("action", ["show", "export", "delete"])
@@ -436,22 +498,23 @@ def test_ctrl_c_landing_inside_llama_cpp_callbacks_always_stops_with_130(tmp_pat
     assert clean.returncode == 0, clean.stderr.decode()[-2000:]
     n_log, n_progress = _callback_counts(clean)
     assert n_log > 10 and (n_progress > 10 or command == "generate")
-    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    rng, seed = random_moments(f"ctrl-c in callbacks ({command})")
     plan = [("log", rng.randint(1, n_log)) for _ in range(6)]
     if n_progress:
         plan += [("progress", rng.randint(1, n_progress)) for _ in range(4)]
     for where, nth in plan:
         proc = _interrupt_run(tmp_path, where, nth, argv)
         err = proc.stderr.decode()
-        assert proc.returncode == 130, (where, nth, proc.returncode, err[-3000:])
-        assert "specchat: interrupted" in err or "interrupted while loading" in err, (where, nth, err[-2000:])
-        assert "Exception ignored" not in err and "Traceback" not in err, (where, nth, err[-2000:])
+        assert proc.returncode == 130, (seed, where, nth, proc.returncode, err[-3000:])
+        assert "specchat: interrupted" in err or "interrupted while loading" in err, (seed, where, nth, err[-2000:])
+        assert "Exception ignored" not in err and "Traceback" not in err, (seed, where, nth, err[-2000:])
 
 
 @pytest.mark.slow
 def test_sigint_at_random_moments_during_generate_always_stops_with_130(tmp_path, bundled_model):
-    """An external SIGINT at a random moment of a run (load or generation): always exit 130, never rc 0."""
-    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    """An external SIGINT at a random moment of a run (load or generation): always exit 130, never rc 0. The
+    moments come from a printed seed (``SPECCHAT_SIGNAL_SEED`` replays one: :func:`random_moments`)."""
+    rng, seed = random_moments("sigint at random moments")
     for _ in range(8):
         proc = subprocess.Popen(
             [*CLI, "generate", "--prompt", "Write a long story.", "--n-predict", "400", "--threads", "1"],
@@ -460,11 +523,13 @@ def test_sigint_at_random_moments_during_generate_always_stops_with_130(tmp_path
         )
         # the moment is drawn from [0.3 s, 2.5 s]: interpreter start-up takes ~0.3 s here (a signal before the
         # handlers exist would kill Python outright: not the case under test), the load ends around 1-2 s
-        time.sleep(rng.uniform(0.3, 2.5))
+        moment = rng.uniform(0.3, 2.5)
+        time.sleep(moment)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130, (proc.returncode, err.decode()[-2000:])
-        assert b"Exception ignored" not in err and b"Traceback" not in err, err.decode()[-2000:]
+        where = f"seed {seed}, SIGINT at {moment:.3f} s"
+        assert proc.returncode == 130, (where, proc.returncode, err.decode()[-2000:])
+        assert b"Exception ignored" not in err and b"Traceback" not in err, (where, err.decode()[-2000:])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)

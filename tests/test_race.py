@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from enginekit import build_decoder
+from enginekit import assert_identical_or_a_near_tie, build_decoder
 from specchat.cli import main
 from specchat.engine.chat import ChatSession
 from specchat.engine.controls import SamplingParams
@@ -108,10 +108,10 @@ def test_a_race_on_the_bundled_model(bundled_model):
             assert ts == sorted(ts) and ts[0] >= 0.0 and ts[-1] <= run.t_end
             assert "".join(p.text for p in run.pieces if p.kind != "rejected") == run.text
         assert seen == ["off"] * len(race.off.pieces) + ["on"] * len(race.on.pieces)
+        # the texts may part only at a near-tie of batch-size numerics: the target's two logits there
+        assert_identical_or_a_near_tie(race)
         if race.identical:
-            assert race.off.text == race.on.text and race.difference == ""
-        else:  # the texts may part only at a near-tie of batch-size numerics, and the result says so
-            assert "a near-tie" in race.difference and "not a near-tie" not in race.difference
+            assert race.off.text == race.on.text
         assert race.ratio == pytest.approx(race.on.tok_s / race.off.tok_s)
         # the caller's conversation and controls are untouched
         assert session.messages == earlier
@@ -172,6 +172,7 @@ def test_a_parting_is_judged_by_the_target(bundled_model):
     import numpy as np
 
     from specchat.race import NEAR_TIE, local_difference
+    from specchat.race.verdict import local_parting
 
     dec = build_decoder(bundled_model, drafter="ngram", k=4, n_ctx=1024)
     session = ChatSession(dec, n_predict=8)
@@ -195,6 +196,8 @@ def test_a_parting_is_judged_by_the_target(bundled_model):
             first, difference = local_difference(session, prompt_ids, race.off, on_chose(token))
             assert first == at and f"the texts part at token {at + 1}" in difference
             assert f"scores them {gap:.2f} apart" in difference
+            _, _, logits = local_parting(session, prompt_ids, race.off, on_chose(token))  # the near-tie itself
+            assert logits == pytest.approx((float(row[ranked[0]]), float(row[token])), abs=1e-3)
             assert ("not a near-tie: a defect" in difference) == (gap > NEAR_TIE)
             assert replace(race, first_difference=first, difference=difference).defect == (gap > NEAR_TIE)
         assert row[ranked[0]] - row[ranked[-1]] > NEAR_TIE

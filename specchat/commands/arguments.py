@@ -35,3 +35,26 @@ def location_overrides(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = getattr(args, "data_dir", None)
     return {} if data_dir is None else {"data_dir": data_dir}
 
+
+
+def warn_k_above_cap(settings: Any, *, auto_k: bool | None = None) -> str:
+    """Say on stderr, in one line, when the fixed K is above the cap of the configured drafter's kind (a model
+    drafter's ``--k 40`` runs at 16): ``specchat: note: ...``. Returns the note ("" when there is none). Only
+    the files' names are resolved here (no model is loaded): a pair that does not resolve is left to the
+    loader, whose error says what to do."""
+    import sys
+
+    from specchat.engine.drafter_kinds import k_cap_note
+    from specchat.errors import UserError
+    from specchat.models.registry import resolve_pair
+
+    if settings.server_url:
+        return ""
+    try:
+        pair = resolve_pair(settings.target, settings.draft, settings.effective_data_dir())
+    except UserError:
+        return ""
+    note = k_cap_note(pair.drafter, settings.k, auto_k=settings.auto_k if auto_k is None else auto_k)
+    if note:
+        print(f"specchat: note: {note}", file=sys.stderr, flush=True)
+    return note

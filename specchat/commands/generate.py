@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+from specchat.commands.arguments import warn_k_above_cap
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE, SUFFIX
 from specchat.errors import UserError
 
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     session = load_engine(settings, auto_k=auto_k)
     for line in wait_for_history(session):  # --draft suffix: draft from the whole history, so wait for its index
         print(f"specchat: {sanitize(line)}", file=sys.stderr)
+    warn_k_above_cap(settings, auto_k=auto_k)
     if settings.k == 0 and not session.controls.fixed:
         session.controls.set_speculative(False)
     note = session.info().note

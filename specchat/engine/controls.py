@@ -70,6 +70,7 @@ class Controls:
         if not fixed:  # a server's own K is a fact to show, not a value to check against this engine's K_MAX
             validate_k(self._state.k)
         self._stop = threading.Event()
+        self._turn_begun = False  # begin_turn was called and the engine's clear_stop has not run since
 
     # -- setters (any thread) ---------------------------------------------------------------
     def _check_settable(self) -> None:
@@ -105,6 +106,15 @@ class Controls:
         """Ask the running turn to end; it does so within one step and keeps the KV consistent."""
         self._stop.set()
 
+    def begin_turn(self) -> None:
+        """The caller is about to hand a turn to the engine's thread: clear any old stop request now, and have
+        the engine's own :meth:`clear_stop` at the start of that turn keep what comes after this. A stop asked
+        for between the two (Esc pressed right after Enter, before the engine thread has started the reply) is
+        then this turn's, not wiped by the engine starting it: the app's stop was lost that way."""
+        with self._lock:
+            self._stop.clear()
+            self._turn_begun = True
+
     # -- engine side --------------------------------------------------------------------------
     def report_fixed(self, *, k: int | None = None, speculative: bool | None = None) -> None:
         """Record the settings of the engine that fixes them (a llama-server's K, whether it speculates)."""
@@ -121,4 +131,10 @@ class Controls:
         return self._stop.is_set()
 
     def clear_stop(self) -> None:
-        self._stop.clear()
+        """At the start of a turn (the engine): forget an earlier turn's stop request; after :meth:`begin_turn`,
+        the stop was cleared there, and a request since is kept (once)."""
+        with self._lock:
+            if self._turn_begun:
+                self._turn_begun = False
+                return
+            self._stop.clear()

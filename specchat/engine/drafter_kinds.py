@@ -58,4 +58,20 @@ DRAFTER_KINDS: dict[str, DrafterKind] = {
 #: the largest K anything accepts: the largest cap of any kind
 K_MAX: int = max(kind.k_cap for kind in DRAFTER_KINDS.values())
 
-__all__ = ["DRAFTER_KINDS", "K_MAX", "MODEL", "NGRAM", "NONE", "SUFFIX", "DrafterKind"]
+
+def kind_of(drafter: str | None) -> str:
+    """The kind of a drafter by its name: a kind's own name (``ngram``, ``suffix``, ``none``) is itself, anything else
+    (a file) a model."""
+    return drafter if drafter in DRAFTER_KINDS and drafter != MODEL else MODEL
+
+
+def k_cap_note(drafter: str | None, k: int, *, auto_k: bool = False) -> str:
+    """One line when a fixed ``k`` is above the cap of ``drafter``'s kind (a model drafter: 16), so its rounds
+    draft fewer tokens than K says; "" otherwise (auto-K chooses within the cap itself; no drafter drafts none)."""
+    kind = DRAFTER_KINDS[kind_of(drafter)]
+    if auto_k or kind.name == NONE or k <= kind.k_cap:
+        return ""
+    return f"K {k} is above a {kind.name} drafter's cap of {kind.k_cap}: its rounds draft at most {kind.k_cap} tokens"
+
+
+__all__ = ["DRAFTER_KINDS", "K_MAX", "MODEL", "NGRAM", "NONE", "SUFFIX", "DrafterKind", "k_cap_note", "kind_of"]

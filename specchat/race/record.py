@@ -40,7 +40,7 @@ from specchat.engine.drafter_kinds import NONE
 from specchat.engine.events import EngineError, Event, Notice, Piece, PieceKind, PromptDone, Step, Turn
 from specchat.engine.protocol import Message
 from specchat.errors import UserError
-from specchat.race.verdict import local_difference, server_difference
+from specchat.race.verdict import local_parting, server_difference
 
 if TYPE_CHECKING:  # the replay half is pure: a UI imports this package without llama.cpp
     from specchat.engine.chat import ChatSession
@@ -108,6 +108,9 @@ class RaceResult:
     first_difference: int | None = None
     #: why they differ, in one line ("" when identical)
     difference: str = ""
+    #: where they differ (local races), the target's logits of the ``off`` run's token and of the ``on`` run's
+    #: (an end-of-text token's for a run that ended there): within NEAR_TIE of each other for a near-tie
+    parting_logits: tuple[float, float] | None = None
     #: a race of two llama-servers (:func:`record_server_race`): ``off`` is server A, ``on`` server B
     remote: bool = False
     #: the texts were compared as the same model's (local, or servers with the same weights); False: two
@@ -226,7 +229,7 @@ def record_race(
         if k is not None:
             controls.set_k(k)
         on = _local_run(session, prompt, "on", clock, on_piece, cancelled)
-        first, difference = local_difference(session, session.template.tokens(session.messages[:-1]), off, on)
+        first, difference, parting = local_parting(session, session.template.tokens(session.messages[:-1]), off, on)
     finally:
         controls.set_sampling(saved_state.sampling)
         controls.set_speculative(saved_state.speculative)
@@ -236,7 +239,7 @@ def record_race(
         session.system_prompt = saved_system
     return RaceResult(
         prompt=prompt, target=dec.target.name, drafter=dec.drafter_name or NONE, k=k, off=off, on=on,
-        first_difference=first, difference=difference,
+        first_difference=first, difference=difference, parting_logits=parting,
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # only annotations: the runs are recorded by specchat.race.record, which imports this module
     from specchat.engine.chat import ChatSession
     from specchat.engine.remote import RemoteSession
@@ -52,32 +54,58 @@ def _eot_verdict(first: int) -> str:
     return f"one reply stopped after {first} tokens and the other went on: the end-of-text token was a near-tie"
 
 
-def _near_tie(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> float:
-    """How much the target prefers ``run``'s token over ``other``'s where they part, decoded in one batch on
-    fresh caches (the logit gap; small = a near-tie)."""
+def _parting_logits(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> tuple[float, float]:
+    """The target's logits of ``run``'s token and of ``other``'s where they part, decoded in one batch on fresh
+    caches (their gap: small = a near-tie). Where ``run`` ended there (its next token was an end-of-text
+    token), its logit is the most likely end-of-text token's among the target's top few and its EOS."""
     dec = session.decoder
+    target = dec.target
     context = prompt_ids + list(run.turn.tokens[:at])
     dec.reset()
-    logits = dec.target.decode(context, logits_last=1)
+    logits = target.decode(context, logits_last=1)
     dec.reset()
     assert logits is not None
     row = logits[0]
-    return float(row[run.turn.tokens[at]] - row[other.turn.tokens[at]])
+    if at < len(run.turn.tokens):
+        mine = float(row[run.turn.tokens[at]])
+    else:
+        top = [int(t) for t in np.argsort(-row)[:8]] + [int(target.eos)]
+        mine = max((float(row[t]) for t in top if 0 <= t < len(row) and target.is_eog(t)), default=float(row[target.eos]))
+    return mine, float(row[other.turn.tokens[at]])
+
+
+def _near_tie(session: ChatSession, prompt_ids: list[int], run: RaceRun, other: RaceRun, at: int) -> float:
+    """How much the target prefers ``run``'s token over ``other``'s where they part (the logit gap)."""
+    mine, theirs = _parting_logits(session, prompt_ids, run, other, at)
+    return mine - theirs
+
+
+def local_parting(
+    session: ChatSession, prompt_ids: list[int], off: RaceRun, on: RaceRun
+) -> tuple[int | None, str, tuple[float, float] | None]:
+    """:func:`local_difference` plus the target's two logits where the runs part (``off``'s token, ``on``'s
+    token; None when identical): the near-tie itself, which :attr:`RaceResult.parting_logits` keeps."""
+    first = _first_difference(off, on)
+    if first is None:
+        return None, "", None
+    if first >= min(len(off.turn.tokens), len(on.turn.tokens)):
+        shorter, longer = (off, on) if len(off.turn.tokens) <= len(on.turn.tokens) else (on, off)
+        ended, went_on = _parting_logits(session, prompt_ids, shorter, longer, first)
+        pair = (ended, went_on) if shorter is off else (went_on, ended)
+        return first, _eot_verdict(first), pair
+    pair = _parting_logits(session, prompt_ids, off, on, first)
+    gap = pair[0] - pair[1]
+    piece = session.decoder.target.piece
+    a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
+    b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
+    return first, _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target"), pair
 
 
 def local_difference(session: ChatSession, prompt_ids: list[int], off: RaceRun, on: RaceRun) -> tuple[int | None, str]:
     """Where the runs without (``off``) and with speculation (``on``) part (None: identical) and why, in one
     line: the target scores the two tokens after ``prompt_ids`` and the common prefix (a near-tie, or a defect)."""
-    first = _first_difference(off, on)
-    if first is None:
-        return None, ""
-    if first >= min(len(off.turn.tokens), len(on.turn.tokens)):
-        return first, _eot_verdict(first)
-    gap = _near_tie(session, prompt_ids, off, on, first)
-    piece = session.decoder.target.piece
-    a = piece(off.turn.tokens[first]).decode("utf-8", "replace")
-    b = piece(on.turn.tokens[first]).decode("utf-8", "replace")
-    return first, _tie_verdict(gap, first, a, f"without speculation, {b!r} with it", "the target")
+    first, difference, _ = local_parting(session, prompt_ids, off, on)
+    return first, difference
 
 
 def _server_gap(a: RemoteSession, prompt_ids: list[int], run_a: RaceRun, run_b: RaceRun, at: int) -> float:

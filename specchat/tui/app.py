@@ -273,7 +273,7 @@ class SpecChatApp(App[None]):
         yield from super().get_system_commands(screen)
         chat = self.chat_screen
         for spec in APP_KEYS:
-            if spec.action == "stop" and not self.host.generating:
+            if spec.action in ("stop", "stop_now") and not self.host.generating:
                 continue
             # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
             callback = {"edit_last": chat.start_edit, "reply_prev": partial(chat.flip_reply, -1),

@@ -6,7 +6,14 @@ it calls the byte the Esc key. But its Linux input thread only checks that wait 
 ``select`` sleeps up to 100 ms: measured through a pty (tests/perf/ui_latency.py), Esc reached the app's stop
 action 105-113 ms after it was written, with ESCDELAY = 50 ms. Esc is the stop key, so this driver's input
 thread sleeps only until the parser's deadline while an escape sequence is pending (100 ms otherwise, as
-Textual's). The loop is Textual 8's ``LinuxDriver.run_input_thread`` with that one change.
+Textual's). The loop is Textual 8's ``LinuxDriver.run_input_thread`` with that change and one more:
+
+**An ESC ends the sequence before it.** Textual's parser, given a new ESC while a sequence is pending, reissues
+the pending one with its ESC shown as ``^``: Alt+g (ESC g, which the parser holds for ESCDELAY in case more
+follows) then an arrow within ESCDELAY typed "^g" into the prompt. At ESCDELAY 80 ms (a wait split arrow keys
+cannot beat: :data:`specchat.commands.tui.ESCAPE_DELAY_MS`) that is an Alt+key and an arrow typed briskly. So
+before input that begins with ESC, a pending sequence is resolved as if its wait had run out (``tick`` with
+the deadline passed): ESC g is Alt+g, a lone ESC is Esc, exactly as when nothing follows.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from textual.drivers.linux_driver import LinuxDriver
 
 #: how long the input thread sleeps when no escape sequence is pending (Textual's own value)
 IDLE_POLL_S = 0.1
+ESC = "\x1b"
 
 
 class FastEscapeLinuxDriver(LinuxDriver):
@@ -44,14 +52,26 @@ class FastEscapeLinuxDriver(LinuxDriver):
                 return IDLE_POLL_S
             return min(IDLE_POLL_S, max(0.0, deadline - get_time()))
 
+        def feed_in_order(text: str) -> None:
+            """Feed ``text``, ending a pending sequence at each ESC that follows it (see the module docstring)."""
+            for i, part in enumerate(text.split(ESC)):
+                if i:
+                    if getattr(parser, "_timeout_time", None) is not None:  # a sequence is pending: it is complete
+                        parser._timeout_time = 0.0
+                        for event in tick():
+                            self.process_message(event)
+                    part = ESC + part
+                if part:
+                    for event in feed(part):
+                        self.process_message(event)
+
         def process_selector_events(selector_events, final: bool = False) -> None:
             for last, (_selector_key, mask) in loop_last(selector_events):
                 if mask & EVENT_READ:
                     unicode_data = decode(read(fileno, 1024 * 4), final=final and last)
                     if not unicode_data:
                         break
-                    for event in feed(unicode_data):
-                        self.process_message(event)
+                    feed_in_order(unicode_data)
             for event in tick():
                 self.process_message(event)
 

@@ -77,6 +77,10 @@ class EngineHost:
         self._turn_done = threading.Event()
         self._turn_done.set()
         self._closed = False
+        #: what else the engine thread closes at shutdown (e.g. the tour's models), by owner: see :meth:`own`
+        self._owned: dict[int, Callable[[], Any]] = {}
+        self._owned_lock = threading.Lock()
+        self._owned_closed = False
 
     # -- the thread ------------------------------------------------------------------------------------
     async def call(self, work: Callable[[], R]) -> R:
@@ -169,6 +173,8 @@ class EngineHost:
         :attr:`generating` until :meth:`finish_turn`. Returns the new turn's id."""
         self.turn_id += 1
         turn_id = self.turn_id
+        if self.engine is not None:  # a stop pressed from now on is this turn's (Controls.begin_turn)
+            self.engine.controls.begin_turn()
         self.generating = True
         self._turn_done.clear()
         self._run(
@@ -212,6 +218,27 @@ class EngineHost:
         if not self.closing:
             self._run(work, group="engine-work", name=name, description=description)
 
+    def own(self, key: int, close: Callable[[], Any]) -> None:
+        """Have :meth:`shutdown` run ``close()`` on the engine thread, after the engine's own close, unless
+        :meth:`disown` (``key``) came first: what a screen loaded beside the engine (the tour's models) is
+        closed when the app quits with it open, not left to the process's exit. Any thread."""
+        with self._owned_lock:
+            self._owned[key] = close
+
+    def disown(self, key: int) -> None:
+        with self._owned_lock:
+            self._owned.pop(key, None)
+
+    def _close_owned(self) -> None:
+        """On the engine thread, at shutdown: each owned close, one failing not keeping the others from running."""
+        with self._owned_lock:
+            closers, self._owned = list(self._owned.values()), {}
+        for close in closers:
+            try:
+                close()
+            except Exception:  # closing at exit: nothing to report it to, and the rest must still close
+                pass
+
     # -- saved replies ---------------------------------------------------------------------------------
     def detokenize(self, jobs: list[tuple[T, list[int]]], done: Callable[[list[tuple[T, list[str]]]], None]) -> None:
         """Split each job's token ids into their pieces' text on the engine thread
@@ -254,4 +281,7 @@ class EngineHost:
         if engine is not None and not self._closed:
             self._closed = True
             await self.call(engine.close)
+        if not self._owned_closed:
+            self._owned_closed = True
+            await self.call(self._close_owned)
         await asyncio.to_thread(self._executor.shutdown, True)  # the engine thread ends with the app

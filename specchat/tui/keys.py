@@ -54,6 +54,12 @@ APP_KEYS: tuple[KeySpec, ...] = (
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
+    # Esc waits ESCDELAY for the rest of an escape sequence (an arrow split by ssh or tmux must not stop the
+    # reply: specchat.commands.tui.ESCAPE_DELAY_MS); ctrl+c is a byte no sequence begins with, so it stops at
+    # once. Only while a reply is streaming (SpecChatApp.check_action): elsewhere ctrl+c keeps its meaning
+    # (copy in the prompt)
+    KeySpec("stop_now", "ctrl+c", "stop_now", "Stop now",
+            "while a reply streams: stop it at once (Esc waits a moment for a split arrow key)", show=False),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate",
             "generate the last reply again (the earlier one is kept: flip with \u2190 \u2192)", show=False),
     KeySpec("new_chat", "ctrl+n", "new_chat", "New chat", "start a new conversation (during a reply: stops it first)",
@@ -84,16 +90,16 @@ APP_KEYS: tuple[KeySpec, ...] = (
 
 #: the race screen's keys (:mod:`specchat.tui.screens.race`): no text input there, so a letter is a key
 RACE_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("race.close", "escape", "close", "Close", "close the race (while recording: cancel it)"),
-    KeySpec("race.replay", "r", "replay", "Replay", "play the recorded race again from the start"),
+    KeySpec("race_close", "escape", "close", "Close", "close the race (while recording: cancel it)"),
+    KeySpec("race_replay", "r", "replay", "Replay", "play the recorded race again from the start"),
 )
 
 #: the tour screen's keys (:mod:`specchat.tui.screens.tour`)
 TOUR_KEYS: tuple[KeySpec, ...] = (
-    KeySpec("tour.close", "escape", "close", "Close", "close the tour (a scene being recorded is cancelled)"),
-    KeySpec("tour.next", "n,right", "next", "Next scene", "the next scene"),
-    KeySpec("tour.previous", "p,left", "previous", "Previous", "the previous scene"),
-    KeySpec("tour.replay", "r", "replay", "Replay", "play this scene's race again"),
+    KeySpec("tour_close", "escape", "close", "Close", "close the tour (a scene being recorded is cancelled)"),
+    KeySpec("tour_next", "n,right", "next", "Next scene", "the next scene"),
+    KeySpec("tour_previous", "p,left", "previous", "Previous", "the previous scene"),
+    KeySpec("tour_replay", "r", "replay", "Replay", "play this scene's race again"),
 )
 
 PROMPT_KEYS: tuple[KeySpec, ...] = (
@@ -103,7 +109,12 @@ PROMPT_KEYS: tuple[KeySpec, ...] = (
     ),
 )
 
-ALL_IDS = {spec.id for spec in (*APP_KEYS, *PROMPT_KEYS)}
+#: the keymap's groups: the keys of one group must not clash (one screen's bindings); a key may mean one thing
+#: in the chat and another on the race or tour screen (the app's bindings step aside there: check_action)
+KEY_GROUPS: tuple[tuple[KeySpec, ...], ...] = ((*APP_KEYS, *PROMPT_KEYS), RACE_KEYS, TOUR_KEYS)
+ALL_SPECS: dict[str, KeySpec] = {spec.id: spec for group in KEY_GROUPS for spec in group}
+ALL_IDS = set(ALL_SPECS)
+_GROUP_OF: dict[str, int] = {spec.id: i for i, group in enumerate(KEY_GROUPS) for spec in group}
 
 
 def app_bindings() -> list[Binding]:
@@ -119,7 +130,8 @@ def first_key(keys: Mapping[str, str], binding_id: str, default: str) -> str:
 
 
 def screen_bindings(specs: tuple[KeySpec, ...]) -> list[Binding]:
-    """A screen's bindings from its table (not remappable: the keymap's ids are the app's and the prompt's)."""
+    """A screen's bindings from its table; remappable by their ids (``race_replay = "space"``: Textual applies
+    the app's keymap to every screen's bindings, and :func:`resolve_keymap` knows these ids)."""
     return [
         Binding(spec.keys, spec.action, spec.description, show=spec.show, id=spec.id, priority=spec.priority)
         for spec in specs
@@ -154,17 +166,16 @@ def resolve_keymap(keymap: Mapping[str, str] | None) -> tuple[dict[str, str], li
 
 
 def _clashes(remapped: Mapping[str, list[str]]) -> list[str]:
-    """One line per key the keymap gives to a binding while another binding still has it."""
-    specs = {spec.id: spec for spec in (*APP_KEYS, *PROMPT_KEYS)}
+    """One line per key the keymap gives to a binding while another binding of the same screen still has it."""
     keys_of = {
         binding_id: remapped.get(binding_id) or [k.strip() for k in spec.keys.split(",")]
-        for binding_id, spec in specs.items()
+        for binding_id, spec in ALL_SPECS.items()
     }
     problems: list[str] = []
     for binding_id, keys in remapped.items():
         for key in keys:
             for other, other_keys in keys_of.items():
-                if other == binding_id or key not in other_keys:
+                if other == binding_id or key not in other_keys or _GROUP_OF[other] != _GROUP_OF[binding_id]:
                     continue
                 if other in remapped:  # both given the key by the keymap: report the pair once
                     if other < binding_id:
@@ -204,5 +215,5 @@ def _prompt_clashes(remapped: Mapping[str, list[str]]) -> list[str]:
         + f"; to keep both, give {binding_id} another key"
         for binding_id, keys in remapped.items()
         for key in keys
-        if key in editing and key not in taken
+        if key in editing and key not in taken and _GROUP_OF[binding_id] == 0  # the race and tour have no prompt
     ]

@@ -202,3 +202,58 @@ def test_the_flash_attention_setting_reaches_llama_cpp_and_keys_the_calibration(
         finally:
             session.close()
     assert len({k.digest() for k in infos.values()}) == 3
+
+
+def _verbose_log(capsys, monkeypatch, work):
+    """``work()``'s result and llama.cpp's own log meanwhile (specchat.engine.llamalog drops the log unless
+    verbose: verbose for this call, captured)."""
+    from specchat.engine import llamalog
+
+    monkeypatch.setattr(llamalog, "_verbose", True)
+    capsys.readouterr()
+    try:
+        result = work()
+    finally:
+        monkeypatch.setattr(llamalog, "_verbose", False)
+    return result, capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_llama_cpp_runs_with_the_flash_attention_setting_it_was_given(bundled_model, capsys, monkeypatch):
+    """Not the attribute set from the argument: llama.cpp's own account of the context it made (its log line
+    ``flash_attn = enabled / disabled / auto``, and whether the graph it decodes with holds the fused
+    ``FLASH_ATTN_EXT`` node), and a behaviour that differs with the kernel: on the bundled Q4_1 the fused
+    kernel computes a row alike in any batch (a batch's logits are one-row decoding's, bit for bit), where
+    the unfused path multiplies a batch with other kernels (they differ)."""
+    import re
+
+    said: dict[str, str] = {}
+    fused: dict[str, bool] = {}
+    diffs: dict[str, float] = {}
+    row_by_row = False
+    for setting, arg in (("on", True), ("off", False), ("auto", None)):
+
+        def load_and_decode(arg=arg):
+            model = Model(bundled_model, n_ctx=256, n_batch=64, threads=1, flash_attn=arg)
+            ids = model.tokenize("The quick brown fox jumps over the lazy dog, and then it runs far away into the woods.")
+            return model, ids, model.decode(ids, logits_last=len(ids))
+
+        (model, ids, batch), log = _verbose_log(capsys, monkeypatch, load_and_decode)
+        try:
+            found = re.findall(r"llama_context: flash_attn\s*=\s*(\w+)", log)
+            assert found, f"llama.cpp did not log its flash-attention setting:\n{log[-3000:]}"
+            said[setting], fused[setting] = found[-1], "FLASH_ATTN_EXT" in log
+            assert model.flash_attn == setting
+            row_by_row = model.row_by_row
+            model.clear()
+            rows = np.stack([model.decode([t], logits_last=1)[0] for t in ids])
+            diffs[setting] = float(np.max(np.abs(batch - rows)))
+        finally:
+            model.close()
+    assert said == {"on": "enabled", "off": "disabled", "auto": "auto"}, said
+    assert fused["on"] and not fused["off"], fused  # the graph llama.cpp runs: the fused node, or not
+    assert fused["auto"] == fused["on"], fused  # auto: llama.cpp's choice on this CPU (on, as the model docs say)
+    if row_by_row:  # an AMX CPU: every batch is split into rows here, so a batch is one-row decoding
+        pytest.skip(f"this CPU decodes row by row (AMX): the batch-vs-row logits cannot differ ({diffs})")
+    assert diffs["on"] == 0.0, diffs  # the fused kernel: a row alike in any batch
+    assert diffs["off"] > 0.0, diffs  # the unfused path: a batch's rows computed with other kernels

@@ -1119,3 +1119,56 @@ def test_split_verify_timings_join_the_table_at_their_own_sizes() -> None:
         cm.observe_step("ngram", 2, 2, 0, 0.1, 10.0, 3, verify_decodes=[(1, 10.0)])  # rejected at row 1
     assert cm.verify.batch_table()[2] == pytest.approx(3.4, rel=0.05)
     assert cm.verify.plan(3) == (1, 1, 1)
+
+
+def _threads_run_inside(replay_once: Callable[[], object], calls: int = 60) -> int:
+    """How often another thread ran while ``replay_once`` ran, ``calls`` times: the other thread counts, and lets
+    go of the GIL after each count (``time.sleep(0)``); the switch interval is set to 5 s, longer than this
+    whole measure, so the interpreter never takes the GIL from the caller: the counter moves during a call only
+    if that call let go of the GIL itself (as numpy does around a loop over more than 500 elements)."""
+    import sys
+    import threading
+    import time
+
+    count = [0]
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(5.0)
+    thread = threading.Thread(target=other, daemon=True)
+    thread.start()
+    inside = 0
+    try:
+        for _ in range(calls):
+            time.sleep(0.0005)  # the other thread runs here (this one sleeps without the GIL)
+            before = count[0]
+            replay_once()
+            inside += count[0] - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        thread.join(5)
+    assert count[0] > 0  # the other thread did run (between the calls)
+    return inside
+
+
+def test_the_replay_keeps_the_gil_no_other_thread_runs_inside_it(monkeypatch) -> None:
+    """The point of the blocks (:data:`GIL_FREE_LOOP`): a full replay never lets go of the GIL, so the UI thread
+    cannot take it from the engine thread mid-replay (which then waited up to a switch interval for it back,
+    once per numpy call over 500 elements). Checked by a thread that can only run when the GIL is let go; in
+    one piece (the arrays 65 x 64) the same replay does let it go, and that thread runs inside it."""
+    from specchat.engine.telemetry import replay
+
+    d, a, n, w, v = _full_replay_window(0)
+
+    def once() -> object:
+        return replay.replay_speedups(d, a, n, w, 0.6, 0.05, v, K_MAX, 1.0)
+
+    assert _threads_run_inside(once) == 0
+    monkeypatch.setattr(replay, "GIL_FREE_LOOP", 10**9)  # one piece: numpy releases the GIL in its loops
+    assert _threads_run_inside(once) > 0  # the probe sees a replay that lets go (so the 0 above means something)

@@ -9,9 +9,10 @@ alternates, round by round, with ``specchat generate --json`` on the same messag
 - **keystroke-to-screen**: while a reply streams, one character is written to the terminal every 100-250 ms
   (the next message, typed as a user would); the time until the prompt on the emulated screen shows it.
   Also measured with nothing streaming (idle), for reference.
-- **Esc-to-stopped**: Esc 1-2 s into a reply; the time until the reply's border says ``stopped``, next to
-  one round's duration (the stopped turn's mean step time, from the history database): the goal is
-  at most one step + 100 ms.
+- **Esc-to-stopped**: the stop key 1-2 s into a reply; the time until the reply's border says ``stopped``,
+  next to one round's duration (the stopped turn's mean step time, from the history database): the goal is
+  at most one step + 100 ms. The stop key is ctrl+c by default (``--stop-key``): Esc waits ESCDELAY (80 ms)
+  for a split escape sequence first (specchat.commands.tui.ESCAPE_DELAY_MS), ctrl+c needs no wait.
 - **tok/s ratio**: the app's reply rate (``predicted_per_second`` of the reply, from the history database)
   divided by ``specchat generate``'s on the same message, pair by pair: for a reply left alone (its output
   read, and emulated only after it ends, so this script's terminal emulator takes no CPU from the app
@@ -187,6 +188,8 @@ def main() -> int:
     parser.add_argument("--n-predict", type=int, default=160)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-key", choices=("ctrl+c", "escape"), default="ctrl+c",
+                        help="the key that stops the reply in the Esc-to-stopped figure (default ctrl+c)")
     args = parser.parse_args()
     random.seed(args.seed)
     load_before = os.getloadavg()
@@ -231,7 +234,7 @@ def main() -> int:
                     print(f"round {r}: the reply ended before Esc; no Esc sample", file=sys.stderr)
                 else:
                     t0 = time.perf_counter()
-                    s.app.press("escape")
+                    s.app.press(args.stop_key)
                     s.app.wait_for("\u2500 stopped", timeout=120, what="the stopped reply")
                     esc_ms = (time.perf_counter() - t0) * 1000.0
                     s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=60)

@@ -31,6 +31,7 @@ KEYS = {
     "escape": b"\x1b",
     "ctrl+j": b"\n",
     "ctrl+b": b"\x02",
+    "ctrl+c": b"\x03",
     "ctrl+n": b"\x0e",
     "ctrl+o": b"\x0f",
     "ctrl+p": b"\x10",
@@ -45,6 +46,8 @@ KEYS = {
     "ctrl+u": b"\x15",
     "up": b"\x1b[A",
     "down": b"\x1b[B",
+    "right": b"\x1b[C",
+    "left": b"\x1b[D",
     "f1": b"\x1bOP",
     "pagedown": b"\x1b[6~",
 }

@@ -9,6 +9,7 @@ was already sent empty or cut. Runs against the fake engine (fast, many rounds) 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -116,4 +117,26 @@ def test_bursts_arrive_whole_on_the_bundled_model(tmp_path):
     with PtyApp(tmp_path, ["--n-predict", "6", "--k", "3"], cols=100, rows=30) as app:
         app.wait_ready(timeout=180)
         type_and_check(app, db, bursts, timeout=180)
+        assert app.quit() == 0
+
+
+def test_an_arrow_and_characters_in_one_write_apply_in_the_order_typed(tmp_path):
+    """"ab" in the prompt, then left + "X" in one write: "aXb" (the arrow before the X, as typed), and the same
+    for backspace and home; repeated, since before the fix about one burst in two came out as "abX"."""
+    db = tmp_path / "history.sqlite3"
+    cases = [("ab", b"\x1b[DX", "aXb"), ("abc", b"\x7fd", "abd"), ("abc", b"\x1b[HZ", "Zabc")]
+    with PtyApp(tmp_path, ["--db", str(db)], command=[sys.executable, str(FAKE_APP)], cols=100, rows=30) as app:
+        app.wait_ready(timeout=60)
+        for i in range(6):
+            for start, burst, expected in cases:
+                word = f"{i}{start}"
+                app.write(word)
+                app.wait_for(lambda s, w=word: re.search(rf"(?<!\S){w}(?!\S)", s) is not None, timeout=30,
+                             what=f"{word!r} typed")
+                app.write(burst)
+                want = f"{i}{expected}" if not expected.startswith("Z") else f"Z{i}{start}"
+                app.wait_for(lambda s, w=want: re.search(rf"(?<!\S){re.escape(w)}(?!\S)", s) is not None,
+                             timeout=30, what=f"{want!r} (typed in order)")
+                app.write(b"\x1b[F\x15")  # end, ctrl+u: the prompt empty again
+                app.wait_for("Message (Enter sends", timeout=30, what="the prompt empty")
         assert app.quit() == 0

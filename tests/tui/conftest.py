@@ -18,6 +18,16 @@ from tuikit import fake_settings  # noqa: E402
 from specchat.tui.app import SpecChatApp  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _ui_priority_untouched(monkeypatch):
+    """An app in the test process keeps the process's priority: with ``threads`` = the core count (the default
+    settings) the app lowers its UI thread to nice 19 (``SpecChatApp._yield_cpu_to_engine``), and the UI thread
+    of an in-process app is pytest's main thread, which cannot be raised again: every test after the first app
+    ran at nice 19 (the state fuzz took 25+ minutes on a shared core). The renice itself is tested in a
+    process of its own (test_app.py)."""
+    monkeypatch.setattr(SpecChatApp, "_yield_cpu_to_engine", lambda self: None)
+
+
 @pytest.fixture
 def make_app(tmp_path: Path):
     """``make_app(engine=None, **app_kwargs) -> (app, engine)`` with an injected clock and a tmp export dir."""

@@ -15,8 +15,11 @@ must hold:
 
 - no exception: the app is still running and has not recorded one;
 - the app answers a key: a probe key (``f19``, a priority binding of :class:`FuzzApp` that only counts) is
-  handled once the app has handled what was queued before it (:meth:`Fuzz.sync`: no wall-clock limit; it
-  gives up after 30 s, a hang detector);
+  handled once the app has handled what was queued before it (:meth:`Fuzz.sync`), pressed twice an action:
+  right after it (a reply may be streaming, a dialog opening) and once the app has settled. With a
+  ``key_budget`` (the fake engine's fuzz: 0.5 s) each probe must be answered within it, a key's answer as a
+  user feels it, less the time the OS kept the app's thread waiting for a CPU (:func:`run_delay`); without one (the real model, whose rounds hold the engine thread's share of one core) only
+  within 30 s, a hang detector. The slowest answer is kept (:attr:`Fuzz.slowest_key`) for the report;
 - only the engine thread touched the engine: the threads recorded by :class:`HeldEngine` (every event of a
   turn, detokenize, close) and, for the real engine, by :func:`record_llama_threads` (every llama.cpp C
   function) are the app's one engine thread;
@@ -35,8 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import random
 import threading
+import time
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +153,48 @@ class HeldEngine:
                     self.held.clear()
 
 
+def run_delay() -> float:
+    """Seconds this thread (the app's event loop: the test runs on it) has spent runnable but waiting for a CPU,
+    from ``/proc/thread-self/schedstat`` (0.0 where there is none). A key's answer is timed without it: on a
+    core shared with other work (the tests run niced beside benchmarks) the OS may hold the whole app off the
+    CPU, which says nothing of the app; time the app spends working, or blocked (on a lock, the GIL, the engine
+    thread), still counts."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class CollectorTime:
+    """The time the cyclic garbage collector's passes took (``gc.callbacks``), in seconds, while installed.
+
+    A key's answer is timed without it too: in a test process the collector walks every object of the suite
+    so far (earlier sessions' apps, pytest's own), which the app's start-up freeze (:mod:`specchat.tui.heap`,
+    once per process) does not cover; a full pass there took ~0.5 s late in a run. The longest pass is kept
+    (:attr:`longest`) and reported beside the keys' answers."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.longest = 0.0
+        self._start = 0.0
+
+    def __call__(self, phase: str, _info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            took = time.perf_counter() - self._start
+            self.total += took
+            self.longest = max(self.longest, took)
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def record_llama_threads(monkeypatch) -> set[int]:
     """Wrap every llama.cpp C function (``llama_*`` of ``llama_cpp`` and ``llama_cpp.llama_cpp``) to record the
     calling thread; returns the set of thread idents (filled as the app runs)."""
@@ -200,6 +247,7 @@ class Fuzz:
         *,
         llama_threads: set[int] | None = None,
         settle_polls: int = 20_000,
+        key_budget: float | None = None,
     ) -> None:
         self.pilot = pilot
         self.app: FuzzApp = pilot.app
@@ -210,6 +258,9 @@ class Fuzz:
         self.log: list[str] = []
         self.llama_threads = llama_threads
         self.settle_polls = settle_polls
+        self.key_budget = key_budget
+        self.slowest_key = 0.0  # the longest a probe key waited for its answer, in seconds
+        self.collector: CollectorTime | None = None  # the collector's passes, left out of a key's answer
         self.engine_thread: int | None = None
         self.saved_reply: Message | None = None  # see seed_history
         #: the turn id of a regeneration and the reply it regenerates (history keeps that reply until the new
@@ -227,6 +278,7 @@ class Fuzz:
             name = self.rng.choices(self._names, self._weights)[0]
             detail = await getattr(self, "do_" + name)()
             self.log.append(name + (f"({detail})" if detail else ""))
+            await self.probe()  # mid-action: a reply may be streaming
             await self.settle()
             self.check()
             await self.probe()
@@ -338,8 +390,18 @@ class Fuzz:
 
     async def probe(self) -> None:
         before = self.app.probes
+        collector = self.collector
+        start, queued, collected = time.perf_counter(), run_delay(), collector.total if collector else 0.0
         await self.press(PROBE_KEY)
+        took = time.perf_counter() - start - (run_delay() - queued)
+        if collector is not None:
+            took -= collector.total - collected
         assert self.app.probes == before + 1, "the app did not answer the probe key"
+        self.slowest_key = max(self.slowest_key, took)
+        if self.key_budget is not None:
+            assert took <= self.key_budget, (
+                f"the app answered a key after {took * 1000:.0f} ms (budget {self.key_budget * 1000:.0f} ms)"
+            )
 
     # -- helpers -----------------------------------------------------------------------------------------
     @property
@@ -570,11 +632,26 @@ async def run_sequences(
     per_session: int = 10,
     llama_threads: set[int] | None = None,
     saved_reply: Message | None = None,
+    key_budget: float | None = None,
+    report: dict | None = None,
 ) -> int:
     """Run one sequence of ``length`` actions per seed, ``per_session`` sequences per app session (a fresh app,
     engine and history database each session; :func:`go_home` between sequences). ``make(store, directory)``
     returns (app, :class:`HeldEngine`); ``saved_reply`` is a reply of the engine's model to find in the history
-    (:func:`seed_history`). Returns the number of actions run."""
+    (:func:`seed_history`); ``key_budget``: see :class:`Fuzz`. Returns the number of actions run; ``report``
+    (a dict) gets the slowest key answer (``slowest_key``, seconds), the longest collector pass
+    (``longest_collection``) and the sequences run."""
+    with CollectorTime() as collector:
+        actions = await _run_sessions(
+            make, seeds, length, tmp, per_session, llama_threads, saved_reply, key_budget, report, collector
+        )
+    if report is not None:
+        report["longest_collection"] = collector.longest
+    return actions
+
+
+async def _run_sessions(make, seeds, length, tmp, per_session, llama_threads, saved_reply, key_budget, report,
+                        collector) -> int:
     from specchat.history import HistoryStore
 
     actions = 0
@@ -589,7 +666,8 @@ async def run_sequences(
             async with app.run_test(size=HOME_SIZE) as pilot:
                 initial = None
                 for seed in seeds[first : first + per_session]:
-                    fuzz = Fuzz(pilot, engine, store, seed, llama_threads=llama_threads)
+                    fuzz = Fuzz(pilot, engine, store, seed, llama_threads=llama_threads, key_budget=key_budget)
+                    fuzz.collector = collector
                     fuzz.saved_reply = saved_reply
                     try:
                         if initial is None:
@@ -601,6 +679,13 @@ async def run_sequences(
                         actions += len(fuzz.log)
                     except Exception as exc:
                         raise fuzz.failure(exc) from exc
+                    finally:
+                        if report is not None:
+                            report["slowest_key"] = max(report.get("slowest_key", 0.0), fuzz.slowest_key)
+                            report["sequences"] = report.get("sequences", 0) + 1
+                            if report.get("progress"):  # a long run says how far it got, as it goes
+                                print(f"fuzz progress: {report['sequences']} sequences ({actions} actions) held, last "
+                                      f"seed {seed}, slowest key {report['slowest_key'] * 1000:.0f} ms", flush=True)
             if app._exception is not None:
                 raise fuzz.failure(app._exception) if fuzz else app._exception
         except AssertionError:

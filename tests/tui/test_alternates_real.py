@@ -87,7 +87,8 @@ async def test_bundled_regenerate_off_then_on_keeps_both_versions_and_the_ab_tab
             assert lines[head + 2].split()[1:3] == ["1", f"{rows[0].tok_s:.1f}"]
 
             if first is not None:  # measured last: it decodes on fresh caches
-                gap = _near_tie(session, SimpleNamespace(turn=off.stats), SimpleNamespace(turn=on.stats), first)
+                prompt_ids = session.template.tokens(session.messages[:-1])
+                gap = _near_tie(session, prompt_ids, SimpleNamespace(turn=off.stats), SimpleNamespace(turn=on.stats), first)
                 assert abs(gap) <= NEAR_TIE, f"the replies part at token {first} by {gap:.2f}: not a near-tie"
     finally:
         store.close()

@@ -1,10 +1,11 @@
 """The state fuzz (see :mod:`fuzzkit`): random sequences of user actions with invariants after every one.
 
-In CI: :data:`SEQUENCES` sequences of :data:`LENGTH` actions on the fake engine (25-40 s on this 2-core
-machine shared with other work: load 2-3), and :data:`REAL_SEQUENCES` on the bundled model (``--threads 1``).
+In CI: :data:`SEQUENCES` sequences of :data:`LENGTH` actions on the fake engine, every key answered within
+:data:`KEY_BUDGET_S` (see :mod:`fuzzkit`), and :data:`REAL_SEQUENCES` on the bundled model (``--threads 1``).
 ``SPECCHAT_FUZZ_SEQUENCES=1000`` runs a thousand; ``SPECCHAT_FUZZ_SEED`` moves the seeds (sequence i uses
 seed SEED + i; a failure prints its seed and actions); ``SPECCHAT_FUZZ_LENGTH`` sets the actions per
-sequence; ``SPECCHAT_FUZZ_REAL_SEQUENCES`` the real-model count.
+sequence; ``SPECCHAT_FUZZ_REAL_SEQUENCES`` the real-model count; ``SPECCHAT_FUZZ_KEY_BUDGET`` the budget (s);
+``SPECCHAT_FUZZ_PROGRESS=1`` prints a line after every sequence (with ``-s``: a long run's progress).
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from specchat.engine.events import Turn
 from specchat.engine.protocol import Message
 
 SEED = int(os.environ.get("SPECCHAT_FUZZ_SEED", "0"))
-SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "100"))
-LENGTH = int(os.environ.get("SPECCHAT_FUZZ_LENGTH", "6"))
+SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_SEQUENCES", "200"))
+LENGTH = int(os.environ.get("SPECCHAT_FUZZ_LENGTH", "20"))
+#: a key is answered within this on the fake engine (the probe key, pressed during and after every action)
+KEY_BUDGET_S = float(os.environ.get("SPECCHAT_FUZZ_KEY_BUDGET", "0.5"))
 REAL_SEQUENCES = int(os.environ.get("SPECCHAT_FUZZ_REAL_SEQUENCES", "5"))
 
 
@@ -33,8 +36,17 @@ async def test_state_fuzz_on_the_fake_engine(tmp_path):
 
     saved = next(e for e in FakeEngine(FUZZ_REPLIES).send("x") if isinstance(e, Turn))  # ids of the same vocabulary
     reply = Message("assistant", saved.text, saved.tokens, saved.kinds, saved)
-    actions = await run_sequences(make, [SEED + i for i in range(SEQUENCES)], LENGTH, tmp_path, saved_reply=reply)
-    print(f"fuzz: {SEQUENCES} sequences, {actions} actions, seeds {SEED}..{SEED + SEQUENCES - 1}: all invariants held")
+    report: dict = {"progress": bool(os.environ.get("SPECCHAT_FUZZ_PROGRESS"))}
+    actions = await run_sequences(
+        make, [SEED + i for i in range(SEQUENCES)], LENGTH, tmp_path, saved_reply=reply, key_budget=KEY_BUDGET_S,
+        report=report,
+    )
+    assert report["sequences"] == SEQUENCES and actions == SEQUENCES * LENGTH
+    print(
+        f"fuzz: {SEQUENCES} sequences of {LENGTH} actions ({actions}), seeds {SEED}..{SEED + SEQUENCES - 1}: all "
+        f"invariants held; slowest key answer {report['slowest_key'] * 1000:.0f} ms (budget {KEY_BUDGET_S * 1000:.0f} ms), "
+        f"longest collector pass {report['longest_collection'] * 1000:.0f} ms (not counted)"
+    )
 
 
 @pytest.mark.slow

@@ -131,3 +131,92 @@ async def test_up_right_after_typing_moves_the_cursor_instead_of_editing(make_ap
         await pilot.press("up")  # a really empty prompt (nothing queued): up edits the last message
         await pilot.pause()
         assert app.chat_screen.editing and prompt.text == "first"
+
+
+def _keys_burst(app, *keys: str) -> None:
+    """Post key events to the app at once (one read of the terminal driver): a name, or a character."""
+    for key in keys:
+        if len(key) == 1:
+            app.post_message(events.Key(key, key))
+        else:
+            app.post_message(events.Key(key, None))
+
+
+async def test_arrows_and_editing_keys_in_one_burst_apply_in_order_with_the_text(make_app):
+    """An arrow (or backspace, home) and characters typed in one burst act in the order typed: "ab", left, "X"
+    is "aXb" (before: the arrow's binding ran once the key had bubbled to the App, after the X was inserted)."""
+    cases = [
+        ("ab", ("left", "X"), "aXb"),
+        ("abc", ("left", "left", "X", "right", "Y"), "aXbYc"),
+        ("abc", ("backspace", "d"), "abd"),
+        ("abc", ("home", "Z"), "Zabc"),
+        ("abc", ("left", "backspace", "Q", "end", "!"), "aQc!"),
+    ]
+    app, _engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        for start, keys, expected in cases:
+            prompt.set_text(start)
+            await pilot.pause()
+            _keys_burst(app, *keys)
+            await settle(pilot)
+            assert prompt.text == expected, (start, keys, prompt.text)
+
+
+async def test_several_page_downs_in_one_burst_scroll_several_pages(make_app):
+    """Three PageDowns in one burst scroll three pages, in the chat pane and in the help (before: each aimed one
+    page below the position the first one's animation had not yet left, so the burst scrolled one page)."""
+    from specchat.tui.screens.help import HelpScreen
+    from specchat.tui.widgets.chat import ChatNotice
+
+    app, _engine = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_ready(pilot)
+        chat = app.chat_screen.chat
+        for i in range(120):
+            chat.mount(ChatNotice(f"line {i}"))
+        await settle(pilot)
+        chat.focus()
+        chat.scroll_home(animate=False)
+        await pilot.pause()
+        page = chat.scrollable_content_region.height
+        assert chat.max_scroll_y > 4 * page
+        _keys_burst(app, "pagedown", "pagedown", "pagedown")
+        await pilot.wait_for_animation()
+        await settle(pilot)
+        assert chat.scroll_y == 3 * page
+        _keys_burst(app, "pageup", "pageup")
+        await pilot.wait_for_animation()
+        await settle(pilot)
+        assert chat.scroll_y == page
+
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one("#help-box")
+        page = box.scrollable_content_region.height
+        assert box.max_scroll_y > 3 * page and box.scroll_y == 0
+        _keys_burst(app, "pagedown", "pagedown", "pagedown")
+        await pilot.wait_for_animation()
+        await settle(pilot)
+        assert box.scroll_y == 3 * page
+
+
+async def test_escape_right_after_enter_in_one_burst_stops_that_reply(make_app):
+    """"hi", Enter and Esc in one burst: the Esc lands after the reply has started on the UI side but (often)
+    before the engine thread has begun it; that stop is the reply's (it was lost: the engine cleared every stop
+    request when it began a turn). Repeated, since it is a race with the engine thread."""
+    engine = FakeEngine(["word " * 400], hold_at_steps=(1,))
+    app, _ = make_app(engine)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        app.query_one(PromptInput).focus()
+        await pilot.pause()
+        for i in range(8):
+            _type_burst(app, f"hi {i}\r")
+            app.post_message(events.Key("escape", None))
+            await settle(pilot)
+            assert not app.generating
+            assert engine.messages[-1].role == "assistant" and engine.messages[-1].stopped, i

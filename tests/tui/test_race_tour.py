@@ -322,3 +322,134 @@ async def test_auto_k_turning_drafting_off_offers_fixed_k_and_the_palette_entry_
         await palette(pilot, "use fixed k")
         state = engine.controls.snapshot()
         assert not state.auto_k and state.k == 3 and state.speculative
+
+
+async def test_escape_cancels_the_demo_models_derivation_at_its_next_step(tmp_path):
+    """Esc while the demo pairs are being derived: the derivation stops at its next step (the progress callback
+    is where it can: llama.cpp's quantiser cannot be interrupted inside), the tour closes, nothing keeps running."""
+    import asyncio
+    import threading
+
+    reached, gate = threading.Event(), threading.Event()
+    steps: list[int] = []
+
+    def slow_derive(models_dir, *, threads=1, progress=None):
+        for i in range(8):  # eight steps of a derivation (a file's layer-skip, quantisation, load check...)
+            progress(f"deriving step {i}")
+            steps.append(i)
+            if i == 1:
+                reached.set()
+                assert gate.wait(30), "the test never opened the gate"
+        return []
+
+    options = TourOptions(derive=slow_derive)  # a fresh data dir: every derived pair is missing
+    app = SpecChatApp(lambda progress: FakeEngine(), fake_settings(data_dir=tmp_path),
+                      make_factory=lambda settings: (lambda progress: FakeEngine()), tour=options)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        app.open_tour()
+        await pilot.pause()
+        assert await asyncio.to_thread(reached.wait, 30)
+        assert isinstance(app.screen, TourScreen) and app.screen.busy
+        assert "Esc cancels" in " ".join(screen_text(app).split())
+        await pilot.press("escape")
+        await pilot.pause()
+        gate.set()
+        await settle(pilot)
+        assert not isinstance(app.screen, TourScreen) and not app.host.generating
+        assert steps == [0, 1]  # the step after Esc never ran
+
+
+async def test_the_tours_models_are_closed_on_the_engine_thread_when_the_app_quits_with_the_tour_open(tmp_path):
+    """Quitting (ctrl+q) with the tour open: the pair the tour loaded is closed by the host's shutdown, on the
+    engine thread, like the chat's own engine, not left to the process's exit."""
+    import threading
+
+    scene = next(s for s in demo.SCENES if s.pair.target == "bundled")  # the bundled model alone: nothing to derive
+    options = TourOptions(derive=_tour_options().derive, scenes=(scene,))
+    loaded: list[FakeEngine] = []
+    closed_on: list[int] = []
+
+    class Closing(FakeEngine):
+        def close(self) -> None:
+            closed_on.append(threading.get_ident())
+            super().close()
+
+    def tour_factory(settings):
+        def build(progress):
+            loaded.append(Closing())
+            return loaded[-1]
+        return build
+
+    app = SpecChatApp(lambda progress: FakeEngine(), fake_settings(data_dir=tmp_path), make_factory=tour_factory,
+                      tour=options)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await wait_ready(pilot)
+        engine_thread = await app.host.call(threading.get_ident)
+        app.open_tour()
+        await settle(pilot)
+        assert isinstance(app.screen, TourScreen) and len(loaded) == 1  # the scene's pair (it cannot race: fake)
+        assert not loaded[0].closed
+        await pilot.press("ctrl+q")
+        await settle(pilot)
+    assert loaded[0].closed and closed_on == [engine_thread]
+
+
+async def test_the_race_and_tour_keys_are_remappable_in_the_keymap():
+    """The keymap reaches the race and tour screens: ids race_replay, race_close, tour_next, tour_previous,
+    tour_replay, tour_close (listed in help and config.example.toml); the keys given replace the defaults, and
+    a key may mean one thing on those screens and another in the chat (no clash reported for it)."""
+    from specchat.tui.keys import resolve_keymap
+    from specchat.tui.screens.help import HelpScreen
+
+    keymap = {"race_replay": "ctrl+e", "tour_next": "space", "tour_previous": "b", "q": "race_close",
+              "ctrl+r": "tour_replay"}
+    resolved, problems = resolve_keymap(keymap)
+    assert problems == [] and resolved["race_close"] == "q"  # ctrl+r is regenerate in the chat: not a clash here
+    _, problems = resolve_keymap({"tour_next": "r"})  # but r is the tour's own replay key: a clash on that screen
+    assert problems and "tour_replay" in problems[0]
+    clock = Clock()
+    race = make_race()
+    app = SpecChatApp(lambda progress: FakeEngine(), fake_settings(keymap=keymap), clock=clock)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_ready(pilot)
+        assert app.keymap_problems == []
+        app.push_screen(RaceScreen(race.prompt, clock, race=race))
+        await pilot.pause()
+        view = app.screen.query_one(RaceView)
+        clock.t += 60.0
+        view.tick()
+        assert lane_text(view, "on") == expected_text(race, "on", 60.0)
+        await pilot.press("r")  # no longer the replay key
+        assert lane_text(view, "on") == expected_text(race, "on", 60.0)
+        await pilot.press("ctrl+e")  # the remapped replay: from the start
+        assert lane_text(view, "off") == lane_text(view, "on") == ""
+        await pilot.press("escape")  # replaced by q
+        await pilot.pause()
+        assert isinstance(app.screen, RaceScreen)
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, RaceScreen)
+
+        tour = TourScreen(_tour_options(), None, None, None, clock, results=scene_results())
+        app.push_screen(tour)
+        await pilot.pause()
+        await pilot.press("n", "right")  # the defaults, replaced
+        assert tour.index == 0
+        await pilot.press("space", "space")
+        assert tour.index == 2
+        await pilot.press("b")
+        assert tour.index == 1
+        clock.t += 60.0
+        tour.view.tick()
+        await pilot.press("ctrl+r")  # the tour's replay here (regenerate is the chat's)
+        assert lane_text(tour.view, "off") == ""
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, TourScreen)
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        help_lines = str(app.screen.query_one("#help-text").render()).splitlines()
+        line = next(line for line in help_lines if "[tour_next]" in line)
+        assert line.split()[0] == "space"

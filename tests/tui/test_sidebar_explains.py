@@ -343,3 +343,38 @@ async def test_a_real_reply_on_the_bundled_model_shows_the_windowed_figures_with
         assert recent[2] == f"\u03b1           {last.recent.alpha:.2f} per position"
         assert f"\u03b1 = {last.cost.alpha:.2f}" in sidebar.text_of("break-even")
         assert f"{last.cost.alpha:.2f}" == f"{last.recent.alpha:.2f}"  # break-even and the window agree
+
+
+async def test_a_model_drafters_k_above_its_cap_is_said_in_the_sidebar(tmp_path, tiny_pair, capsys):
+    """K 40 with a model drafter (the tiny pair: real models) runs at its cap of 16: the sidebar says so under
+    K from the start (before any reply) and after a reply; the command says it on stderr (one line) before the
+    app takes the screen. K 16, or the n-gram drafter's K 40, is said nothing of."""
+    from specchat.commands.arguments import warn_k_above_cap
+    from specchat.commands.tui import make_factory
+    from specchat.config import Settings
+    from specchat.tui.app import SpecChatApp
+
+    target, draft = tiny_pair
+    note = "K 40 is above a model drafter's cap of 16: its rounds draft at most 16 tokens"
+    settings = Settings(target=str(target), draft=str(draft), k=40, auto_k=False, n_predict=24, n_ctx=512,
+                        threads=1, data_dir=tmp_path)
+    assert warn_k_above_cap(settings) == note
+    assert capsys.readouterr().err == f"specchat: note: {note}\n"
+    assert warn_k_above_cap(settings.model_copy(update={"k": 16})) == ""
+    assert warn_k_above_cap(settings.model_copy(update={"draft": "ngram"})) == ""
+    assert warn_k_above_cap(settings.model_copy(update={"auto_k": True})) == ""
+    app = SpecChatApp(make_factory(settings), settings, make_factory=make_factory, export_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_ready(pilot)
+        assert app.engine_error is None, app.engine_error
+        assert app.sidebar.text_of("k-note") == note
+        await send(pilot, "Hello there")
+        await settle(pilot)
+        assert app.sidebar.text_of("k-note").startswith(note)
+        assert app.engine.messages[-1].stats.k_max <= 16
+        await pilot.press("f3")  # K down: 39 is still above the cap; then set 16 from the palette's K = 16
+        await pilot.pause()
+        assert app.sidebar.text_of("k-note").startswith("K 39 is above")
+        app.set_k(16)
+        await pilot.pause()
+        assert "above" not in app.sidebar.text_of("k-note")  # (the last round's own notes stay until the next)

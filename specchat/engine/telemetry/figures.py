@@ -146,7 +146,7 @@ def k_status(
     elif state == "fixed K":
         label = f"K {k_control} (fixed)"
         if k_control > k_cap:
-            notes.append(f"K {k_control} is above this drafter's cap: its rounds draft at most {k_cap}")
+            pass  # said from the controls, with the drafter's kind (specchat.engine.drafter_kinds.k_cap_note)
         elif k_round < k_control:
             notes.append(f"this round asked for {k_round}: the reply's token budget or the context is nearly used up")
     else:

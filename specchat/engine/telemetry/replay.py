@@ -84,6 +84,10 @@ def natural_length(k: int, drafted: int, natural: int | None) -> int:
 #: Python calls: 0.47 ms a full replay against 0.16 ms in one piece (timeit, one thread), at most ten replays
 #: a second of generation (:data:`~specchat.engine.telemetry.cost_model.CURVE_REFRESH_MS`): +0.3 %.
 GIL_FREE_LOOP = 500
+#: the caps K' a replay runs over, made once: ``np.arange`` lets go of the GIL whatever its size (it fills the
+#: array with ``NPY_BEGIN_THREADS``), so a replay that called it per block let go ten times; a slice of this is
+#: a view (tests/engine/test_telemetry.py: no other thread runs inside a replay)
+_CAPS = np.arange(K_MAX + 1)
 
 
 def replay_speedups(
@@ -106,9 +110,10 @@ def replay_speedups(
     num = np.empty(k_max + 1)
     den = np.empty(k_max + 1)
     block = max(1, GIL_FREE_LOOP // max(1, d.shape[1]))
+    caps = _CAPS if k_max <= K_MAX else np.arange(k_max + 1)
     for lo in range(0, k_max + 1, block):
         hi = min(k_max + 1, lo + block)
-        ks = np.arange(lo, hi)
+        ks = caps[lo:hi]
         kp = ks[:, None]
         dp = np.minimum(kp, n)
         if certain:

@@ -282,6 +282,8 @@ class ChatScreen(Screen[None]):
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
             return self._edit_key_applies()
+        if action == "stop_now":  # ctrl+c: only while a reply streams; else it keeps its meaning (copy)
+            return self.host.generating
         return True
 
     def _edit_key_applies(self) -> bool:
@@ -506,6 +508,10 @@ class ChatScreen(Screen[None]):
             self.engine.controls.request_stop()
             if self._current is not None:
                 self._current.border_subtitle = "stopping\u2026"
+
+    def action_stop_now(self) -> None:
+        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py)."""
+        self.action_stop()
 
     def action_regenerate(self) -> None:
         engine = self.idle_engine("A reply is still being generated: press Esc first.")

@@ -14,13 +14,13 @@ opens the screen, so help.py needs nothing from the engine.
 from __future__ import annotations
 
 from textual.binding import Binding
-from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
+from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, RACE_KEYS, TOUR_KEYS
 from specchat.tui.sanitize import sanitize, sanitize_line
+from specchat.tui.widgets.paging import PagedVerticalScroll
 from specchat.tui.widgets.token_view import kind_style
 
 #: (term, one or two lines): what the sidebar's words mean
@@ -87,6 +87,10 @@ def help_text(effective_keys: dict[str, str], verify: tuple[str, str, str] | Non
         keys = effective_keys.get(spec.id, spec.keys)
         parts.append(Content(f"  {sanitize_line(keys):<22} {spec.help}  [{spec.id}]\n"))
     parts.append(Content("  ctrl+p                 command palette: drafter, model, theme, K, temperature\n"))
+    parts.append(Content.styled("\nOn the race and tour screens\n", "bold"))
+    for spec in (*RACE_KEYS, *TOUR_KEYS):
+        keys = effective_keys.get(spec.id, spec.keys)
+        parts.append(Content(f"  {sanitize_line(keys):<22} {spec.help}  [{spec.id}]\n"))
     parts.append(
         Content(
             "\nRemap keys in config.toml, e.g.\n  [keymap]\n  k_up = \"alt+up\"      # binding id = keys\n"
@@ -106,7 +110,7 @@ class HelpScreen(ModalScreen[None]):
         self._verify = verify
 
     def compose(self):
-        with VerticalScroll(id="help-box"):
+        with PagedVerticalScroll(id="help-box"):
             yield Static(help_text(self._keys, self._verify), id="help-text")
 
     def on_mount(self) -> None:

@@ -13,7 +13,10 @@ meanwhile; quitting cancels and waits): first the demo pairs are derived if they
 (:func:`specchat.demo.ensure_pairs`, its progress on screen); then each scene's pair is loaded the first time a
 scene needs it (with the app's engine factory, :attr:`SpecChatApp.make_factory
 <specchat.tui.app.SpecChatApp>`: the TUI never imports llama_cpp) and kept until the tour closes, when the
-tour closes them on the engine thread. The chat's own models and conversation are not touched. Model drafters
+tour closes them on the engine thread (and so does the host's shutdown when the app quits with the tour open:
+:meth:`EngineHost.own <specchat.tui.engine_host.EngineHost.own>`). Esc cancels the derivation too, at its next
+step (a file's layer-skip, quantisation or load check: llama.cpp's quantiser itself cannot be interrupted), and
+nothing half-written is left. The chat's own models and conversation are not touched. Model drafters
 run with the fixed K their scene gives (auto-K would switch them off at once and no colour would show); the
 auto-K scenes then show auto-K's choice.
 """
@@ -64,15 +67,22 @@ class TourStatus(Message):
 
 
 class TourPrepared(Message):
-    """The demo pairs are there (``error`` = "") or could not be made (``error`` says why and what to do)."""
+    """The demo pairs are there (``error`` = "") or could not be made (``error`` says why and what to do), or
+    their derivation was cancelled (``cancelled``)."""
 
-    def __init__(self, turn_id: int, error: str, helps: Pair | None = None, why: str = "") -> None:
+    def __init__(self, turn_id: int, error: str, helps: Pair | None = None, why: str = "", *,
+                 cancelled: bool = False) -> None:
         super().__init__()
         self.turn_id = turn_id
         self.error = error
         #: this machine's helps pair (:attr:`TourOptions.pick`) and where it came from, or None
         self.helps = helps
         self.why = why
+        self.cancelled = cancelled
+
+
+class DerivationCancelled(Exception):
+    """Raised from the derivation's progress callback once the tour is asked to stop (Esc, quitting)."""
 
 
 def scene_heading(i: int, scenes: Sequence[Scene]) -> Content:
@@ -141,6 +151,8 @@ class TourScreen(RaceViewScreen):
         yield Static(id="tour-expect")
 
     def on_mount(self) -> None:
+        if self.host is not None:
+            self.host.own(id(self), self._close_sessions)  # closed at the app's shutdown if still open then
         self.show_scene()
         if self.prepared:
             self.run_scene()
@@ -189,16 +201,25 @@ class TourScreen(RaceViewScreen):
         if self.host is None or self.settings is None:
             self.error = "no engine in this session"
             return
-        self.view.show_status("checking the demo models\u2026")
-        settings, derive, scenes, pick = self.settings, self.options.derive, self.scenes, self.options.pick
+        self.view.show_status("checking the demo models\u2026 (Esc cancels)")
+        settings, derive, scenes, host = self.settings, self.options.derive, self.scenes, self.host
+        pick = self.options.pick
+        self._cancel.clear()
+
+        def progress(text: str) -> None:  # between the derivation's steps: where it can stop
+            if self._cancel.is_set() or host.closing:
+                raise DerivationCancelled
+            self.post_message(TourStatus(f"{text} (Esc cancels)"))
 
         def work(turn_id: int) -> None:
-            say = lambda text: self.post_message(TourStatus(text))  # noqa: E731
             helps, why = None, ""
             try:
-                ensure_pairs(scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads, progress=say)
+                ensure_pairs(scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads,
+                             progress=progress)
                 if pick is not None and any(s.pair == HELPS_PAIR for s in scenes):
-                    helps, why = pick(settings, say)
+                    helps, why = pick(settings, progress)
+            except DerivationCancelled:
+                self.post_message(TourPrepared(turn_id, "", cancelled=True))
             except UserError as exc:
                 self.post_message(TourPrepared(turn_id, str(exc)))
             except Exception as exc:
@@ -214,7 +235,9 @@ class TourScreen(RaceViewScreen):
 
     def on_tour_prepared(self, message: TourPrepared) -> None:
         self.turn_ended(message.turn_id)
-        if message.error:
+        if message.cancelled:
+            self.view.show_status("the demo models' derivation was cancelled")
+        elif message.error:
             self.error = message.error
             self.view.show_status(f"the tour cannot run: {message.error}")
             self.app.notify(f"Tour: {message.error}", severity="error", timeout=12)
@@ -283,11 +306,16 @@ class TourScreen(RaceViewScreen):
             return
         self._close()
 
+    def _close_sessions(self) -> None:
+        """On the engine thread: close the pairs this tour loaded (once: the dict is emptied)."""
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            session.close()
+
     def _close(self) -> None:
-        sessions = self._sessions
-        if sessions and self.host is not None:
-            self.host.submit(
-                lambda: [session.close() for session in sessions.values()], name="tour-close",
-                description="close the tour's models",
-            )
+        if self.host is not None and not self.host.closing:  # while closing, the host's shutdown closes them
+            self.host.disown(id(self))
+            if self._sessions:
+                self.host.submit(self._close_sessions, name="tour-close", description="close the tour's models")
         self.dismiss()

@@ -14,13 +14,14 @@ reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 
 from __future__ import annotations
 
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.widgets import Static
 
 from specchat.engine.controls import ControlState
 from specchat.engine.events import Turn
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.tui.sanitize import text as inert
+from specchat.tui.widgets.paging import PagedVerticalScroll
 from specchat.tui.widgets.token_view import TokenView
 
 
@@ -146,7 +147,19 @@ class AssistantMessage(Vertical):
             subtitle.append("error")
         if turn is not None:
             subtitle.append(turn_summary(turn))
+        if self.ghosts_not_saved:
+            subtitle.append("ghosts not saved")
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
+
+    @property
+    def ghosts_not_saved(self) -> bool:
+        """This reply is drawn from history, and it had rejected drafts: history keeps a reply's tokens and
+        their kinds, not the drafts that were rejected, so its ghosts cannot be shown (said on the reply rather
+        than letting a reply that drafted look as if nothing was ever rejected)."""
+        turn = self.turn
+        return (
+            self.saved_message is not None and turn is not None and turn.draft_n > turn.draft_n_accepted
+        )
 
     # -- versions (regenerate) ----------------------------------------------------------------------------
     def set_versions(self, message: Message) -> None:
@@ -252,7 +265,7 @@ class AssistantMessage(Vertical):
         self.tokens.set_show_ghosts(show)
 
 
-class ChatLog(VerticalScroll):
+class ChatLog(PagedVerticalScroll):
     """The scrolling conversation; stays pinned to the bottom while a reply streams (until you scroll up).
 
     It keeps what only it shows (as Toad keeps a conversation's state in the widget that shows it): the

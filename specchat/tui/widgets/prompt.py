@@ -22,6 +22,14 @@ App, when the arrow arrives, raced with those keys - "ab" then left in one burst
 "abX" instead of moving the cursor, because "a" and "b" were still on their way (reproduced through a pty
 under load, tests/terminal/test_versions_pty.py).
 
+**Bound keys act in order with the text.** A key the TextArea does not insert (an arrow, backspace, home,
+an alt+key...) goes on from here by bubbling: Textual runs its binding when the event reaches the App, some
+queues later, while this widget goes on inserting the characters typed after it. So "ab", left, "X" in one
+burst gave "abX" with the cursor before X, not "aXb" (about one burst in two under load), and backspace or
+home in a burst acted after later characters. Here such a key runs its bindings in this widget's queue, at
+its place among the typed characters (the App's own non-priority lookup, from this widget: the same chain,
+the prompt first), and stops there; a key no binding takes bubbles on as before.
+
 **Alt+letter types nothing.** A terminal sends alt+x as ESC x, which Textual reports as the key ``alt+x``
 *with* the character "x", so the TextArea would insert an "x". Here an alt key is never text: it goes on
 to the app's bindings (alt+p / alt+n flip versions whatever the prompt holds).
@@ -71,8 +79,14 @@ class PromptInput(TextArea):
         return super().check_action(action, parameters)
 
     async def _on_key(self, event: events.Key) -> None:
-        if event.key.startswith("alt+"):
-            event.prevent_default()  # not the TextArea's: no letter typed; the key bubbles on to the app's bindings
+        alt = event.key.startswith("alt+")
+        if alt:
+            event.prevent_default()  # not the TextArea's: no letter typed; the key goes on to the app's bindings
+        if alt or not (event.is_printable or event.key in ("enter", "tab")):
+            # bindings now, in order with the characters queued here (see the module docstring)
+            if await self.app._check_bindings(event.key):
+                event.stop()
+                event.prevent_default()
 
     def set_text(self, text: str) -> None:
         """Replace the prompt's text and put the cursor at its end."""

@@ -210,7 +210,8 @@ class Sidebar(VerticalScroll):
     def _render_figures(self) -> None:
         snapshot = self._snapshot
         self._put("k-status", "\n".join(format_k(snapshot.status, self._state)), rewraps=True)
-        self._put_note("k-note", k_note(snapshot.status))
+        drafter = self._info.draft_name if self._info is not None else None
+        self._put_note("k-note", k_note(snapshot.status, self._state, drafter))
         self._put("reply-figures", "\n".join(format_reply(snapshot, self._info)), rewraps=True)
         self._put("recent-figures", "\n".join(format_recent(snapshot.recent, self._info)), rewraps=True)
         self._put_note("recent-notes", "\n".join(snapshot.recent.notes) if snapshot.recent is not None else "")

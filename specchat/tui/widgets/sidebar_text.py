@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.controls import ControlState
-from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NONE
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NONE, k_cap_note
 from specchat.engine.events import CostEstimate, Figures, KStatus, VerifyCurve
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.stats import WINDOW_S, StatsSnapshot
@@ -164,9 +164,16 @@ def format_k(status: KStatus | None, state: ControlState | None) -> list[str]:
     return lines
 
 
-def k_note(status: KStatus | None) -> str:
-    """Why two K figures differ, in words (:attr:`KStatus.note`), or nothing."""
-    return status.note if status is not None else ""
+def k_note(status: KStatus | None, state: ControlState | None = None, drafter: str | None = None) -> str:
+    """Why two K figures differ, in words (:attr:`KStatus.note`), or nothing; first, from the controls (so from
+    the start, and as K changes), a fixed K above the cap of the drafter in use (a model drafter's K 40 runs at
+    16: :func:`~specchat.engine.drafter_kinds.k_cap_note`)."""
+    notes = [status.note] if status is not None and status.note else []
+    if state is not None and state.speculative:
+        cap = k_cap_note(state.drafter or drafter, state.k, auto_k=state.auto_k)
+        if cap:
+            notes.insert(0, cap)
+    return "; ".join(notes)
 
 
 def _rows(rows: Sequence[tuple[str, str]]) -> list[str]:
