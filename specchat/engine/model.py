@@ -120,6 +120,7 @@ class Model:
         self.model = None
         self.ctx = None
         self._batch = None
+        self._eog_cache: dict[int, bool] = {}  # is_eog, per token id
         try:
             with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
                 self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, flash_attn, progress, interrupted)
@@ -200,7 +201,6 @@ class Model:
             self._batch.seq_id[i][0] = 0
         self.tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
-        self._eog_cache: dict[int, bool] = {}
         self.decode_ms_total = 0.0  # time spent inside llama_decode, for overhead accounting
         self.is_recurrent = bool(llama_cpp.llama_model_is_recurrent(self.model)) or bool(
             llama_cpp.llama_model_is_hybrid(self.model)

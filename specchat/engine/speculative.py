@@ -68,8 +68,8 @@ from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_fi
 PROBE_CATCH_UP = 32
 #: the draft of a round that does not draft (K = 0): shared, never changed
 _NO_DRAFT = Draft()
-#: seconds between refits of the figures a Step shows (the v(K) curve and the cost estimate with its break-even
-#: α) while K and the drafter stay the same: the app posts the stats at most ~4 times a second
+#: seconds between refits of the figures a Step shows (the v(K) curve and the break-even α of the cost estimate)
+#: while K and the drafter stay the same: the app posts the stats at most ~4 times a second
 #: (:mod:`specchat.tui.generation`), and refitting every round cost plain decoding 5 % of its time (0.27 s of
 #: 5.2 s over 200 rounds of the bundled Q4_1, cProfile on an AMD EPYC Zen 4: one refit is ~2.7 ms, mostly the
 #: break-even bisection's speedup curves) - the gap to llama-server issue 20 measured
@@ -364,7 +364,9 @@ class SpeculativeDecoder:
         cap = drafter.k_cap if drafter is not None else K_MAX
         key = (rnd.drafter, rnd.k, cap)
         if self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S:
-            cost = self._figures[2]
+            # α, the best K and its speedup move every round (one speedup curve: cheap); the v(K) refit and the
+            # break-even bisection (c and v only) stay as last fitted
+            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=self._figures[2].alpha_to_pay)
         else:
             self.verify = self._verify_curve()
             cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)

@@ -21,11 +21,13 @@ from specchat.tui.app import SpecChatApp  # noqa: E402
 @pytest.fixture(autouse=True)
 def _ui_priority_untouched(monkeypatch):
     """An app in the test process keeps the process's priority: with ``threads`` = the core count (the default
-    settings) the app lowers its UI thread to nice 19 (``SpecChatApp._yield_cpu_to_engine``), and the UI thread
+    settings) the app lowers its UI thread to nice 19 (:func:`specchat.tui.priority.yield_cpu_to_engine`), and the UI thread
     of an in-process app is pytest's main thread, which cannot be raised again: every test after the first app
     ran at nice 19 (the state fuzz took 25+ minutes on a shared core). The renice itself is tested in a
     process of its own (test_app.py)."""
-    monkeypatch.setattr(SpecChatApp, "_yield_cpu_to_engine", lambda self: None)
+    import specchat.tui.app as app_module
+
+    monkeypatch.setattr(app_module, "yield_cpu_to_engine", lambda threads, start_engine_thread: start_engine_thread())
 
 
 @pytest.fixture

@@ -465,9 +465,12 @@ class CostModel:
         self._curve_key, self._curve, self._curve_ms = key, curve, self._gen_ms
         return curve
 
-    def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX, *, verify: VerifyCurve | None = None) -> CostEstimate:
+    def estimate(self, drafter: str, k_current: int, k_max: int = K_MAX, *, verify: VerifyCurve | None = None,
+                 alpha_to_pay: float | None = None) -> CostEstimate:
         """The current view for ``drafter`` at K = ``k_current``, and the best K over 0..``k_max``; ``verify``
-        (the target's v(K) curve in words, see :meth:`VerifyCost.curve`) is passed through."""
+        (the target's v(K) curve in words, see :meth:`VerifyCost.curve`) is passed through, and so is
+        ``alpha_to_pay`` when the caller knows it (it depends on c and v only, not on α: the loop refits it a few
+        times a second, :data:`specchat.engine.speculative.FIGURES_REFRESH_S`); else it is bisected here."""
         curve = self.speedups(drafter, k_max)
         b = best_k(curve)
         t1 = self.target_ms()
@@ -480,7 +483,7 @@ class CostModel:
             target_ms_per_token=t1 or 0.0,
             draft_ms_per_token=self.draft_ms_per_token(drafter),
             verify=verify,
-            alpha_to_pay=self.break_even_alpha(drafter, k_max),
+            alpha_to_pay=self.break_even_alpha(drafter, k_max) if alpha_to_pay is None else alpha_to_pay,
             alpha_is_prior=self.spec_steps(drafter) == 0,
         )
 
