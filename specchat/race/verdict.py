@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 if TYPE_CHECKING:  # only annotations: the runs are recorded by specchat.race.record, which imports this module
     from specchat.engine.chat import ChatSession
@@ -69,6 +68,8 @@ def _parting_logits(session: ChatSession, prompt_ids: list[int], run: RaceRun, o
     if at < len(run.turn.tokens):
         mine = float(row[run.turn.tokens[at]])
     else:
+        import numpy as np  # numpy: only once two runs part (the TUI's start-up path imports this module)
+
         top = [int(t) for t in np.argsort(-row)[:8]] + [int(target.eos)]
         mine = max((float(row[t]) for t in top if 0 <= t < len(row) and target.is_eog(t)), default=float(row[target.eos]))
     return mine, float(row[other.turn.tokens[at]])

@@ -239,7 +239,7 @@ async def test_ctrl_c_stops_a_streaming_reply_at_once_and_copies_when_idle(make_
         await settle(pilot)
         assert not app.generating and engine.messages[-1].stopped
         assert len(engine.steps_seen) <= steps + 1  # the round in flight, then the stop
-        reply = app.assistant_messages()[-1]
+        reply = app.chat_screen.assistant_messages()[-1]
         assert reply.stopped and "stopped" in reply.border_subtitle
         prompt = app.query_one(PromptInput)
         prompt.set_text("copy me")
@@ -915,14 +915,14 @@ async def test_a_reopened_reply_that_drafted_says_its_ghosts_were_not_saved(make
         await wait_ready(pilot)
         await send(pilot, "explain speculative decoding")
         await settle(pilot)
-        live = app.assistant_messages()[-1]
+        live = app.chat_screen.assistant_messages()[-1]
         turn = engine.turns[-1]
         assert turn.draft_n > turn.draft_n_accepted and "rejected" in {k for _, k in live.pieces}
         assert "ghosts not saved" not in str(live.border_subtitle)
         await pilot.press("ctrl+n")
         await pilot.pause()
         await reopen_first_saved(pilot)
-        (reply,) = app.assistant_messages()
+        (reply,) = app.chat_screen.assistant_messages()
         assert reply.saved_coloured and "rejected" not in {k for _, k in reply.pieces}
         assert str(reply.border_subtitle).endswith("ghosts not saved")
     plain = AssistantMessage()

@@ -367,14 +367,14 @@ async def test_a_model_drafters_k_above_its_cap_is_said_in_the_sidebar(tmp_path,
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_ready(pilot)
         assert app.engine_error is None, app.engine_error
-        assert app.sidebar.text_of("k-note") == note
+        assert app.chat_screen.sidebar.text_of("k-note") == note
         await send(pilot, "Hello there")
         await settle(pilot)
-        assert app.sidebar.text_of("k-note").startswith(note)
+        assert app.chat_screen.sidebar.text_of("k-note").startswith(note)
         assert app.engine.messages[-1].stats.k_max <= 16
         await pilot.press("f3")  # K down: 39 is still above the cap; then set 16 from the palette's K = 16
         await pilot.pause()
-        assert app.sidebar.text_of("k-note").startswith("K 39 is above")
-        app.set_k(16)
+        assert app.chat_screen.sidebar.text_of("k-note").startswith("K 39 is above")
+        app.chat_screen.set_k(16)
         await pilot.pause()
-        assert "above" not in app.sidebar.text_of("k-note")  # (the last round's own notes stay until the next)
+        assert "above" not in app.chat_screen.sidebar.text_of("k-note")  # (the last round's own notes stay until the next)
