@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine.drafter_kinds import K_MAX, NGRAM
 from specchat.engine.events import CostEstimate, Step
 from specchat.engine.telemetry import (
     MAX_ROWS,
@@ -1172,3 +1172,27 @@ def test_the_replay_keeps_the_gil_no_other_thread_runs_inside_it(monkeypatch) ->
     assert _threads_run_inside(once) == 0
     monkeypatch.setattr(replay, "GIL_FREE_LOOP", 10**9)  # one piece: numpy releases the GIL in its loops
     assert _threads_run_inside(once) > 0  # the probe sees a replay that lets go (so the 0 above means something)
+
+
+def test_the_rounds_correct_a_stale_calibration_once_not_twice() -> None:
+    """A calibration priced 9-row verifies at 4 single rows; the rounds take 8 (issue 20: a cached calibration on
+    an AMD EPYC Zen 4 said v(16) = 9.0 where the verifies then cost 13.5). The rounds' timings join the table, and
+    the correction of the n-gram's prices (CostModel.cost_ratio) is measured against the table as it stands: once
+    the table has learnt the cost, the price is the cost (a ratio of the prices the rounds met when they ran
+    stayed near 2 for many rounds and priced a 9-row verify at ~13 rows)."""
+    cm = CostModel()
+    t1 = 10.0
+    for _ in range(12):  # the calibration: 1, 3, 5, 9 rows on a line of 0.375 rows per extra row, 12 times
+        for rows in (1, 3, 5, 9):
+            cm.observe_verify(rows, t1 * (1.0 + 0.375 * (rows - 1)))
+    assert cm.v(8) == pytest.approx(4.0, rel=0.05)
+    rounds = 0
+    while cm.v(8) < 6.5:  # rounds drafting 8 tokens, verified as 9 rows at 8 single rows, plain rounds between
+        cm.observe_step(NGRAM, 64, 8, 8, 0.02, t1 * 8.0, 9, natural=8)
+        cm.observe_plain(t1)
+        rounds += 1
+        assert rounds < 40, "the table never learnt the rounds' cost"
+    assert rounds > 3  # the correction was measured against the stale table first (ratio 2)
+    priced = cm.measured_v(NGRAM)
+    assert priced is not None
+    assert priced[8] == pytest.approx(8.0, rel=0.05)  # the price is the cost, not the table's lesson twice

@@ -61,7 +61,7 @@ class AlphaWindow:
 class _DrafterStats:
     __slots__ = (
         "acc", "rej", "clock", "draft", "ratio", "spec_steps", "last", "replay", "drafted", "rounds", "drafting", "prior_acc",
-        "prior_rej", "spent_ms", "priced_ms", "plain_ms", "measured",
+        "prior_rej", "spent_ms", "t1_by_drafted", "plain_ms", "measured",
     )
 
     def __init__(self, clock: float, prior_alpha: float, prior_weight: float, window: int, replay: int) -> None:
@@ -80,10 +80,11 @@ class _DrafterStats:
         self.spec_steps = 0
         self.last: tuple[int, int] = (0, 0)
         self.replay = Replay(replay)
-        # the drafting rounds' wall time, what the cost model priced them at when they ran, and what plain
-        # decoding would have taken for the tokens they emitted (CostModel.cost_ratio, measured_gain)
+        # the drafting rounds' wall time, the single-row time at each one by its draft length (what the cost
+        # model prices them at with today's table, CostModel.cost_ratio), and what plain decoding would have
+        # taken for the tokens they emitted (CostModel.measured_gain)
         self.spent_ms = 0.0
-        self.priced_ms = 0.0
+        self.t1_by_drafted: dict[int, float] = {}
         self.plain_ms = 0.0
         self.measured = 0.0  # drafting rounds in those sums (age-weighted)
 
@@ -96,7 +97,8 @@ class _DrafterStats:
         self.rounds *= f
         self.drafting *= f
         self.spent_ms *= f
-        self.priced_ms *= f
+        for d in self.t1_by_drafted:
+            self.t1_by_drafted[d] *= f
         self.plain_ms *= f
         self.measured *= f
 
@@ -240,8 +242,8 @@ class CostModel:
             st.rounds += 1.0
         if drafted > 0:
             t1 = self.target_ms()
-            if t1:  # priced before this round's own timing joins the table
-                st.priced_ms += t1 * (self.verify.v(drafted) + self.c(drafter) * drafted)
+            if t1:
+                st.t1_by_drafted[drafted] = st.t1_by_drafted.get(drafted, 0.0) + t1
                 st.plain_ms += t1 * (accepted + 1)
                 st.spent_ms += max(0.0, t_draft_ms) + max(0.0, t_verify_ms) + max(0.0, t_overhead_ms)
                 st.measured += 1.0
@@ -376,21 +378,34 @@ class CostModel:
         return self.verify.v(k)
 
     def cost_ratio(self, drafter: str) -> float:
-        """What ``drafter``'s recent drafting rounds really took over what the cost model priced them at when
-        they ran (t1 · (v(d) + c·d) each), clamped to [1/:data:`COST_RATIO_CLAMP`, :data:`COST_RATIO_CLAMP`];
-        1.0 until :data:`MIN_MEASURED_ROUNDS` (age-weighted) rounds drafted. The speedup curve is divided by it
-        for every K > 0 (:meth:`speedups`), so where the calibration and the rounds disagree, the rounds win."""
+        """What ``drafter``'s recent drafting rounds really took over what the cost model prices them at *now*
+        (t1 at each round · (v(d) + c·d) with today's v and c), clamped to [1/:data:`COST_RATIO_CLAMP`,
+        :data:`COST_RATIO_CLAMP`]; 1.0 until :data:`MIN_MEASURED_ROUNDS` (age-weighted) rounds drafted. The
+        speedup curve is divided by it for every K > 0 (:meth:`speedups`) and the n-gram's prices multiplied
+        (:meth:`measured_v`), so where the rounds and the table disagree, the rounds win.
+
+        Priced with today's table, not the one each round met: the rounds' own verify timings join the table
+        too, so a ratio of the prices the rounds *met* counted a calibration's error twice once the table had
+        learnt it. Measured (AMD EPYC Zen 4, bundled Q4_1, ``--threads 1``, the bench's summary prompt, auto-K,
+        a cached calibration of v(16) = 5.3 where the rounds cost ~10): the table rose to v(1) 2.0, the old ratio
+        stayed at 1.7-2.9, so the n-gram priced a 2-row verify at 3.5-4.5 rows and proposed in 9 rounds of ~190
+        (fixed K 16: 34, 83 % kept) - auto-K 0.92x of plain where K 16 read 1.06x."""
         st = self._drafters.get(drafter)
-        if st is None or st.measured < MIN_MEASURED_ROUNDS or st.priced_ms <= 0.0:
+        if st is None or st.measured < MIN_MEASURED_ROUNDS or st.spent_ms <= 0.0:
             return 1.0
-        return min(COST_RATIO_CLAMP, max(1.0 / COST_RATIO_CLAMP, st.spent_ms / st.priced_ms))
+        c = self.c(drafter)
+        priced = sum(t1 * (self.verify.v(d) + c * d) for d, t1 in st.t1_by_drafted.items())
+        if priced <= 0.0:
+            return 1.0
+        return min(COST_RATIO_CLAMP, max(1.0 / COST_RATIO_CLAMP, st.spent_ms / priced))
 
     def forget_measured(self, drafter: str) -> None:
         """Drop what ``drafter``'s drafting rounds measured so far (auto-K turned it back on: the new regime is
         judged by its own rounds)."""
         st = self._drafters.get(drafter)
         if st is not None:
-            st.spent_ms = st.priced_ms = st.plain_ms = 0.0
+            st.spent_ms = st.plain_ms = 0.0
+            st.t1_by_drafted = {}
             st.measured = 0.0
 
     def measured_gain(self, drafter: str) -> float | None:
