@@ -519,8 +519,11 @@ def test_a_verify_planned_as_single_rows_is_plain_decoding_and_ends_at_the_first
         cm = dec.cost_model
         t1 = cm.target_ms()  # this machine's single row, from the plain turn
         assert t1
-        for _ in range(8):  # one-batch costs: 2 rows 2.6, 3 rows 3.6, ... 9 rows 7.0 single rows
-            for rows, v in ((2, 2.6), (3, 3.6), (4, 4.6), (5, 5.6), (6, 6.6), (9, 7.0)):
+        # one-batch costs 1.5x their rows (9 rows 10.5): the plan stays single rows while this machine's single
+        # row drifts by up to 40 % during the turn (at 2 rows 2.6, 3 rows 3.6 a 20 % slower t1 made 3-row verifies
+        # one batch under a loaded second core: AMD EPYC Zen 4, 2 of 6 runs)
+        for _ in range(8):
+            for rows, v in ((2, 3.0), (3, 4.5), (4, 6.0), (5, 7.5), (6, 9.0), (9, 10.5)):
                 cm.verify.observe(rows, t1 * v)
         assert cm.verify.plan(5) == (1,) * 5 and cm.verify.plan(2) == (1, 1)
         target = dec.target
@@ -538,7 +541,7 @@ def test_a_verify_planned_as_single_rows_is_plain_decoding_and_ends_at_the_first
         st = steps(events)
         assert spec.tokens == plain.tokens
         assert any(s.drafted >= 2 for s in st)
-        assert all(n == 1 for n in sizes), sizes  # every drafted verify here was 5 rows or fewer: single rows
+        assert all(n == 1 for n in sizes), [n for n in sizes if n != 1]  # every drafted verify here was 5 rows or fewer: single rows
         # each round decoded its kept tokens' rows and no more: a refusal ended it (a + 1 rows of d + 1)
         assert len(sizes) == sum(s.accepted + 1 for s in st)
     finally:
