@@ -410,6 +410,8 @@ class ChatScreen(EverydayKeys, Screen[None]):
                 )
             )
         self.save_history()
+        if message.turn is not None and self.recorder.store is not None:  # this pair on other builds, off the UI thread
+            self.sidebar.compare_builds(self.recorder.store.path, message.turn)
         if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
             self.controls_changed()
         callbacks, self._after_turn = self._after_turn, []

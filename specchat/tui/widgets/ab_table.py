@@ -9,18 +9,28 @@ reply that drafted a handful of tokens cannot pass for speculation evidence, and
 barely ran (``barely``: drafted in fewer than :data:`~specchat.engine.telemetry.ab.BARELY_RAN_SHARE` of its
 rounds) or whose speculation was switched mid-reply (``mixed``) is a row of its own, explained below the
 table. The text is built by the pure :func:`format_ab` (the tests call it directly).
+
+Under the table, where the history has it, the pair's acceptance across llama.cpp builds (issue 24: "acceptance
+with this pair: 71 % today, 78 % on build b11243", :func:`specchat.history.stats.pair_across_builds`), read from
+the saved replies after each reply, off the UI thread (:meth:`ABTable.read_builds`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.content import Content
 from textual.widgets import Static
 
+from specchat.history import HistoryError, HistoryStore
+from specchat.history.stats import pair_across_builds
 from specchat.tui.sanitize import sanitize_line
 
 if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
+    from specchat.engine.events import Turn
     from specchat.engine.telemetry.ab import ABRow
 
 DASH = "\u2013"
@@ -83,14 +93,54 @@ def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
 
 
 class ABTable(Static):
-    """The A/B table (see the module docstring); redrawn only when its rows change (after a reply)."""
+    """The A/B table (see the module docstring); redrawn only when its rows or its builds line change (after a
+    reply)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: tuple[ABRow, ...] | None = None
+        #: the acceptance of this pair on other builds, from the saved replies ("": none to compare with)
+        self.builds_line = ""
 
     def show(self, rows: tuple[ABRow, ...]) -> None:
         if rows == self.rows:
             return
         self.rows = rows
-        self.update(Content("\n".join(format_ab(rows))))
+        self._draw()
+
+    def show_builds(self, line: str) -> None:
+        if line != self.builds_line:
+            self.builds_line = line
+            self._draw()
+
+    def _draw(self) -> None:
+        lines = format_ab(self.rows or ())
+        if self.builds_line:
+            lines = [*lines, "", sanitize_line(self.builds_line)]  # builds and names come from the database
+        self.update(Content("\n".join(lines)))
+
+    def read_builds(self, db_path: Path, turn: Turn) -> None:
+        """Compare the pair of ``turn`` (the reply just saved) across builds from the history at ``db_path``: read
+        on a thread of its own, on a read-only connection of its own (as the suffix corpus reads the history:
+        :mod:`specchat.history.corpus`), never on the UI thread; the line is drawn when it is known. A newer
+        reply's read replaces one still running (``exclusive``)."""
+        key = {"target": turn.target, "drafter": turn.drafter, "cpu": turn.cpu, "build": turn.build}
+        if not turn.build:
+            return
+        self.run_worker(self._read(db_path, key), group="ab-builds", exclusive=True, exit_on_error=False)
+
+    async def _read(self, db_path: Path, key: dict[str, str]) -> None:
+        line = await asyncio.to_thread(builds_line, db_path, key)
+        if self.is_attached:
+            self.show_builds(line)
+
+
+def builds_line(db_path: Path, key: dict[str, str]) -> str:
+    """:func:`specchat.history.stats.pair_across_builds` of the saved replies (off the UI thread); "" if the history
+    cannot be read (the table then says nothing about builds: a sidebar line is no place for a database error)."""
+    try:
+        with HistoryStore(db_path, readonly=True) as store:
+            rows = store.reply_stats()
+    except (HistoryError, OSError, sqlite3.Error):
+        return ""
+    return pair_across_builds(rows, **key)
