@@ -94,6 +94,10 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
             "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "
             "side by side", show=False),
+    # alt+s: s for server; the app's own action (it swaps the engines: specchat.tui.servers)
+    KeySpec("switch_server", "alt+s", "switch_server", "Switch server A / B",
+            "with --server and --server-b: the other llama-server answers the next messages (the A/B table compares "
+            "them; the race races the two)", show=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 

@@ -73,13 +73,13 @@ def _verdict(rows: list[ABRow]) -> str:
     return f"speculation {'pays' if on.ratio > 1 else 'does not pay'}: {on.ratio:.2f}{TIMES} off"
 
 
-def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
+def format_ab(rows: tuple[ABRow, ...], servers: tuple[str, str] | None = None) -> list[str]:
     """The table's lines: per pair (in the order the pairs first ran) its heading, the column header, its rows
     and a verdict; then what the draft column means, and what ``barely`` and ``mixed`` mean if such a row is
-    shown."""
+    shown. ``servers`` (server A's pair target, B's: two llama-servers) adds B against A once both replied."""
     if not rows:
         return [EMPTY]
-    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE  # numpy: with the first A/B row, not at start-up
+    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE, versus  # numpy: with the first A/B row, not at start-up
 
     sections: dict[tuple[str, str], list[ABRow]] = {}
     for row in rows:
@@ -89,7 +89,20 @@ def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
         lines += ["", pair_title(target, drafter), HEADER, *(_row_line(r) for r in pair_rows), _verdict(pair_rows)]
     shown = {row.mode for row in rows}
     notes = [text.format(share=BARELY_RAN_SHARE * 100) for mode, text in NOTES.items() if mode in shown]
-    return [*lines, "", "draft: tokens drafted per reply", *notes]
+    both = versus(rows, *servers) if servers is not None else None
+    return [*lines, *(_versus_lines(both) if both is not None else []), "", "draft: tokens drafted per reply", *notes]
+
+
+def _versus_lines(both: tuple) -> list[str]:
+    """Server B against server A: each side's replies, speed and acceptance, and B's speed over A's."""
+    a, b, ratio = both
+    out = ["", "server B vs A, this session", f"{'':<3}{'turns':>6}{'tok/s':>7}{'acc':>6}"]
+    for name, side in (("A", a), ("B", b)):
+        tok_s = DASH if side.tok_s is None else f"{side.tok_s:.1f}"
+        acc = DASH if side.acceptance is None else f"{side.acceptance * 100:.0f}%"
+        out.append(f"{name:<3}{side.turns:>6}{tok_s:>7}{acc:>6}")
+    out.append(DASH if ratio is None else f"B runs at {ratio:.2f}{TIMES} A's speed")
+    return out
 
 
 class ABTable(Static):
@@ -101,6 +114,8 @@ class ABTable(Static):
         self.rows: tuple[ABRow, ...] | None = None
         #: the acceptance of this pair on other builds, from the saved replies ("": none to compare with)
         self.builds_line = ""
+        #: (server A's pair target, B's) once both llama-servers have answered (``--server-b``), else None
+        self.servers: tuple[str, str] | None = None
 
     def show(self, rows: tuple[ABRow, ...]) -> None:
         if rows == self.rows:
@@ -108,13 +123,18 @@ class ABTable(Static):
         self.rows = rows
         self._draw()
 
+    def show_servers(self, servers: tuple[str, str] | None) -> None:
+        if servers != self.servers:
+            self.servers = servers
+            self._draw()
+
     def show_builds(self, line: str) -> None:
         if line != self.builds_line:
             self.builds_line = line
             self._draw()
 
     def _draw(self) -> None:
-        lines = format_ab(self.rows or ())
+        lines = format_ab(self.rows or (), self.servers)
         if self.builds_line:
             lines = [*lines, "", sanitize_line(self.builds_line)]  # builds and names come from the database
         self.update(Content("\n".join(lines)))

@@ -192,6 +192,10 @@ class Sidebar(VerticalScroll):
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
 
+    def show_servers(self, servers: tuple[str, str] | None) -> None:
+        """Two llama-servers: the A/B section compares server B with A once both answered (:class:`ABTable`)."""
+        self.query_one(ABTable).show_servers(servers)
+
     def compare_builds(self, db_path: Path, turn: Turn) -> None:
         """The A/B section's line of this pair across builds, from the history (:meth:`ABTable.read_builds`)."""
         self.query_one(ABTable).read_builds(db_path, turn)
