@@ -36,6 +36,7 @@ from specchat.tui.heap import freeze_startup_heap
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, first_key, resolve_keymap
 from specchat.tui.lifecycle import HANGUP_EXIT_S, StopSignals, is_hangup
 from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress
+from specchat.tui.outcomes import Refusal
 from specchat.tui.priority import yield_cpu_to_engine
 from specchat.tui.recorder import Recorder
 from specchat.tui.sanitize import sanitize, sanitize_line
@@ -374,6 +375,8 @@ class SpecChatApp(App[None]):
     def action_switch_server(self) -> None:
         """The other llama-server answers the next messages (``--server-b``; :mod:`specchat.tui.servers`)."""
         refusal = self.servers.refusal(self.engine, self.host.generating, self.host.loading)
+        if refusal is None and self.make_factory is None and self.servers.idle is None:
+            refusal = Refusal("Switching servers is not available in this session.", "warning", None)
         if refusal is not None:
             self.notify(refusal.message, severity=refusal.severity, timeout=refusal.timeout)
             return
@@ -387,7 +390,7 @@ class SpecChatApp(App[None]):
                     title="Servers", timeout=6)
         if ready is not None:
             self.post_message(EngineReady(ready, 0.0))
-        elif self.make_factory is not None:
+        else:
             self._start_load(self.make_factory(self.settings.model_copy(update={"server_b_url": None})))
 
     # -- quitting ------------------------------------------------------------------------------------------

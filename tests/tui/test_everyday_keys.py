@@ -192,3 +192,17 @@ async def test_no_editor_or_no_terminal_to_hand_over_says_so_in_one_line(make_ap
         await pilot.press("alt+e")  # Pilot's headless driver, like a browser session, cannot suspend
         await pilot.pause()
         assert notifications(app)[-1] == NO_SUSPEND and not engine.messages
+
+
+async def test_the_server_key_without_two_servers_says_how_to_get_them(make_app):
+    """alt+s (switch_server, tested against real llama-servers in tests/remote/test_app_servers.py): with no
+    --server-b, one line naming both flags, and nothing changes."""
+    from specchat.tui.servers import NOT_TWO
+
+    app, engine = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("alt+s")
+        await pilot.pause()
+        assert notifications(app)[-1] == NOT_TWO.message and "--server-b" in NOT_TWO.message
+        assert app.engine is engine
