@@ -64,12 +64,21 @@ def editor_from(env: Mapping[str, str]) -> Editor | Refusal:
 
 def edit_in_editor(editor: Editor, text: str, run: Runner | None = None) -> str | Refusal:
     """``text`` in a temp file, edited by ``editor`` (run by ``run``, default :func:`subprocess.call`: the
-    terminal is the editor's); the saved text to send, or a Refusal saying why not."""
-    fd, name = tempfile.mkstemp(prefix="specchat-prompt-", suffix=".md")
+    terminal is the editor's); the saved text to send, or a Refusal saying why not. Never raises for what a
+    file or an editor can do wrong: the caller has handed the terminal over and must get it back."""
+    try:
+        fd, name = tempfile.mkstemp(prefix="specchat-prompt-", suffix=".md")
+    except OSError as exc:
+        return Refusal(f"Could not create the temp file for the editor ({exc.strerror or exc}): nothing was sent.",
+                       "error", 8)
     path = Path(name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(text)
+        except OSError as exc:
+            return Refusal(f"Could not write the temp file for the editor ({exc.strerror or exc}): nothing was sent.",
+                           "error", 8)
         try:
             status = (run or subprocess.call)([*editor.argv, str(path)])
         except OSError as exc:

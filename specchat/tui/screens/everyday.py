@@ -91,7 +91,7 @@ class EverydayKeys:
             self.refuse(editor)
             return
         try:
-            with self.app.suspend():
+            with self.app.suspend():  # edit_in_editor never raises for the file or the editor: the screen comes back
                 result = edit_in_editor(editor, self.prompt.text)
         except SuspendNotSupported:
             self.notify(NO_SUSPEND, severity="warning", timeout=8)
