@@ -78,7 +78,7 @@ async def test_the_sidebar_says_the_pairs_acceptance_on_another_build_from_the_s
             await settle(pilot)
             turn = engine.turns[-1]
             expected = f"acceptance with this pair: {turn.draft_n_accepted / turn.draft_n * 100:.0f} % today, 78 % on build b1"
-            assert table.builds_line == expected
+            assert table.builds_line.startswith(expected)  # (and, the fake engine accepting less, the drop is said)
             assert expected in str(table.render())
             assert reads and threading.main_thread().name not in reads  # the database was read off the UI thread
     finally:
