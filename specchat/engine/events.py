@@ -316,7 +316,8 @@ class Turn:
     asked_steps: int = 0
     spec_on_steps: int = 0
     #: what produced the reply: the llama.cpp build (:func:`specchat.engine.build.engine_build`) and the CPU
-    #: (:func:`specchat.engine.calibration_cache.cpu_identity`); "" for a server's reply and older saved turns
+    #: (:func:`specchat.engine.calibration_cache.cpu_identity`); a llama-server's reply: its build_info
+    #: (:func:`specchat.engine.build.server_build`) and the CPU where known; "" for older saved turns
     build: str = ""
     cpu: str = ""
 

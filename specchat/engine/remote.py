@@ -67,6 +67,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
+from specchat.engine.build import server_build, server_cpu
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.conversation import Conversation, reply_message, spliced_prompt_tokens
 from specchat.engine.detokenize import detokenize_pieces
@@ -507,6 +508,8 @@ class _StreamedReply:
             drafter=self.session.drafter_label,
             speculative=st.speculative,
             target=self.session.info().target_name,
+            build=server_build(self.session.server_info.build_info),
+            cpu=server_cpu(self.session.server_info.url),
             predicted_ms=self.predicted_ms,
             stop_reason=self.stop_reason,
             text="".join(self.texts),

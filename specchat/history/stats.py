@@ -125,6 +125,30 @@ def acceptance_drops(rows: Iterable[Mapping[str, Any]], *, p_max: float = DROP_P
     return out
 
 
+def pair_across_builds(rows: Iterable[Mapping[str, Any]], *, target: str, drafter: str, cpu: str, build: str,
+                       others: int = 2) -> str:
+    """The sidebar's line for this pair: ``"acceptance with this pair: 71 % today, 78 % on build b11243"``.
+
+    "Today" is build ``build`` (the one the last reply was made with: every saved reply of this build, whatever
+    its date), beside the ``others`` builds most recently used with the same target, drafter and CPU (acceptance
+    moves with the CPU's kernels, so another CPU's figure would be no comparison). "" unless another build of
+    the pair and CPU has drafted tokens. A drop to this build beyond noise (:func:`acceptance_drops`) is said.
+    """
+    mine = [r for r in rows if (r["target"], r["drafter"], r["cpu"]) == (target, drafter, cpu) and r["build"]]
+    builds = {g.key[0]: g for g in group_stats(mine, ("build",)) if g.drafted > 0}
+    other = sorted((g for b, g in builds.items() if b != build), key=lambda g: g.last, reverse=True)
+    if not other:
+        return ""
+    now = builds.get(build)
+    parts = [f"{now.acceptance * 100:.0f} % today" if now is not None else "nothing drafted yet today"]
+    parts += [f"{g.acceptance * 100:.0f} % on build {g.key[0]}" for g in other[:others]]
+    line = "acceptance with this pair: " + ", ".join(parts)
+    drops = [d for d in acceptance_drops(mine) if d.after == build]
+    if drops:
+        line += f" (a drop beyond noise from {drops[-1].before}: p = {drops[-1].p:.0e}; see specchat history stats)"
+    return line
+
+
 def format_stats(groups: Sequence[Group], by: Sequence[str], drops: Sequence[Drop]) -> str:
     """The table, one row per group, then one line per flagged drop (or that none was found)."""
     if not groups:
@@ -150,4 +174,4 @@ def format_stats(groups: Sequence[Group], by: Sequence[str], drops: Sequence[Dro
 
 
 __all__ = ["DEFAULT_GROUPS", "DROP_P", "GROUP_FIELDS", "Drop", "Group", "acceptance_drops", "format_stats",
-           "group_stats", "parse_groups"]
+           "group_stats", "pair_across_builds", "parse_groups"]

@@ -33,20 +33,22 @@ from specchat.models.registry import resolve_pair
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.engine_host import EngineFactory, EngineHost
 from specchat.tui.heap import freeze_startup_heap
-from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, resolve_keymap
+from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, first_key, resolve_keymap
 from specchat.tui.lifecycle import HANGUP_EXIT_S, StopSignals, is_hangup
 from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress
+from specchat.tui.outcomes import Refusal
 from specchat.tui.priority import yield_cpu_to_engine
 from specchat.tui.recorder import Recorder
 from specchat.tui.sanitize import sanitize, sanitize_line
 from specchat.tui.screens.chat import ChatScreen
 from specchat.tui.screens.help import HelpScreen
 from specchat.tui.screens.tour import TourOptions, TourScreen
+from specchat.tui.servers import ServerSwitch
 from specchat.tui.state import UiState, save_state
 from specchat.tui.themes import DEFAULT_THEME, TOKEN_DEFAULTS, load_themes, theme_dirs
 
 #: the actions of the key table that are the application's; every other one is the chat screen's
-APP_OWN_ACTIONS = frozenset({"help", "quit"})
+APP_OWN_ACTIONS = frozenset({"help", "quit", "switch_server"})
 CHAT_ACTIONS = frozenset(spec.action for spec in APP_KEYS) - APP_OWN_ACTIONS
 
 
@@ -103,6 +105,8 @@ class SpecChatApp(App[None]):
         self.theme_errors: list[str] = []
         self.keymap_problems: list[str] = []
         self._chat_screen: ChatScreen | None = None
+        #: with --server and --server-b: which llama-server answers (specchat.tui.servers)
+        self.servers = ServerSwitch(settings)
 
     def _spawn(self, work: Any, *, group: str, name: str, description: str) -> None:
         """The host's work runs as a Textual worker (quitting and tests wait for the app's workers)."""
@@ -329,10 +333,21 @@ class SpecChatApp(App[None]):
         info = engine.info()  # before the pending conversation (if any) is loaded into it, as always
         if not self.host.accept(engine):
             return  # closing: _shutdown_engine closes it
+        if self.servers.available:  # a llama-server of the two answers: the A/B table compares them once both have
+            self.servers.connected(self.servers.side_of(self.settings.server_url), info.target_name)
+            self.chat_screen.sidebar.show_servers(self.servers.versus())
         self.chat_screen.engine_ready(engine, info, message.load_seconds)
         self.call_after_refresh(freeze_startup_heap)  # after "ready" is on screen: a one-off collection
 
     def on_engine_failed(self, message: EngineFailed) -> None:
+        back = self.servers.failed()
+        if back is not None:  # the other server could not be reached: the one we came from answers again
+            self.settings = self.servers.swapped(self.settings)
+            self.host.disown(id(self.servers))
+            self.notify(f"{message.message}; server {self.servers.side_of(self.settings.server_url)} answers again.",
+                        severity="error", timeout=12)
+            self.post_message(EngineReady(back, 0.0))
+            return
         self.host.fail(message.message)
         if not self._ui_gone():
             self.chat_screen.engine_failed(message.message)
@@ -356,6 +371,27 @@ class SpecChatApp(App[None]):
         self.chat_screen.engine_unloaded()
         self.notify(f"Loading {label}\u2026")
         self._start_load(factory, close_first=old)
+
+    def action_switch_server(self) -> None:
+        """The other llama-server answers the next messages (``--server-b``; :mod:`specchat.tui.servers`)."""
+        refusal = self.servers.refusal(self.engine, self.host.generating, self.host.loading)
+        if refusal is None and self.make_factory is None and self.servers.idle is None:
+            refusal = Refusal("Switching servers is not available in this session.", "warning", None)
+        if refusal is not None:
+            self.notify(refusal.message, severity=refusal.severity, timeout=refusal.timeout)
+            return
+        self.settings = self.servers.swapped(self.settings)
+        leaving = self.host.unload()  # its conversation carries over
+        self.chat_screen.engine_unloaded()
+        ready = self.servers.begin(leaving)
+        self.host.own(id(self.servers), leaving.close)  # the session not in use is closed when the app quits
+        side, key = self.servers.side_of(self.settings.server_url), first_key(self.effective_keys, "switch_server", "alt+s")
+        self.notify(f"Server {side} ({self.settings.server_url}) answers from now on; {key} switches back.",
+                    title="Servers", timeout=6)
+        if ready is not None:
+            self.post_message(EngineReady(ready, 0.0))
+        else:
+            self._start_load(self.make_factory(self.settings.model_copy(update={"server_b_url": None})))
 
     # -- quitting ------------------------------------------------------------------------------------------
     async def _shutdown_engine(self) -> None:

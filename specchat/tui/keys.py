@@ -50,7 +50,16 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("toggle_ghosts", "f7,alt+g", "toggle_ghosts", "Ghosts", "show / hide rejected draft tokens", show=False),
     KeySpec("toggle_markdown", "f8,alt+m", "toggle_markdown", "Markdown", "finished replies as Markdown / tokens",
             show=False),
-    KeySpec("copy_reply", "f9,alt+c", "copy_reply", "Copy", "copy the last reply (never the ghosts)", show=False),
+    KeySpec("copy_reply", "f9,alt+c", "copy_reply", "Copy the last reply",
+            "copy the last reply to the clipboard (never the ghost text; through the terminal: OSC 52)", show=False),
+    # alt+b: b for block (no other binding, nor the prompt, has it)
+    KeySpec("copy_code", "alt+b", "copy_code", "Copy a code block",
+            "copy the last reply's last code block; press again for the block before it", show=False),
+    # alt+e: e for editor. Not priority: it runs in the prompt's queue, after the keys typed before it, so the
+    # editor opens on exactly what was typed (see specchat.tui.widgets.prompt)
+    KeySpec("edit_in_editor", "alt+e", "edit_in_editor", "Write the message in $EDITOR",
+            "open the prompt in $VISUAL or $EDITOR; what you save there is sent (empty or an error: nothing)",
+            show=False, priority=False),
     # not priority: Escape must still close dialogs; the prompt does not consume it
     KeySpec("stop", "escape", "stop", "Stop", "stop the reply (the partial reply stays); cancel an edit",
             priority=False),
@@ -85,6 +94,10 @@ APP_KEYS: tuple[KeySpec, ...] = (
     KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
             "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "
             "side by side", show=False),
+    # alt+s: s for server; the app's own action (it swaps the engines: specchat.tui.servers)
+    KeySpec("switch_server", "alt+s", "switch_server", "Switch server A / B",
+            "with --server and --server-b: the other llama-server answers the next messages (the A/B table compares "
+            "them; the race races the two)", show=False),
     KeySpec("quit", "ctrl+q", "quit", "Quit", "quit (stops the reply first)"),
 )
 

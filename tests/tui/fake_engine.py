@@ -144,7 +144,11 @@ class FakeEngine:
         auto_k_notices: dict[int, bool] | None = None,
         accept_pattern: tuple[int, ...] = ACCEPT_PATTERN,
         verify: VerifyCurve | None = DEFAULT_VERIFY,
+        build: str = "",
+        cpu: str = "",
     ) -> None:
+        #: stamped on every Turn, as the real engine stamps its llama.cpp build and CPU (specchat.engine.build)
+        self.build, self.cpu = build, cpu
         self.controls = Controls(ControlState(k=k, speculative=speculative, auto_k=auto_k, drafter=drafters[0]))
         self._messages: list[Message] = []
         self.replies = list(replies or [DEFAULT_REPLY])
@@ -453,6 +457,8 @@ class FakeEngine:
             target=self._target_name,
             asked_steps=spec_steps,
             spec_on_steps=spec_on,
+            build=self.build,
+            cpu=self.cpu,
         )
         self._messages.append(
             Message("assistant", text, tokens=ids, kinds=kinds, stats=turn, stopped=stop_reason == "stopped")

@@ -63,3 +63,30 @@ async def test_switching_the_pair_mid_session_never_mixes_its_turns(tmp_path):
         b = section(text, "target-b.gguf + ngram")
         assert b[2].split()[:2] == ["on", "1"] and b[2].split()[3] == "\u2013"  # no baseline of its own
         assert b[3] == "turn speculation off for a baseline reply"
+
+
+def test_two_servers_are_two_pairs_and_b_is_set_against_a():
+    """With --server-b (issue 24): each server's replies are a pair of their own ("model @ host"), and once both
+    answered the table adds B against A over every reply of each, token-weighted (tests/remote/test_app_servers.py
+    runs it on real servers)."""
+    from dataclasses import replace
+
+    from specchat.engine.events import Turn
+    from specchat.tui.widgets.ab_table import format_ab
+
+    base = Turn(prompt_n=5, prompt_ms=5.0, predicted_n=100, predicted_ms=1000.0, predicted_per_second=100.0,
+                draft_n=60, draft_n_accepted=45, acceptance=0.75, mean_len=2.0, accepted_per_pos=[],
+                draft_ms_per_step=0.0, verify_ms_per_step=0.0, overhead_ms=0.0, step_ms=1000.0, n_steps=30,
+                n_spec_steps=20, stop_reason="eos", text="x", drafter="server: draft-simple", speculative=True,
+                target="m.gguf @ 127.0.0.1:8080", spec_on_steps=30)
+    plain = replace(base, draft_n=0, draft_n_accepted=0, n_spec_steps=0, spec_on_steps=0, speculative=False,
+                    predicted_ms=2000.0, drafter="server", target="m.gguf @ 127.0.0.1:8081")
+    rows = ab_summary([base, base, plain])
+    lines = format_ab(rows, ("m.gguf @ 127.0.0.1:8080", "m.gguf @ 127.0.0.1:8081"))
+    assert "m.gguf @ 127.0.0.1:8080 + server: draft-simple" in lines and "m.gguf @ 127.0.0.1:8081 + server" in lines
+    at = lines.index("server B vs A, this session")
+    assert lines[at + 2].split() == ["A", "2", "100.0", "75%"]
+    assert lines[at + 3].split() == ["B", "1", "50.0", "\u2013"]
+    assert lines[at + 4] == "B runs at 0.50\u00d7 A's speed"
+    assert "server B vs A, this session" not in format_ab(rows, ("m.gguf @ 127.0.0.1:8080", "never answered"))
+    assert "server B vs A, this session" not in format_ab(rows)

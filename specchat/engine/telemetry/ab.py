@@ -16,6 +16,9 @@ was selected, also when speculation was off) and is one of four :data:`TurnMode`
 
 :func:`ab_summary` gives one :class:`ABRow` per (pair, mode) with token-weighted speed (Σ tokens / Σ
 generation time) and, for ``on``/``barely``, the ratio to the same pair's ``off`` row - never another pair's.
+With two llama-servers in one session (``--server-b``), :func:`versus` sets server B's replies against server A's:
+each server is a pair of its own (``model @ host``), and a server's speculation is its own, so each side is all its
+replies.
 """
 
 from __future__ import annotations
@@ -111,4 +114,41 @@ def ab_summary(turns: Iterable[Turn]) -> tuple[ABRow, ...]:
     return tuple(rows)
 
 
-__all__ = ["BARELY_RAN_SHARE", "TURN_MODES", "ABRow", "TurnMode", "ab_summary", "barely_ran", "turn_mode"]
+@dataclass(frozen=True, slots=True)
+class Side:
+    """Every reply of one pair in this session, whatever its mode: one llama-server of two (its speculation is the
+    server's own, so its replies are that server's evidence, on or off)."""
+
+    target: str
+    turns: int
+    tokens: int
+    ms: float
+    drafted: int
+    accepted: int
+
+    @property
+    def tok_s(self) -> float | None:
+        return self.tokens / self.ms * 1000.0 if self.ms > 0 else None
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def versus(rows: Iterable[ABRow], a: str, b: str) -> tuple[Side, Side, float | None] | None:
+    """Server B against server A (``a``, ``b``: their pairs' targets, ``model @ host``): each side's replies over
+    every mode, token-weighted like :func:`ab_summary`, and B's speed over A's; None until both have a reply."""
+    rows = list(rows)
+    sides = []
+    for target in (a, b):
+        mine = [r for r in rows if r.target == target]
+        if not mine:
+            return None
+        sides.append(Side(target, sum(r.turns for r in mine), sum(r.tokens for r in mine), sum(r.ms for r in mine),
+                          sum(r.drafted for r in mine), sum(r.accepted for r in mine)))
+    ta, tb = sides[0].tok_s, sides[1].tok_s
+    return sides[0], sides[1], (tb / ta if ta and tb is not None else None)
+
+
+__all__ = ["BARELY_RAN_SHARE", "TURN_MODES", "ABRow", "Side", "TurnMode", "ab_summary", "barely_ran", "turn_mode",
+           "versus"]

@@ -5,7 +5,8 @@ App, and Toad and oterm keep a conversation's state in the widget that shows it)
 legend, the chat pane, the prompt, the sidebar or the status bar that replaces it on a narrow terminal, the
 footer) and the state of the conversation they show: the reply being generated, the messages queued behind
 it, an edit in progress, the live statistics, the view toggles. It sends (:meth:`ChatScreen.submit_prompt`),
-queues, edits, regenerates and flips between reply versions, starts a new chat, copies, exports and races,
+queues, edits, regenerates and flips between reply versions, starts a new chat, copies (and opens the
+prompt in an editor: :mod:`specchat.tui.screens.everyday`), exports and races,
 and it handles the engine's messages for a turn (pieces, stats, the turn's end, saved replies split into
 tokens), which the pump posts to it from the engine thread (:mod:`specchat.tui.generation`).
 
@@ -40,6 +41,7 @@ from specchat.tui.outcomes import Outcome, Refusal
 from specchat.tui.messages import DraftingOff, PiecesBatch, SavedRepliesDetokenized, StatsUpdated, TurnFinished
 from specchat.tui.recorder import Recorder
 from specchat.tui.sanitize import text as inert
+from specchat.tui.screens.everyday import EverydayKeys
 from specchat.tui.screens.history import HistoryScreen
 from specchat.tui.screens.race import race_for
 from specchat.tui.state import UiState
@@ -66,7 +68,7 @@ class ChatApp(Protocol):
     def save_ui_state(self) -> None: ...
 
 
-class ChatScreen(Screen[None]):
+class ChatScreen(EverydayKeys, Screen[None]):
     """The conversation on screen. See the module docstring.
 
     ``host`` is the app's engine host (the engine thread, the engine, the turn); ``recorder`` the link to
@@ -408,6 +410,8 @@ class ChatScreen(Screen[None]):
                 )
             )
         self.save_history()
+        if message.turn is not None and self.recorder.store is not None:  # this pair on other builds, off the UI thread
+            self.sidebar.compare_builds(self.recorder.store.path, message.turn)
         if self.engine is not None:  # the engine may have learned its settings (a llama-server's K, drafter)
             self.controls_changed()
         callbacks, self._after_turn = self._after_turn, []
@@ -603,15 +607,6 @@ class ChatScreen(Screen[None]):
             self.notify("Nothing to export yet.")
             return
         self.notify(f"Exported to {path}", title="Export", markup=False)
-
-    def action_copy_reply(self) -> None:
-        replies = [r for r in self.assistant_messages() if r.reply_text]
-        if not replies:
-            self.notify("No reply to copy yet.")
-            return
-        text = replies[-1].reply_text
-        self.app.copy_to_clipboard(text)
-        self.notify(f"Copied the last reply ({len(text)} characters, without ghost text).", timeout=3)
 
     # -- display -------------------------------------------------------------------------------------------
     def action_toggle_ghosts(self) -> None:

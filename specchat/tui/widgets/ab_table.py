@@ -9,18 +9,28 @@ reply that drafted a handful of tokens cannot pass for speculation evidence, and
 barely ran (``barely``: drafted in fewer than :data:`~specchat.engine.telemetry.ab.BARELY_RAN_SHARE` of its
 rounds) or whose speculation was switched mid-reply (``mixed``) is a row of its own, explained below the
 table. The text is built by the pure :func:`format_ab` (the tests call it directly).
+
+Under the table, where the history has it, the pair's acceptance across llama.cpp builds (issue 24: "acceptance
+with this pair: 71 % today, 78 % on build b11243", :func:`specchat.history.stats.pair_across_builds`), read from
+the saved replies after each reply, off the UI thread (:meth:`ABTable.read_builds`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.content import Content
 from textual.widgets import Static
 
+from specchat.history import HistoryError, HistoryStore
+from specchat.history.stats import pair_across_builds
 from specchat.tui.sanitize import sanitize_line
 
 if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
+    from specchat.engine.events import Turn
     from specchat.engine.telemetry.ab import ABRow
 
 DASH = "\u2013"
@@ -63,13 +73,13 @@ def _verdict(rows: list[ABRow]) -> str:
     return f"speculation {'pays' if on.ratio > 1 else 'does not pay'}: {on.ratio:.2f}{TIMES} off"
 
 
-def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
+def format_ab(rows: tuple[ABRow, ...], servers: tuple[str, str] | None = None) -> list[str]:
     """The table's lines: per pair (in the order the pairs first ran) its heading, the column header, its rows
     and a verdict; then what the draft column means, and what ``barely`` and ``mixed`` mean if such a row is
-    shown."""
+    shown. ``servers`` (server A's pair target, B's: two llama-servers) adds B against A once both replied."""
     if not rows:
         return [EMPTY]
-    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE  # numpy: with the first A/B row, not at start-up
+    from specchat.engine.telemetry.ab import BARELY_RAN_SHARE, versus  # numpy: with the first A/B row, not at start-up
 
     sections: dict[tuple[str, str], list[ABRow]] = {}
     for row in rows:
@@ -79,18 +89,78 @@ def format_ab(rows: tuple[ABRow, ...]) -> list[str]:
         lines += ["", pair_title(target, drafter), HEADER, *(_row_line(r) for r in pair_rows), _verdict(pair_rows)]
     shown = {row.mode for row in rows}
     notes = [text.format(share=BARELY_RAN_SHARE * 100) for mode, text in NOTES.items() if mode in shown]
-    return [*lines, "", "draft: tokens drafted per reply", *notes]
+    both = versus(rows, *servers) if servers is not None else None
+    return [*lines, *(_versus_lines(both) if both is not None else []), "", "draft: tokens drafted per reply", *notes]
+
+
+def _versus_lines(both: tuple) -> list[str]:
+    """Server B against server A: each side's replies, speed and acceptance, and B's speed over A's."""
+    a, b, ratio = both
+    out = ["", "server B vs A, this session", f"{'':<3}{'turns':>6}{'tok/s':>7}{'acc':>6}"]
+    for name, side in (("A", a), ("B", b)):
+        tok_s = DASH if side.tok_s is None else f"{side.tok_s:.1f}"
+        acc = DASH if side.acceptance is None else f"{side.acceptance * 100:.0f}%"
+        out.append(f"{name:<3}{side.turns:>6}{tok_s:>7}{acc:>6}")
+    out.append(DASH if ratio is None else f"B runs at {ratio:.2f}{TIMES} A's speed")
+    return out
 
 
 class ABTable(Static):
-    """The A/B table (see the module docstring); redrawn only when its rows change (after a reply)."""
+    """The A/B table (see the module docstring); redrawn only when its rows or its builds line change (after a
+    reply)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: tuple[ABRow, ...] | None = None
+        #: the acceptance of this pair on other builds, from the saved replies ("": none to compare with)
+        self.builds_line = ""
+        #: (server A's pair target, B's) once both llama-servers have answered (``--server-b``), else None
+        self.servers: tuple[str, str] | None = None
 
     def show(self, rows: tuple[ABRow, ...]) -> None:
         if rows == self.rows:
             return
         self.rows = rows
-        self.update(Content("\n".join(format_ab(rows))))
+        self._draw()
+
+    def show_servers(self, servers: tuple[str, str] | None) -> None:
+        if servers != self.servers:
+            self.servers = servers
+            self._draw()
+
+    def show_builds(self, line: str) -> None:
+        if line != self.builds_line:
+            self.builds_line = line
+            self._draw()
+
+    def _draw(self) -> None:
+        lines = format_ab(self.rows or (), self.servers)
+        if self.builds_line:
+            lines = [*lines, "", sanitize_line(self.builds_line)]  # builds and names come from the database
+        self.update(Content("\n".join(lines)))
+
+    def read_builds(self, db_path: Path, turn: Turn) -> None:
+        """Compare the pair of ``turn`` (the reply just saved) across builds from the history at ``db_path``: read
+        on a thread of its own, on a read-only connection of its own (as the suffix corpus reads the history:
+        :mod:`specchat.history.corpus`), never on the UI thread; the line is drawn when it is known. A newer
+        reply's read replaces one still running (``exclusive``)."""
+        key = {"target": turn.target, "drafter": turn.drafter, "cpu": turn.cpu, "build": turn.build}
+        if not turn.build:
+            return
+        self.run_worker(self._read(db_path, key), group="ab-builds", exclusive=True, exit_on_error=False)
+
+    async def _read(self, db_path: Path, key: dict[str, str]) -> None:
+        line = await asyncio.to_thread(builds_line, db_path, key)
+        if self.is_attached:
+            self.show_builds(line)
+
+
+def builds_line(db_path: Path, key: dict[str, str]) -> str:
+    """:func:`specchat.history.stats.pair_across_builds` of the saved replies (off the UI thread); "" if the history
+    cannot be read (the table then says nothing about builds: a sidebar line is no place for a database error)."""
+    try:
+        with HistoryStore(db_path, readonly=True) as store:
+            rows = store.reply_stats()
+    except (HistoryError, OSError, sqlite3.Error):
+        return ""
+    return pair_across_builds(rows, **key)

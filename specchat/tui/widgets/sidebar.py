@@ -12,12 +12,14 @@ the tests call directly; the A/B table (one section per pair) is
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.widgets import Digits, ProgressBar, Static
 
 from specchat.engine.controls import ControlState
+from specchat.engine.events import Turn
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import StatsSnapshot
@@ -189,6 +191,14 @@ class Sidebar(VerticalScroll):
         self.query_one(ABTable).show(snapshot.ab)
         self._put("break-even", break_even_text(snapshot.cost, self._info), rewraps=True)
         self._changed()
+
+    def show_servers(self, servers: tuple[str, str] | None) -> None:
+        """Two llama-servers: the A/B section compares server B with A once both answered (:class:`ABTable`)."""
+        self.query_one(ABTable).show_servers(servers)
+
+    def compare_builds(self, db_path: Path, turn: Turn) -> None:
+        """The A/B section's line of this pair across builds, from the history (:meth:`ABTable.read_builds`)."""
+        self.query_one(ABTable).read_builds(db_path, turn)
 
     def verify_texts(self) -> tuple[str, str, str]:
         """(headline, chart, reason) of the "verify cost" block as shown now (:func:`format_verify`; the F1 help
