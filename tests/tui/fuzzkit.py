@@ -102,8 +102,8 @@ class HeldEngine:
     def regenerate(self) -> Iterator[Event]:
         return self._wrap(self.engine.regenerate)
 
-    def select_alternate(self, index: int) -> Message:
-        return self.engine.select_alternate(index)
+    def select_alternate(self, index: int, at: int | None = None) -> Message:
+        return self.engine.select_alternate(index, at)
 
     def edit_last(self, text: str) -> Iterator[Event]:
         return self._wrap(lambda: self.engine.edit_last(text))
