@@ -56,8 +56,9 @@ APP_KEYS: tuple[KeySpec, ...] = (
             priority=False),
     # Esc waits ESCDELAY for the rest of an escape sequence (an arrow split by ssh or tmux must not stop the
     # reply: specchat.commands.tui.ESCAPE_DELAY_MS); ctrl+c is a byte no sequence begins with, so it stops at
-    # once. Only while a reply is streaming (SpecChatApp.check_action): elsewhere ctrl+c keeps its meaning
-    # (copy in the prompt)
+    # once, in order with the keys before it (typed in one burst after Enter it stops that reply: ChatScreen.
+    # action_stop_now). Only while a reply is streaming or a send is on its way (ChatScreen.check_action):
+    # elsewhere ctrl+c keeps its meaning (copy in the prompt)
     KeySpec("stop_now", "ctrl+c", "stop_now", "Stop now",
             "while a reply streams: stop it at once (Esc waits a moment for a split arrow key)", show=False),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate",

@@ -282,8 +282,8 @@ class ChatScreen(Screen[None]):
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
             return self._edit_key_applies()
-        if action == "stop_now":  # ctrl+c: only while a reply streams; else it keeps its meaning (copy)
-            return self.host.generating
+        if action == "stop_now":  # ctrl+c: while a reply streams or a send is on its way; else it copies
+            return self.host.generating or any(p.submits_pending for p in self.query(PromptInput))
         return True
 
     def _edit_key_applies(self) -> bool:
@@ -504,8 +504,10 @@ class ChatScreen(Screen[None]):
                 self._current.border_subtitle = "stopping\u2026"
 
     def action_stop_now(self) -> None:
-        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py)."""
-        self.action_stop()
+        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py), in
+        order with the keys before it: "hi", Enter, ctrl+c in one burst sends "hi", then stops its reply (a
+        priority binding runs here before the prompt has sent: :meth:`PromptInput.after_queued`)."""
+        self.prompt.after_queued(self.action_stop)
 
     def action_regenerate(self) -> None:
         engine = self.idle_engine("A reply is still being generated: press Esc first.")

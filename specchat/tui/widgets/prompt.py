@@ -70,6 +70,9 @@ class PromptInput(TextArea):
         self.submit = submit
         #: what the prompt held before the last message was put in it for editing (None: not editing)
         self.held_before_edit: str | None = None
+        #: sends scheduled by the send key and not run yet (:meth:`action_submit`): a key that must act after
+        #: them (the stop key, ctrl+c, in the same burst as Enter) waits behind them: :meth:`after_queued`
+        self.submits_pending = 0
 
     #: the TextArea's actions (with their parameters) that step aside in an empty prompt, for the app's keys (see
     #: the module docstring): left / right (cursor_left, cursor_right) and shift+up / shift+down (cursor_up(True),
@@ -121,12 +124,22 @@ class PromptInput(TextArea):
             self.set_text(held)
 
     def action_submit(self) -> None:
+        self.submits_pending += 1
         self.call_later(self._submit_now)  # behind the keys typed before Enter: see the module docstring
+
+    def after_queued(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` after everything queued here (the keys typed before it, a scheduled send), in this
+        widget's queue; at once when nothing is queued."""
+        if self.submits_pending or self.message_queue_size:
+            self.call_later(callback)
+        else:
+            callback()
 
     def action_newline(self) -> None:
         self.call_later(self._newline_now)
 
     def _submit_now(self) -> None:
+        self.submits_pending -= 1
         if self.submit is not None and self.submit(self.text):
             self.clear()
 
