@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from specchat.engine.controls import ControlState
-from specchat.engine.events import Turn
+from specchat.engine.events import Piece, Turn
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.tui import versions
 from specchat.tui.sanitize import text as inert
@@ -100,12 +100,12 @@ class AssistantMessage(Vertical):
         self.turn: Turn | None = None
         self.saved_message: Message | None = None  # a reply reopened from history
         self.saved_coloured = False  # ... drawn token by token in its kind colours
-        #: the pieces drawn now, as given (ghosts included)
-        self.pieces: list[tuple[str, str]] = []
+        #: the pieces drawn now, as streamed (ghosts included); none while a saved reply is drawn uncoloured
+        self.pieces: list[Piece] = []
         #: which version of its reply this is (:meth:`Message.versions` index) and how many there are
         self.version = (0, 1)
         #: the pieces of each version drawn in colour in this session, by version index
-        self.version_pieces: dict[int, list[tuple[str, str]]] = {}
+        self.version_pieces: dict[int, list[Piece]] = {}
         #: its place in the engine's messages once the engine recorded it (None: not recorded, e.g. a failed turn)
         self.place: int | None = None
 
@@ -118,7 +118,7 @@ class AssistantMessage(Vertical):
             self.set_markdown(True)
 
     # -- streaming -----------------------------------------------------------------------------------
-    def append(self, pieces: list[tuple[str, str]]) -> None:
+    def append(self, pieces: list[Piece]) -> None:
         self.pieces.extend(pieces)
         self.tokens.append_pieces(pieces)
 
@@ -192,7 +192,7 @@ class AssistantMessage(Vertical):
             self.append(pieces)
         else:
             self.saved_message, self.saved_coloured = message, False
-            self.append([(message.content, "saved")])
+            self.tokens.append_saved(message.content)
         if self._markdown is not None:  # the Markdown view of the other version is stale
             self._markdown.remove()
             self._markdown = None
@@ -211,7 +211,7 @@ class AssistantMessage(Vertical):
         The app then asks the engine for the text of each token and calls :meth:`show_saved_pieces`.
         """
         self.saved_message = message
-        self.append([(message.content, "saved")])
+        self.tokens.append_saved(message.content)
         self.set_versions(message)
         self.finish(message.stats, None, stopped=message.stopped)
 
@@ -229,7 +229,8 @@ class AssistantMessage(Vertical):
             return False
         self.tokens.clear()
         self.pieces = []
-        self.append(list(zip(pieces, message.kinds)))
+        saved = zip(pieces, message.kinds, message.tokens)
+        self.append([Piece(text, kind, token) for text, kind, token in saved])  # type: ignore[arg-type]
         self.saved_coloured = True
         self.version_pieces[self.version[0]] = list(self.pieces)
         return True
