@@ -77,7 +77,9 @@ class PromptInput(TextArea):
     #: the TextArea's actions (with their parameters) that step aside in an empty prompt, for the app's keys (see
     #: the module docstring): left / right (cursor_left, cursor_right) and shift+up / shift+down (cursor_up(True),
     #: cursor_down(True): select, of nothing)
-    STEP_ASIDE = frozenset({("cursor_left", ()), ("cursor_right", ()), ("cursor_up", (True,)), ("cursor_down", (True,))})
+    STEP_ASIDE = frozenset(
+        {("cursor_left", ()), ("cursor_right", ()), ("cursor_up", (True,)), ("cursor_down", (True,))}
+    )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if (action, tuple(parameters)) in self.STEP_ASIDE and not self.text.strip():
