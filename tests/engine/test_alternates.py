@@ -146,7 +146,7 @@ def test_an_earlier_reply_keeps_its_versions_and_the_next_turn_extends_the_one_c
     assert all(_contains(context, m.tokens) for m in later if m.role == "assistant")
     # the KV kept only what comes before the versions part: system + user and the ids the versions share
     shared = next(i for i, (a, b) in enumerate(zip(first.tokens + [-1], second.tokens + [-2])) if a != b)
-    before_reply = len(session.template.tokens(session.messages[:place]))
-    assert prompt.cached_n <= before_reply + shared and prompt.cached_n + prompt.prompt_n == len(context)
+    at = next(i for i in range(len(context)) if context[i : i + len(first.tokens)] == first.tokens)
+    assert prompt.cached_n <= at + shared and prompt.cached_n + prompt.prompt_n == len(context)
     assert target.tokens[: len(context) - 1] == context[:-1]
     assert argmax_violations(rows.take(), len(context), events[-1].tokens) == []
