@@ -99,7 +99,9 @@ def load_engine(
     """Load the configured target and drafter(s) and return a ready conversation.
 
     With ``settings.server_url`` the replies come from that llama-server, whose own flags set the models
-    and speculation.
+    and speculation. Locally, in order: the target (:func:`_load_target`), the free drafters, the draft model
+    if one is configured (:func:`_load_draft_model`; the target is closed if it fails), the controls, the
+    round loop.
     """
     report = progress or (lambda f, what: None)
     server_url = settings.server_url
@@ -112,56 +114,28 @@ def load_engine(
         )
     data_dir = settings.effective_data_dir()
     pair = resolve_pair(settings.target, settings.draft, data_dir)
-    target_path = pair.target
     draft_path: Path | None = pair.draft if pair.drafter == MODEL else None
     n_batch = max(512, K_MAX + 1)
-    share = 0.75 if draft_path else 1.0
-    threads_batch = settings.threads_batch
+    share = 0.75 if draft_path else 1.0  # of the loading progress: the target's, the rest the draft's
     auto = settings.auto_k if auto_k is None else auto_k
     # a session speculates unless it has no drafter, or K = 0 is fixed (0 = plain decoding)
     speculates = pair.drafter != NONE and (auto or settings.k > 0)
-    report(0.0, f"loading {target_path.name}")
-    weights = read_gguf_info(target_path).quantization  # validates the file before anything is loaded
-    target = Model(
-        target_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
-        repack=repack_for(settings.repack, weights, speculates=speculates), flash_attn=flash_attn_for(settings.flash_attn),
-        progress=lambda f: report(f * share, f"loading {target_path.name}"),
-    )
+    target = _load_target(settings, pair.target, n_batch, speculates, lambda f, what: report(f * share, what))
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
     if pair.drafter == SUFFIX and not target.is_recurrent:
         drafters[SUFFIX] = suffix_drafter(settings, target)
     selected = pair.drafter if pair.drafter in (NGRAM, SUFFIX, NONE) else None
-    try:
-        if draft_path is not None and target.is_recurrent:
-            raise UserError(
-                f"{target_path.name} is a recurrent/hybrid model: its KV cache cannot be partly removed, so it "
-                "cannot verify drafts; run it with speculation off (--draft none)"
+    if draft_path is not None:
+        try:
+            name, drafter = _load_draft_model(
+                settings, target, pair.target, draft_path, n_batch,
+                lambda f, what: report(share + f * (1 - share), what),
             )
-        if draft_path is not None:
-            draft_model = Model(
-                draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=threads_batch,
-                flash_attn=flash_attn_for(settings.flash_attn),
-                progress=lambda f: report(share + f * (1 - share), f"loading {draft_path.name}"),
-            )
-            try:
-                if draft_model.is_recurrent:
-                    raise UserError(
-                        f"{draft_path.name} is a recurrent/hybrid model: its KV cache cannot be rolled back after "
-                        f"a rejected draft; pick a transformer draft, '{NGRAM}' or '{NONE}'"
-                    )
-                require_compatible(
-                    VocabSummary.from_llama_vocab(target.vocab, str(target_path)),
-                    VocabSummary.from_llama_vocab(draft_model.vocab, str(draft_path)),
-                )
-            except Exception:
-                draft_model.close()
-                raise
-            name = draft_path.name if draft_path.name != NGRAM else f"{draft_path.name} (model)"
-            drafters[name] = ModelDrafter(draft_model, name)
-            selected = name
-    except Exception:
-        target.close()
-        raise
+        except Exception:
+            target.close()
+            raise
+        drafters[name] = drafter
+        selected = name
     if target.is_recurrent and selected != NONE:
         selected = NONE  # the default n-gram drafter: fall back to plain decoding, said in info().note
     controls = Controls(
@@ -183,6 +157,50 @@ def load_engine(
         seed=settings.sampling.seed,
         draft_label=selected or NONE,
     )
+
+
+def _load_target(settings: Settings, path: Path, n_batch: int, speculates: bool, report: Progress) -> Model:
+    """The target model, its file validated first (``report``: its share of the loading progress)."""
+    report(0.0, f"loading {path.name}")
+    weights = read_gguf_info(path).quantization  # validates the file before anything is loaded
+    return Model(
+        path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=settings.threads_batch,
+        repack=repack_for(settings.repack, weights, speculates=speculates),
+        flash_attn=flash_attn_for(settings.flash_attn), progress=lambda f: report(f, f"loading {path.name}"),
+    )
+
+
+def _load_draft_model(
+    settings: Settings, target: Model, target_path: Path, draft_path: Path, n_batch: int, report: Progress
+) -> tuple[str, ModelDrafter]:
+    """The draft model as a drafter, and its name: refused for a recurrent target or draft (their KV cannot be
+    rolled back) and for a vocabulary the target's does not match (:func:`require_compatible`); the draft
+    model is closed when refused."""
+    if target.is_recurrent:
+        raise UserError(
+            f"{target_path.name} is a recurrent/hybrid model: its KV cache cannot be partly removed, so it "
+            "cannot verify drafts; run it with speculation off (--draft none)"
+        )
+    draft_model = Model(
+        draft_path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads,
+        threads_batch=settings.threads_batch, flash_attn=flash_attn_for(settings.flash_attn),
+        progress=lambda f: report(f, f"loading {draft_path.name}"),
+    )
+    try:
+        if draft_model.is_recurrent:
+            raise UserError(
+                f"{draft_path.name} is a recurrent/hybrid model: its KV cache cannot be rolled back after "
+                f"a rejected draft; pick a transformer draft, '{NGRAM}' or '{NONE}'"
+            )
+        require_compatible(
+            VocabSummary.from_llama_vocab(target.vocab, str(target_path)),
+            VocabSummary.from_llama_vocab(draft_model.vocab, str(draft_path)),
+        )
+    except Exception:
+        draft_model.close()
+        raise
+    name = draft_path.name if draft_path.name != NGRAM else f"{draft_path.name} (model)"
+    return name, ModelDrafter(draft_model, name)
 
 
 def tokenizer_fingerprint(target: Model) -> str:

@@ -126,3 +126,35 @@ def test_imported_alternates_are_validated() -> None:
             parse_export({**base, "messages": [{"role": "user", "content": "q"}, bad]}, source="f.json")
     with pytest.raises(HistoryError, match="export format version 3 is newer than this specchat reads"):
         parse_export({**base, "version": 3, "messages": []}, source="f.json")
+
+
+def test_flipping_an_earlier_reply_keeps_the_later_messages_with_their_dates_and_run_details(tmp_path, monkeypatch):
+    """A reply keeps its versions once the chat goes on, and any of them can be chosen again (issue 22): the
+    messages after it are written again behind it (sync keeps only the common prefix), each with the date and
+    run details it was saved with, not the flip's."""
+    import specchat.history.store as store_module
+
+    with HistoryStore(tmp_path / "h.sqlite3") as store:
+        cid = store.create_conversation(target="tiny.gguf", draft="ngram")
+        monkeypatch.setattr(store_module, "now_iso", lambda: "2026-01-01T10:00:00+00:00")
+        msgs = [Message("user", "question"), reply(1)]
+        store.sync(cid, msgs, target="tiny.gguf", auto_k=True)
+        msgs[-1] = msgs[-1].with_new_version(reply(2))
+        store.sync(cid, msgs, target="tiny.gguf", auto_k=True)
+        msgs += [Message("user", "and then?"), reply(3)]
+        store.sync(cid, msgs, target="tiny.gguf", auto_k=True)
+        _, before = store.records(cid)
+
+        monkeypatch.setattr(store_module, "now_iso", lambda: "2026-01-02T12:00:00+00:00")
+        msgs[1] = msgs[1].with_version(0)  # the earlier reply's first version, chosen a day later
+        store.sync(cid, msgs, target="other.gguf", auto_k=False)
+
+        _, after = store.records(cid)
+        assert [r.message.content for r in after] == ["question", "reply 1", "and then?", "reply 3"]
+        assert after[1].message.alternate_index == 0 and [v.message.content for v in after[1].version_records()] == [
+            "reply 1", "reply 2"
+        ]
+        assert [r.created for r in after] == [r.created for r in before] == ["2026-01-01T10:00:00+00:00"] * 4
+        assert [(r.target, r.auto_k) for r in after[1:]] == [(r.target, r.auto_k) for r in before[1:]]
+        assert after[3].target == "tiny.gguf" and after[3].auto_k is True  # not the flip's settings
+        assert [(m.content, m.alternate_index) for m in store.load(cid)[1]] == [(m.content, m.alternate_index) for m in msgs]

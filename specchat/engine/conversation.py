@@ -15,9 +15,11 @@ start with turn n's tokens: a KV cache keeps their common prefix and a new turn 
 **Regenerate keeps the previous reply.** The replies to one user message are its *versions*
 (:meth:`Message.versions`): regenerating records the new reply as the newest version, chosen, with the
 earlier ones as its alternates; if no reply comes (an error before any token), the previous reply stays.
-:meth:`Conversation.select_alternate` chooses which version the conversation continues from - only the
-message list changes; the next turn's prompt holds the chosen version's exact ids, so a KV cache (local
-or the server's) keeps its common prefix with it and decodes the rest, as after an edit.
+:meth:`Conversation.select_alternate` chooses which version of a reply (the last or an earlier one) the
+conversation continues from - only the message list changes; the next turn's prompt holds the chosen
+version's exact ids, so a KV cache (local or the server's) keeps its common prefix with it and decodes the
+rest, as after an edit. The messages after an earlier reply stay as they are: they were written after the
+version chosen then, and the next turn sees them after the version chosen now.
 
 **Context limit.** If the rendered conversation plus a reply reserve (``min(n_predict, n_ctx/4)``) does
 not fit ``n_ctx``, the oldest messages after the system prompt are dropped from what the model sees
@@ -176,17 +178,23 @@ class Conversation:
         if not done and not version():
             self._messages.append(previous)
 
-    def select_alternate(self, index: int) -> Message:
-        """Make version ``index`` of the last reply the one the conversation continues from (see the module
-        docstring and :meth:`ChatEngine.select_alternate`)."""
-        if not self._messages or self._messages[-1].role != "assistant":
-            raise UserError("no reply to choose a version of: the conversation does not end with a reply")
-        last = self._messages[-1]
-        n = len(last.alternates) + 1
+    def select_alternate(self, index: int, at: int | None = None) -> Message:
+        """Make version ``index`` of a reply the one the conversation continues from (see the module
+        docstring and :meth:`ChatEngine.select_alternate`); ``at`` is the reply's place in :attr:`messages`
+        (default: the last message)."""
+        where = len(self._messages) - 1 if at is None else at
+        is_reply = isinstance(where, int) and 0 <= where < len(self._messages)
+        if not is_reply or self._messages[where].role != "assistant":
+            if at is None:
+                raise UserError("no reply to choose a version of: the conversation does not end with a reply")
+            raise UserError(f"no reply to choose a version of at message {at!r}: it is not a reply here")
+        reply = self._messages[where]
+        n = len(reply.alternates) + 1
         if not (isinstance(index, int) and 0 <= index < n):
-            raise UserError(f"the last reply has {n} version(s), numbered 0..{n - 1}; {index!r} is not one")
-        self._messages[-1] = last.with_version(index)
-        return self._messages[-1]
+            which = "the last reply" if at is None else f"the reply at message {at}"
+            raise UserError(f"{which} has {n} version(s), numbered 0..{n - 1}; {index!r} is not one")
+        self._messages[where] = reply.with_version(index)
+        return self._messages[where]
 
     def edit_last(self, user_text: str) -> Iterator[Event]:
         while self._messages and self._messages[-1].role == "assistant":

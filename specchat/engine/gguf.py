@@ -327,73 +327,16 @@ def parse_gguf(path: str | os.PathLike[str]) -> GGUFFile:
 
 
 def _parse(path: Path, buf: bytes, size: int) -> GGUFFile:
-    """Parse the header in ``buf`` (the first ``len(buf)`` bytes of a ``size``-byte file)."""
+    """Parse the header in ``buf`` (the first ``len(buf)`` bytes of a ``size``-byte file), in the format's
+    order (see the module docstring): version and counts, metadata, tensor infos, then their layout."""
     r = _Reader(buf, len(buf))
     r.pos = 4
     try:
-        version = r.u32()
-        if version not in KNOWN_VERSIONS:
-            swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
-            if swapped in KNOWN_VERSIONS:
-                raise ModelFileError(
-                    f"{path} is a big-endian GGUF (version {swapped}); llama.cpp on this machine needs a "
-                    "little-endian file: convert it again without --bigendian"
-                )
-            raise ModelFileError(
-                f"{path} has GGUF version {version}, but only versions {' and '.join(map(str, KNOWN_VERSIONS))} "
-                "are supported; convert it again with a current llama.cpp"
-            )
-        n_tensors = r.u64()
-        n_kv = r.u64()
-        # every KV takes >= 13 bytes and every tensor info >= 24: bound the counts by the file size
-        least = r.pos + 13 * n_kv + 24 * n_tensors
-        if least > size:
-            raise ModelFileError(
-                f"{path} is truncated or corrupt: its header lists {n_kv} metadata keys and {n_tensors} tensors, "
-                f"which need at least {least} bytes, but the file has {size}; {REDOWNLOAD}"
-            )
-        metadata: dict[str, Any] = {}
-        types: dict[str, tuple[int, int | None]] = {}
-        for _ in range(n_kv):
-            key = r.string()
-            vtype = r.u32()
-            value, etype = r.value(vtype)
-            if key in metadata:
-                raise _Corrupt(f"duplicate metadata key {key!r}")
-            metadata[key] = value
-            types[key] = (vtype, etype)
-        tensors: list[TensorInfo] = []
-        for _ in range(n_tensors):
-            name = r.string()
-            n_dims = r.u32()
-            if n_dims > GGML_MAX_DIMS:
-                raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions (max {GGML_MAX_DIMS})")
-            shape = tuple(r.u64() for _ in range(n_dims))
-            ggml_type = r.u32()
-            offset = r.u64()
-            try:
-                qtype = GGMLQuantizationType(ggml_type)
-                block_size, _ = GGML_QUANT_SIZES[qtype]
-            except (ValueError, KeyError):
-                raise _Corrupt(f"tensor {name!r} has unknown ggml type {ggml_type}") from None
-            if shape and shape[0] % block_size:
-                raise _Corrupt(f"tensor {name!r} row of {shape[0]} is not a multiple of {qtype.name}'s block of {block_size}")
-            tensors.append(TensorInfo(name, shape, ggml_type, offset))
-        alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if "general.alignment" in types and types["general.alignment"][0] != UINT32:
-            raise _Corrupt(f"general.alignment is a {TYPE_NAMES.get(types['general.alignment'][0], '?')}, not a uint32")
-        if alignment <= 0 or alignment & (alignment - 1):
-            raise _Corrupt(f"general.alignment is {alignment}, not a power of two")
-        # as gguf.cpp: names are unique and each tensor starts where the previous one's padded data ends
-        names: set[str] = set()
-        expected_offset = 0
-        for t in tensors:
-            if t.name in names:
-                raise _Corrupt(f"duplicate tensor name {t.name!r}")
-            names.add(t.name)
-            if t.offset != expected_offset:
-                raise _Corrupt(f"tensor {t.name!r} has offset {t.offset}, expected {expected_offset}")
-            expected_offset += (t.nbytes + alignment - 1) // alignment * alignment
+        version, n_tensors, n_kv = _read_counts(r, path, size)
+        metadata, types = _read_metadata(r, n_kv)
+        tensors = [_read_tensor_info(r) for _ in range(n_tensors)]
+        alignment = _alignment(metadata, types)
+        _check_layout(tensors, alignment)
         data_offset = (r.pos + alignment - 1) // alignment * alignment
     except _Truncated as exc:
         if len(buf) < size:
@@ -414,6 +357,90 @@ def _parse(path: Path, buf: bytes, size: int) -> GGUFFile:
         alignment=alignment,
         data_offset=data_offset,
     )
+
+
+def _read_counts(r: _Reader, path: Path, size: int) -> tuple[int, int, int]:
+    """The version (one this code reads), the tensor count and the metadata key count, the counts bounded by
+    the file size."""
+    version = r.u32()
+    if version not in KNOWN_VERSIONS:
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        if swapped in KNOWN_VERSIONS:
+            raise ModelFileError(
+                f"{path} is a big-endian GGUF (version {swapped}); llama.cpp on this machine needs a "
+                "little-endian file: convert it again without --bigendian"
+            )
+        raise ModelFileError(
+            f"{path} has GGUF version {version}, but only versions {' and '.join(map(str, KNOWN_VERSIONS))} "
+            "are supported; convert it again with a current llama.cpp"
+        )
+    n_tensors = r.u64()
+    n_kv = r.u64()
+    # every KV takes >= 13 bytes and every tensor info >= 24: bound the counts by the file size
+    least = r.pos + 13 * n_kv + 24 * n_tensors
+    if least > size:
+        raise ModelFileError(
+            f"{path} is truncated or corrupt: its header lists {n_kv} metadata keys and {n_tensors} tensors, "
+            f"which need at least {least} bytes, but the file has {size}; {REDOWNLOAD}"
+        )
+    return version, n_tensors, n_kv
+
+
+def _read_metadata(r: _Reader, n_kv: int) -> tuple[dict[str, Any], dict[str, tuple[int, int | None]]]:
+    """The ``n_kv`` key/value pairs: the values, and each key's (value type, element type of an array)."""
+    metadata: dict[str, Any] = {}
+    types: dict[str, tuple[int, int | None]] = {}
+    for _ in range(n_kv):
+        key = r.string()
+        vtype = r.u32()
+        value, etype = r.value(vtype)
+        if key in metadata:
+            raise _Corrupt(f"duplicate metadata key {key!r}")
+        metadata[key] = value
+        types[key] = (vtype, etype)
+    return metadata, types
+
+
+def _read_tensor_info(r: _Reader) -> TensorInfo:
+    """One entry of the tensor-info table: a known ggml type, at most GGML_MAX_DIMS dimensions, whole blocks."""
+    name = r.string()
+    n_dims = r.u32()
+    if n_dims > GGML_MAX_DIMS:
+        raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions (max {GGML_MAX_DIMS})")
+    shape = tuple(r.u64() for _ in range(n_dims))
+    ggml_type = r.u32()
+    offset = r.u64()
+    try:
+        qtype = GGMLQuantizationType(ggml_type)
+        block_size, _ = GGML_QUANT_SIZES[qtype]
+    except (ValueError, KeyError):
+        raise _Corrupt(f"tensor {name!r} has unknown ggml type {ggml_type}") from None
+    if shape and shape[0] % block_size:
+        raise _Corrupt(f"tensor {name!r} row of {shape[0]} is not a multiple of {qtype.name}'s block of {block_size}")
+    return TensorInfo(name, shape, ggml_type, offset)
+
+
+def _alignment(metadata: dict[str, Any], types: dict[str, tuple[int, int | None]]) -> int:
+    """``general.alignment`` (a uint32 power of two), or the default."""
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if "general.alignment" in types and types["general.alignment"][0] != UINT32:
+        raise _Corrupt(f"general.alignment is a {TYPE_NAMES.get(types['general.alignment'][0], '?')}, not a uint32")
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"general.alignment is {alignment}, not a power of two")
+    return alignment
+
+
+def _check_layout(tensors: list[TensorInfo], alignment: int) -> None:
+    """As gguf.cpp: names are unique and each tensor starts where the previous one's padded data ends."""
+    names: set[str] = set()
+    expected_offset = 0
+    for t in tensors:
+        if t.name in names:
+            raise _Corrupt(f"duplicate tensor name {t.name!r}")
+        names.add(t.name)
+        if t.offset != expected_offset:
+            raise _Corrupt(f"tensor {t.name!r} has offset {t.offset}, expected {expected_offset}")
+        expected_offset += (t.nbytes + alignment - 1) // alignment * alignment
 
 
 def validate_gguf(path: str | os.PathLike[str]) -> GGUFFile:

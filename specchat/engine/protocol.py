@@ -104,12 +104,13 @@ class ChatEngine(Protocol):
         reply fails, the previous one stays the reply."""
         ...
 
-    def select_alternate(self, index: int) -> Message:
-        """Make version ``index`` of the last reply (:meth:`Message.versions`, in the order generated) the one
-        the conversation continues from, and return it. Nothing is decoded now: the next turn's tokens
-        contain the chosen version's exact ids, and both KV caches keep their longest common prefix with them
-        (the next turn decodes from where the versions part). :class:`~specchat.errors.UserError` when the
-        last message is not a reply or ``index`` is not one of its versions. Not while a reply is generated.
+    def select_alternate(self, index: int, at: int | None = None) -> Message:
+        """Make version ``index`` of a reply (:meth:`Message.versions`, in the order generated) the one the
+        conversation continues from, and return it; ``at`` is the reply's place in :attr:`messages` (default:
+        the last message; the messages after an earlier reply stay as they are). Nothing is decoded now: the
+        next turn's tokens contain the chosen version's exact ids, and both KV caches keep their longest common
+        prefix with them (the next turn decodes from where the versions part). :class:`~specchat.errors.UserError`
+        when that message is not a reply or ``index`` is not one of its versions. Not while a reply is generated.
         """
         ...
 

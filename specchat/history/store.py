@@ -420,11 +420,12 @@ class HistoryStore:
             common += 1
         if common < len(stored):
             self.truncate_after(conv_id, common - 1)
-        # a reply regenerated since: its earlier versions keep the run details (and dates) they were saved with
-        known = {_version_key(v.message): v for r in records[common:] for v in (r, *r.alternates)}
+        # what is written again keeps the run details (and dates) it was saved with, by its place and text: a
+        # regenerated reply's earlier versions, and the messages after an earlier reply whose version was flipped
+        known = {(r.idx, _version_key(v.message)): v for r in records[common:] for v in (r, *r.alternates)}
         ids = []
-        for m in messages[common:]:
-            runs = [known.get(_version_key(v)) for v in m.versions()] if m.alternates else None
+        for idx, m in enumerate(messages[common:], start=common):
+            runs = [known.get((idx, _version_key(v))) for v in m.versions()]
             with self._transaction() as conn:
                 ids.append(self._insert(conn, conv_id, None, m, target, auto_k, sampling, None, versions=runs))
         if ids:

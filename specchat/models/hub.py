@@ -142,12 +142,12 @@ def pull_file(
 ) -> Path:
     """Make ``models_dir/file.filename`` a verified copy of the hub file; return its path.
 
-    ``endpoint`` overrides ``HF_ENDPOINT`` / huggingface.co (tests point it at 127.0.0.1).
+    ``endpoint`` overrides ``HF_ENDPOINT`` / huggingface.co (tests point it at 127.0.0.1). In order: a
+    verified local copy is kept; the hub says the file's size (:func:`_expected_size`); a partial copy is
+    resumed (:func:`_resume_from`); the disk must hold the rest; the download (:func:`_download`) is
+    verified before it replaces anything.
     """
-    from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import HfHubHTTPError
-    from huggingface_hub.file_download import http_get
-    from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub import hf_hub_url
 
     models_dir.mkdir(parents=True, exist_ok=True)
     dest = models_dir / file.filename
@@ -160,17 +160,54 @@ def pull_file(
         return dest
 
     url = hf_hub_url(file.repo, file.filename, revision=file.revision, endpoint=endpoint)
-    net_errors = _network_errors()
+    expected = _expected_size(file, url, dest, models_dir, say)
+    if expected is None:  # the hub is unreachable and the local copy passes the GGUF checks (said)
+        return dest
+    state = check_file(dest, expected)
+    if state.ok:
+        say(f"{file.filename}: already here ({expected:,} bytes, GGUF verified)")
+        return dest
+    resume = _resume_from(file, dest, part, state, expected, say)
+
+    free = shutil.disk_usage(models_dir).free
+    if free < expected - resume:
+        raise HubError(
+            f"{file.filename} needs {expected - resume:,} more bytes but {models_dir} has {free:,} free; "
+            "free some space or set data_dir to a larger disk"
+        )
+    say(f"{file.filename}: downloading {expected - resume:,} bytes" + (f" (resuming at {resume:,})" if resume else "")
+        + f" from {urlparse(url).netloc}")
+    _download(file, url, part, resume, expected, models_dir)
+
+    final = check_file(part, expected)
+    if not final.ok:
+        if final.status == "bad" or final.size >= expected:
+            part.unlink(missing_ok=True)
+            raise HubError(f"the downloaded {file.filename} failed verification ({final.detail}); it was deleted: "
+                           "pull again, or download it by hand")
+        raise HubError(f"the download of {file.filename} stopped at {final.detail}; pull again to resume")
+    os.replace(part, dest)
+    say(f"{file.filename}: {expected:,} bytes, GGUF verified")
+    return dest
+
+
+def _expected_size(file: HubFile, url: str, dest: Path, models_dir: Path, say: Callable[[str], None]) -> int | None:
+    """The file's size in bytes: the preset's, checked against what the hub reports (a file changed upstream
+    is refused). None when the hub cannot be reached but the local copy is a complete GGUF and the preset
+    pins no size: that copy is used (said), rather than failing."""
+    from huggingface_hub import get_hf_file_metadata
+    from huggingface_hub.errors import HfHubHTTPError
+
     try:
         meta = get_hf_file_metadata(url, timeout=METADATA_TIMEOUT_S)
     except HfHubHTTPError as exc:
         raise _http_error(exc, url, models_dir) from None
-    except net_errors as exc:
+    except _network_errors() as exc:
         if file.size is None and check_file(dest, None).ok:
             # no pinned size to compare with, but the local copy is a complete GGUF: use it rather than fail
             say(f"{file.filename}: hub not reachable ({_reason(exc)}); the local copy passes the GGUF checks "
                 "(its size could not be confirmed)")
-            return dest
+            return None
         raise _unreachable(exc, url, models_dir) from None
     expected = file.size if file.size is not None else meta.size
     if expected is None:
@@ -180,11 +217,15 @@ def pull_file(
             f"the hub's {file.filename} is {meta.size:,} bytes but the preset expects {file.size:,}: the file "
             f"changed upstream; download {url} by hand into {models_dir} if you trust it"
         )
+    return expected
 
-    state = check_file(dest, expected)
-    if state.ok:
-        say(f"{file.filename}: already here ({expected:,} bytes, GGUF verified)")
-        return dest
+
+def _resume_from(
+    file: HubFile, dest: Path, part: Path, state: FileCheck, expected: int, say: Callable[[str], None]
+) -> int:
+    """Where the download starts (bytes already in ``part``): a truncated local copy (``state``) is resumed
+    from if it is longer than the partial download, a local copy that is not the hub file is deleted, and so
+    is a partial download that is not a prefix of it."""
     if state.status == "partial":
         # a truncated copy (an old interrupted download, a half-finished copy): resume from it
         part_state = check_file(part, expected)
@@ -200,16 +241,16 @@ def pull_file(
     if part_state.status == "bad":
         part.unlink()
         part_state = FileCheck("missing", 0)
-    resume = part_state.size if part_state.status == "partial" else 0
+    return part_state.size if part_state.status == "partial" else 0
 
-    free = shutil.disk_usage(models_dir).free
-    if free < expected - resume:
-        raise HubError(
-            f"{file.filename} needs {expected - resume:,} more bytes but {models_dir} has {free:,} free; "
-            "free some space or set data_dir to a larger disk"
-        )
-    say(f"{file.filename}: downloading {expected - resume:,} bytes" + (f" (resuming at {resume:,})" if resume else "")
-        + f" from {urlparse(url).netloc}")
+
+def _download(file: HubFile, url: str, part: Path, resume: int, expected: int, models_dir: Path) -> None:
+    """Download into ``part`` from byte ``resume``; a full disk and an unreachable hub are one-line errors, a
+    size mismatch is left to the verification that follows."""
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
     try:
         with open(part, "r+b" if part.exists() else "wb") as fh:
             fh.seek(resume)
@@ -218,7 +259,7 @@ def pull_file(
                      displayed_filename=file.filename)
     except HfHubHTTPError as exc:
         raise _http_error(exc, url, models_dir) from None
-    except net_errors as exc:
+    except _network_errors() as exc:
         if isinstance(exc, OSError) and exc.errno is not None and exc.errno == 28:  # ENOSPC
             raise HubError(f"no space left in {models_dir} while downloading {file.filename}; free some space "
                            "and pull again (the download resumes)") from None
@@ -226,14 +267,3 @@ def pull_file(
             pass  # size mismatch: reported by the verification below
         else:
             raise _unreachable(exc, url, models_dir) from None
-
-    final = check_file(part, expected)
-    if not final.ok:
-        if final.status == "bad" or final.size >= expected:
-            part.unlink(missing_ok=True)
-            raise HubError(f"the downloaded {file.filename} failed verification ({final.detail}); it was deleted: "
-                           "pull again, or download it by hand")
-        raise HubError(f"the download of {file.filename} stopped at {final.detail}; pull again to resume")
-    os.replace(part, dest)
-    say(f"{file.filename}: {expected:,} bytes, GGUF verified")
-    return dest

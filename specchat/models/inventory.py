@@ -106,59 +106,78 @@ class _Compat:
         return self._cache[key]
 
 
-def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str = NGRAM) -> Inventory:
-    """Collect bundled, configured, derived/downloaded and preset models and check which pairs work."""
-    mdir = models_dir(data_dir)
-    assert mdir is not None
-    entries: dict[Path, ModelEntry] = {}
+class _Entries:
+    """The models found so far: one entry per file (by its resolved path), described once, with its roles."""
 
-    def add(path: Path, role: str | None) -> ModelEntry:
+    def __init__(self) -> None:
+        self.by_path: dict[Path, ModelEntry] = {}
+
+    def add(self, path: Path, role: str | None) -> ModelEntry:
         key = path.resolve() if path.exists() else path.absolute()
-        entry = entries.get(key)
+        entry = self.by_path.get(key)
         if entry is None:
-            entry = entries[key] = ModelEntry(path=path)
+            entry = self.by_path[key] = ModelEntry(path=path)
             entry.info, entry.vocab, entry.error = _describe(path)
         if role is not None and role not in entry.roles:
             entry.roles.append(role)
         return entry
 
-    add(bundled_model_path(), "bundled")
 
-    # files in the data dir: downloaded preset files, derived files, anything the user put there
+def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str = NGRAM) -> Inventory:
+    """Collect bundled, configured, derived/downloaded and preset models and check which pairs work.
+
+    In the order listed: the bundled model, the files in the data dir (downloaded preset files, derived files,
+    anything the user put there), the configured pair (:func:`_configured_state`), the presets
+    (:func:`_preset_statuses`); then every usable pair among them (:func:`_pairs`)."""
+    mdir = models_dir(data_dir)
+    assert mdir is not None
+    entries = _Entries()
+    entries.add(bundled_model_path(), "bundled")
     hub_files = {f.filename for p in PRESETS.values() for _r, f in p.files() if isinstance(f, HubFile)}
     if mdir.is_dir():
         for path in sorted(mdir.glob("*.gguf")):
             if path.name.startswith("."):
                 continue  # a derive in progress (temporary file)
-            add(path, "downloaded" if path.name in hub_files else "derived")
+            entries.add(path, "downloaded" if path.name in hub_files else "derived")
+    configured_state = _configured_state(entries, target_spec, draft_spec, data_dir)
+    compat = _Compat()
+    presets = _preset_statuses(entries, mdir, compat)
+    return Inventory(
+        data_dir=data_dir,
+        models=list(entries.by_path.values()),
+        presets=presets,
+        configured=(target_spec, draft_spec),
+        configured_state=configured_state,
+        pairs=_pairs(list(entries.by_path.values()), compat),
+    )
 
-    # the configured pair
-    configured_state = ""
+
+def _configured_state(entries: _Entries, target_spec: str, draft_spec: str, data_dir: Path) -> str:
+    """What the configured pair is, in words (or why it does not work); its models join ``entries``."""
     try:
         pair = resolve_pair(target_spec, draft_spec, data_dir)
     except ModelFileError as exc:
-        pair = None
-        configured_state = str(exc)
-    if pair is not None:
-        t_entry = add(pair.target, "configured target")
-        if not t_entry.usable:
-            configured_state = t_entry.error
-        elif pair.drafter == NONE:
-            configured_state = "target only, speculation off (draft = none)"
-        elif pair.drafter == NGRAM:
-            configured_state = "target with the n-gram drafter (no draft model)"
-        elif pair.drafter == SUFFIX:
-            configured_state = "target with the suffix drafter (the conversation and the history; no draft model)"
-        else:
-            assert pair.draft is not None
-            d_entry = add(pair.draft, "configured draft")
-            if not d_entry.usable:
-                configured_state = d_entry.error
-            else:
-                result = check_compatible(t_entry.vocab, d_entry.vocab)  # type: ignore[arg-type]
-                configured_state = "compatible" if result else result.message
+        return str(exc)
+    t_entry = entries.add(pair.target, "configured target")
+    if not t_entry.usable:
+        return t_entry.error
+    if pair.drafter == NONE:
+        return "target only, speculation off (draft = none)"
+    if pair.drafter == NGRAM:
+        return "target with the n-gram drafter (no draft model)"
+    if pair.drafter == SUFFIX:
+        return "target with the suffix drafter (the conversation and the history; no draft model)"
+    assert pair.draft is not None
+    d_entry = entries.add(pair.draft, "configured draft")
+    if not d_entry.usable:
+        return d_entry.error
+    result = check_compatible(t_entry.vocab, d_entry.vocab)  # type: ignore[arg-type]
+    return "compatible" if result else result.message
 
-    compat = _Compat()
+
+def _preset_statuses(entries: _Entries, mdir: Path, compat: _Compat) -> list[PresetStatus]:
+    """Each preset's files as found in ``mdir`` and, when both are there, whether they pair; the files that
+    pass their checks join ``entries`` (the presets section names their roles)."""
     presets: list[PresetStatus] = []
     for preset in PRESETS.values():
         t_path = local_path(preset.target, mdir)
@@ -166,18 +185,23 @@ def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str 
         if isinstance(preset.draft, NgramDraft):
             presets.append(PresetStatus(preset, t_path, None, t_chk, FileCheck("ok", 0, "n-gram lookup: no file")))
             if t_chk.ok:
-                add(t_path, None)
+                entries.add(t_path, None)
             continue
         d_path = local_path(preset.draft, mdir)
         d_chk = check_file(d_path, getattr(preset.draft, "size", None))
         status = PresetStatus(preset, t_path, d_path, t_chk, d_chk)
         if t_chk.ok and d_chk.ok:
-            t_e, d_e = add(t_path, None), add(d_path, None)  # the presets section names their roles
+            t_e, d_e = entries.add(t_path, None), entries.add(d_path, None)
             if t_e.usable and d_e.usable:
                 status.compat = compat(t_e, d_e)
         presets.append(status)
+    return presets
 
-    usable = [e for e in entries.values() if e.usable]
+
+def _pairs(models: list[ModelEntry], compat: _Compat) -> list[tuple[ModelEntry, ModelEntry]]:
+    """Every usable (target, draft) pair of compatible models where the draft is the smaller file, the largest
+    targets first."""
+    usable = [e for e in models if e.usable]
     pairs: list[tuple[ModelEntry, ModelEntry]] = []
     for t in usable:
         for d in usable:
@@ -187,14 +211,7 @@ def build_inventory(data_dir: Path, target_spec: str = BUNDLED, draft_spec: str 
             if compat(t, d):
                 pairs.append((t, d))
     pairs.sort(key=lambda p: (-p[0].info.file_size, -p[1].info.file_size))  # type: ignore[union-attr]
-    return Inventory(
-        data_dir=data_dir,
-        models=list(entries.values()),
-        presets=presets,
-        configured=(target_spec, draft_spec),
-        configured_state=configured_state,
-        pairs=pairs,
-    )
+    return pairs
 
 
 def leftover_parts(data_dir: Path) -> list[Path]:

@@ -276,12 +276,14 @@ class SpecChatApp(App[None]):
         """The palette also lists every key action (so nothing depends on a function key working)."""
         yield from super().get_system_commands(screen)
         chat = self.chat_screen
+        # the palette edits, flips and chooses whatever the prompt holds (the keys only in an empty prompt)
+        direct = {"edit_last": chat.start_edit, "reply_prev": partial(chat.flip_reply, -1),
+                  "reply_next": partial(chat.flip_reply, 1), "reply_earlier": partial(chat.choose_reply, -1),
+                  "reply_later": partial(chat.choose_reply, 1)}
         for spec in APP_KEYS:
             if spec.action in ("stop", "stop_now") and not self.host.generating:
                 continue
-            # the palette edits whatever the prompt holds (the key only in an empty prompt: check_action)
-            callback = {"edit_last": chat.start_edit, "reply_prev": partial(chat.flip_reply, -1),
-                        "reply_next": partial(chat.flip_reply, 1)}.get(spec.action, partial(self.run_action, spec.action))
+            callback = direct.get(spec.action, partial(self.run_action, spec.action))
             yield SystemCommand(spec.description, f"{spec.help} [{self.effective_keys.get(spec.id, spec.keys)}]",
                                 callback)
 

@@ -56,7 +56,7 @@ class _Batch:
         self.turn_id = turn_id
         self.post = post
         self.stats = stats
-        self.pieces: list[tuple[str, str]] = []
+        self.pieces: list[Piece] = []  # as the engine emitted them: the one record of a streamed piece
         self.notices: list[str] = []
         self.auto_k_notices: list[str] = []
         self.stats_dirty = False
@@ -67,7 +67,7 @@ class _Batch:
     def take(self, event: Event, now: float) -> bool:
         """Add one event to the batch; True if it must go out at once (the user changed K or speculation)."""
         if isinstance(event, Piece):
-            self.pieces.append((event.text, event.kind))
+            self.pieces.append(event)
         elif isinstance(event, Step):
             self.stats.observe_step(event, now)
             self.stats_dirty = True

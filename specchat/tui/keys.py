@@ -65,8 +65,9 @@ APP_KEYS: tuple[KeySpec, ...] = (
             priority=False),
     # Esc waits ESCDELAY for the rest of an escape sequence (an arrow split by ssh or tmux must not stop the
     # reply: specchat.commands.tui.ESCAPE_DELAY_MS); ctrl+c is a byte no sequence begins with, so it stops at
-    # once. Only while a reply is streaming (SpecChatApp.check_action): elsewhere ctrl+c keeps its meaning
-    # (copy in the prompt)
+    # once, in order with the keys before it (typed in one burst after Enter it stops that reply: ChatScreen.
+    # action_stop_now). Only while a reply is streaming or a send is on its way (ChatScreen.check_action):
+    # elsewhere ctrl+c keeps its meaning (copy in the prompt)
     KeySpec("stop_now", "ctrl+c", "stop_now", "Stop now",
             "while a reply streams: stop it at once (Esc waits a moment for a split arrow key)", show=False),
     KeySpec("regenerate", "ctrl+r", "regenerate", "Regenerate",
@@ -86,10 +87,20 @@ APP_KEYS: tuple[KeySpec, ...] = (
     # above; no other binding has them). Not priority bindings: a key reaches them in order, after the keys
     # typed before it, once the prompt has stepped aside (PromptInput.check_action)
     KeySpec("reply_prev", "left,alt+p", "reply_prev", "Previous version",
-            "show the previous version of the last reply (left: in an empty prompt; ctrl+r keeps versions)",
-            show=False, priority=False),
+            "show the previous version of the chosen reply (the last, or one chosen with shift+up; left: in an "
+            "empty prompt; ctrl+r keeps versions)", show=False, priority=False),
     KeySpec("reply_next", "right,alt+n", "reply_next", "Next version",
-            "show the next version of the last reply (right: in an empty prompt)", show=False, priority=False),
+            "show the next version of the chosen reply (right: in an empty prompt)", show=False, priority=False),
+    # the reply those keys flip: the last, or an earlier one (a reply keeps its versions once the chat goes on).
+    # shift+up / shift+down in an empty prompt (elsewhere they select text), alt+u / alt+d anywhere (u up, d
+    # down: no other binding has them, and the prompt edits with neither); alt+arrows are not used: Textual
+    # reads ESC [1;3A as Escape then up, and Escape stops the reply. Not priority bindings, as above
+    KeySpec("reply_earlier", "shift+up,alt+u", "reply_earlier", "Earlier reply",
+            "choose the reply before the chosen one, whose versions \u2190 \u2192 flip (shift+up: in an empty prompt)",
+            show=False, priority=False),
+    KeySpec("reply_later", "shift+down,alt+d", "reply_later", "Later reply",
+            "choose the reply after the chosen one (the last is chosen again by a new reply)", show=False,
+            priority=False),
     # alt+r: r for race; ctrl+r is regenerate. Also in the palette under its description.
     KeySpec("race", "alt+r", "race", "Race: this message, speculation off vs on",
             "race the prompt's text (or, if it is empty, your last message): speculation off, then on, replayed "

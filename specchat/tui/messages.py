@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from specchat.engine.events import Turn
+from specchat.engine.events import Piece, Turn
 
 if TYPE_CHECKING:
     from specchat.engine.protocol import ChatEngine
@@ -51,7 +51,7 @@ class PiecesBatch(Message):
     :class:`~specchat.engine.events.AutoKNotice` events among them (auto-K turned drafting off or on)."""
 
     def __init__(
-        self, turn_id: int, pieces: list[tuple[str, str]], notices: list[str], auto_k_notices: list[str] | None = None
+        self, turn_id: int, pieces: list[Piece], notices: list[str], auto_k_notices: list[str] | None = None
     ) -> None:
         super().__init__()
         self.turn_id = turn_id

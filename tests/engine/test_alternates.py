@@ -109,3 +109,44 @@ def test_a_failed_regenerate_keeps_the_previous_reply(session):
         target.decode = real
     assert isinstance(events[-1], EngineError)
     assert session.messages[-1] is before  # the reply is still there, and still the chosen one
+
+
+def test_an_earlier_reply_keeps_its_versions_and_the_next_turn_extends_the_one_chosen_there(flat_session):
+    """Issue 22: the versions of a reply flip after the chat went on. Choosing an earlier reply's other version
+    decodes nothing; the next turn's prompt holds that version's exact ids at its place, the later messages
+    after it as they were, and the KV keeps only the prefix before the place where the versions part."""
+    session = flat_session
+    target = session.decoder.target
+    list(session.send("Tell me about the sea."))
+    first = session.messages[-1]
+    session.controls.set_sampling(SamplingParams(temperature=1.0, seed=3))
+    list(session.regenerate())
+    second = session.messages[-1]
+    assert second.tokens != first.tokens
+    session.controls.set_sampling(SamplingParams())
+    list(session.send("And the mountains?"))
+    place = len(session.messages) - 3  # the first reply: system, user, reply, user, reply
+    assert session.messages[place].alternate_index == 1 and session.messages[place].tokens == second.tokens
+    later = list(session.messages[place + 1 :])
+
+    with pytest.raises(UserError, match="at message 1: it is not a reply"):
+        session.select_alternate(0, at=1)  # a user message
+    with pytest.raises(UserError, match=r"the reply at message 2 has 2 version\(s\), numbered 0..1; 2 is not one"):
+        session.select_alternate(2, at=place)
+    chosen = session.select_alternate(0, at=place)
+    assert chosen.tokens == first.tokens and session.messages[place] is chosen
+    assert [v.tokens for v in chosen.versions()] == [first.tokens, second.tokens]
+    assert session.messages[place + 1 :] == later  # the messages after it stay as they are
+
+    rows = VerifiedRows(target)
+    events = list(session.send("And the rivers?"))
+    prompt = next(e for e in events if isinstance(e, PromptDone))
+    context = session.template.tokens(session.messages[:-1])
+    assert _contains(context, first.tokens) and not _contains(context, second.tokens)
+    assert all(_contains(context, m.tokens) for m in later if m.role == "assistant")
+    # the KV kept only what comes before the versions part: system + user and the ids the versions share
+    shared = next(i for i, (a, b) in enumerate(zip(first.tokens + [-1], second.tokens + [-2])) if a != b)
+    at = next(i for i in range(len(context)) if context[i : i + len(first.tokens)] == first.tokens)
+    assert prompt.cached_n <= at + shared and prompt.cached_n + prompt.prompt_n == len(context)
+    assert target.tokens[: len(context) - 1] == context[:-1]
+    assert argmax_violations(rows.take(), len(context), events[-1].tokens) == []

@@ -48,12 +48,12 @@ class PacedEngine(FakeEngine):
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", required=True, type=Path)
-    parser.add_argument("--reply", default="A short fake reply.")
+    parser.add_argument("--reply", action="append", help="a reply (given again: the replies in turn, the last repeats)")
     parser.add_argument("--words", type=int, default=0, help="a reply of this many words instead of --reply")
     parser.add_argument("--step-ms", type=float, default=0.0, help="each round takes this long")
     args = parser.parse_args()
-    reply = " ".join(f"word{i}" for i in range(args.words)) + "." if args.words else args.reply
-    engine = PacedEngine([reply], args.step_ms / 1000.0)
+    replies = [" ".join(f"word{i}" for i in range(args.words)) + "."] if args.words else args.reply
+    engine = PacedEngine(replies or ["A short fake reply."], args.step_ms / 1000.0)
     store = HistoryStore(args.db)
     app = SpecChatApp(lambda progress: engine, fake_settings(), store, export_dir=args.db.parent)
     try:

@@ -109,6 +109,33 @@ def test_a_lone_escape_and_ctrl_c_stop_a_streaming_reply(tmp_path):
         assert app.quit() == 0
 
 
+
+def test_ctrl_c_in_the_same_write_as_enter_sends_the_message_then_stops_its_reply(tmp_path):
+    """Issue 22: a message, Enter and ctrl+c in one ``write()`` (a fast typist, a paste, tmux send-keys) are
+    handled in the order typed: the message is sent, then its reply is stopped and saved as stopped. ctrl+c
+    is a priority binding, checked when it arrives, before the prompt has sent (the send waits behind the
+    typed keys): no reply was streaming yet, so it fell through to the prompt's copy and the reply ran on.
+    The replies here would stream for ~50 s: the wait's bound (30 s) is far below, so a stop that was lost
+    fails the test rather than passing late."""
+    db = tmp_path / "history.sqlite3"
+    args = ["--db", str(db), "--words", "6000", "--step-ms", "25"]
+    with PtyApp(tmp_path, args, command=[sys.executable, str(FAKE_APP)], cols=100, rows=30) as app:
+        app.wait_ready(timeout=60)
+        for i in range(3):
+            app.write(f"burst {i}\r\x03")
+            app.wait_for(replies_done(db, i + 1), timeout=30, what=f"reply {i} saved (stopped by the ctrl+c)")
+            assert saved_replies(db)[i][1] == 1, "the reply was not stopped"
+            app.wait_for(lambda s: "generating" not in s, timeout=30, what="no reply streaming")
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            sent = [row[0] for row in con.execute("SELECT content FROM messages WHERE role = 'user' ORDER BY idx")]
+        finally:
+            con.close()
+        assert sent == ["burst 0", "burst 1", "burst 2"]
+        app.wait_for("Message (Enter sends", timeout=30, what="the prompt empty (its placeholder)")
+        assert app.quit() == 0
+
+
 @pytest.mark.slow
 def test_split_arrows_do_not_stop_a_reply_of_the_bundled_model(tmp_path):
     """The reported case: a 300-token reply of the bundled model, Up, Down and Right each split by 30 ms (and

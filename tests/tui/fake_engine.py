@@ -223,14 +223,15 @@ class FakeEngine:
             else:
                 self._messages.append(previous)
 
-    def select_alternate(self, index: int) -> Message:
-        """As :meth:`Conversation.select_alternate`."""
-        self.calls.append(f"select_alternate:{index}")
-        last = self._messages[-1] if self._messages else None
-        if last is None or last.role != "assistant" or not 0 <= index <= len(last.alternates):
-            raise ValueError(f"no reply version {index}")
-        self._messages[-1] = last.with_version(index)
-        return self._messages[-1]
+    def select_alternate(self, index: int, at: int | None = None) -> Message:
+        """As :meth:`Conversation.select_alternate` (``at``: the reply's place, default the last message)."""
+        self.calls.append(f"select_alternate:{index}" if at is None else f"select_alternate:{index}@{at}")
+        where = len(self._messages) - 1 if at is None else at
+        reply = self._messages[where] if 0 <= where < len(self._messages) else None
+        if reply is None or reply.role != "assistant" or not 0 <= index <= len(reply.alternates):
+            raise ValueError(f"no reply version {index} at {where}")
+        self._messages[where] = reply.with_version(index)
+        return self._messages[where]
 
     def edit_last(self, user_text: str) -> Iterator[Event]:
         self.calls.append(f"edit:{user_text}")

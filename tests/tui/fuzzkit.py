@@ -102,8 +102,8 @@ class HeldEngine:
     def regenerate(self) -> Iterator[Event]:
         return self._wrap(self.engine.regenerate)
 
-    def select_alternate(self, index: int) -> Message:
-        return self.engine.select_alternate(index)
+    def select_alternate(self, index: int, at: int | None = None) -> Message:
+        return self.engine.select_alternate(index, at)
 
     def edit_last(self, text: str) -> Iterator[Event]:
         return self._wrap(lambda: self.engine.edit_last(text))
@@ -235,7 +235,7 @@ class Fuzz:
         "toggle_ghosts": 2, "toggle_markdown": 3, "escape": 3, "regenerate": 3, "regenerate_held": 2, "flip": 3,
         "edit_last": 3, "new_chat": 2,
         "history_open": 3, "history_search": 2, "history_move": 2, "history_enter": 3, "history_delete": 2,
-        "history_close": 2, "export": 2, "theme": 1, "palette": 1, "resize": 2,
+        "history_close": 2, "export": 2, "theme": 1, "palette": 1, "resize": 2, "choose": 2,
     }
 
     def __init__(
@@ -492,6 +492,14 @@ class Fuzz:
         await self.press(key)
         last = self.engine.messages[-1] if self.engine.messages and not self.app.generating else None
         return f"{key}: " + (f"reply {last.alternate_index + 1}/{len(last.alternates) + 1}" if last else "-")
+
+    async def do_choose(self) -> str:
+        """Choose an earlier or later reply (issue 22): the flips that follow flip its versions."""
+        key = self.rng.choice(("shift+up", "shift+down", "alt+u", "alt+d"))
+        if self.main:
+            await self.type_into_prompt("")
+        await self.press(key)
+        return f"{key}: the reply at {self.app.chat_screen.chat.chosen}"
 
     async def do_edit_last(self) -> str:
         if not self.main:

@@ -170,3 +170,75 @@ def test_version_keys_clash_with_no_other_binding():
         "keymap gives ctrl+left to reply_prev, but the prompt uses ctrl+left to cursor word left: the prompt keeps "
         "it while it has the focus, so reply_prev gets it only elsewhere; to keep both, give reply_prev another key"
     ]
+
+
+async def test_an_earlier_reply_is_chosen_and_flipped_and_the_screen_engine_and_file_agree(make_app, history_store):
+    """Issue 22: only the last reply's versions could be flipped. shift+up (in an empty prompt) or alt+u chooses
+    an earlier reply, marked in the pane; the flip keys then flip its versions in the engine, on screen and in
+    the SQLite file, the later messages untouched; shift+down goes back to the last reply; a reopened
+    conversation flips its earlier reply too, and the next turn continues from the version chosen."""
+    answers = ["sea answer one", "sea answer two", "mountain answer"]
+    engine = FakeEngine(answers)
+    app, _ = make_app(engine, history_store=history_store)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await send_each(pilot, "sea?")
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        await send_each(pilot, "mountains?")
+        conv_id = app.chat_screen.recorder.conversation_id
+        place = next(i for i, m in enumerate(engine.messages) if m.content == answers[1])
+        earlier, last = app.chat_screen.assistant_messages()
+        assert (earlier.place, last.place) == (place, len(engine.messages) - 1)
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+
+        await pilot.press("shift+up")
+        await pilot.pause()
+        assert earlier.has_class("chosen-reply") and not last.has_class("chosen-reply")
+        assert any("Reply 1 of 2 is chosen: version 2/2, left / right flip its versions." in n
+                   for n in notifications(app))
+        await pilot.press("left")
+        await pilot.pause()
+        assert engine.calls[-1] == f"select_alternate:0@{place}"
+        assert engine.messages[place].content == answers[0] and engine.messages[-1].content == answers[2]
+        assert earlier.reply_text == answers[0] and str(earlier.border_subtitle).startswith("reply 1/2 \u00b7 ")
+        assert last.reply_text == answers[2]
+        _, records = history_store.records(conv_id)
+        assert [r.message.content for r in records if r.message.role == "assistant"] == [answers[0], answers[2]]
+        assert [v.message.content for v in records[place].version_records()] == answers[:2]
+        assert records[place].message.alternate_index == 0
+        await pilot.press("left")  # nothing before the first version of that reply: a notice
+        await pilot.pause()
+        assert any("Reply 1/2 is the first version." in n for n in notifications(app))
+
+        prompt.text = "abc"  # a prompt holding text: shift+down selects in it; alt+d chooses whatever it holds
+        prompt.move_cursor((0, 3))
+        await pilot.press("shift+up")
+        await pilot.pause()
+        assert earlier.has_class("chosen-reply") and prompt.text == "abc"
+        await pilot.press("alt+d")
+        await pilot.pause()
+        assert not earlier.has_class("chosen-reply") and prompt.text == "abc"
+        assert any("The last reply is chosen; it has one version." in n for n in notifications(app))
+        prompt.text = ""
+        await pilot.press("left")  # the last reply again: it has one version
+        await pilot.pause()
+        assert any("The last reply has one version" in n for n in notifications(app))
+        assert engine.messages[place].content == answers[0]
+
+        # reopened from history: the earlier reply shows the version chosen, flips, and the chat goes on from it
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        await reopen_first_saved(pilot)
+        earlier, last = app.chat_screen.assistant_messages()
+        assert earlier.reply_text == answers[0] and str(earlier.border_subtitle).startswith("reply 1/2")
+        app.query_one(PromptInput).focus()
+        await pilot.press("alt+u", "right")
+        await settle(pilot)
+        assert earlier.reply_text == answers[1] and last.reply_text == answers[2]
+        _, records = history_store.records(conv_id)
+        assert records[place].message.content == answers[1] and records[-1].message.content == answers[2]
+        await send_each(pilot, "rivers?")
+        assert [m.content for m in engine.messages if m.role == "assistant"][:2] == [answers[1], answers[2]]
+        assert not app.chat_screen.chat.query(".chosen-reply")  # a new reply is the chosen one again

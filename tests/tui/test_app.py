@@ -917,13 +917,13 @@ async def test_a_reopened_reply_that_drafted_says_its_ghosts_were_not_saved(make
         await settle(pilot)
         live = app.chat_screen.assistant_messages()[-1]
         turn = engine.turns[-1]
-        assert turn.draft_n > turn.draft_n_accepted and "rejected" in {k for _, k in live.pieces}
+        assert turn.draft_n > turn.draft_n_accepted and "rejected" in {p.kind for p in live.pieces}
         assert "ghosts not saved" not in str(live.border_subtitle)
         await pilot.press("ctrl+n")
         await pilot.pause()
         await reopen_first_saved(pilot)
         (reply,) = app.chat_screen.assistant_messages()
-        assert reply.saved_coloured and "rejected" not in {k for _, k in reply.pieces}
+        assert reply.saved_coloured and "rejected" not in {p.kind for p in reply.pieces}
         assert str(reply.border_subtitle).endswith("ghosts not saved")
     plain = AssistantMessage()
     plain.saved_message = Message("assistant", "x")

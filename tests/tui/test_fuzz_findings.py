@@ -5,6 +5,7 @@ from __future__ import annotations
 from fake_engine import FakeEngine
 from tuikit import SIZE, send, wait_hold, wait_ready
 
+from specchat.engine.events import Piece
 from specchat.tui.messages import EngineFailed, LoadProgress, PiecesBatch, StatsUpdated, TurnFinished
 
 
@@ -26,7 +27,7 @@ async def test_engine_messages_that_arrive_once_the_app_is_closing_are_not_drawn
         snapshot = app.chat_screen.stats.snapshot()
     late = [
         StatsUpdated(snapshot),
-        PiecesBatch(turn_id, [("late", "plain")], ["a notice"]),
+        PiecesBatch(turn_id, [Piece("late", "plain", 0)], ["a notice"]),
         TurnFinished(turn_id, engine.turns[-1], None),
         LoadProgress(0.5, "loading"),
         EngineFailed("late failure"),

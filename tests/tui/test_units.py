@@ -76,13 +76,18 @@ def test_wrap_is_prefix_stable():
 # -- token view -------------------------------------------------------------------------------------------
 
 
-def _stream_pieces(n_words: int) -> list[tuple[str, str]]:
+def as_pieces(spans: list[tuple[str, str]]) -> list[Piece]:
+    """Pieces of (text, kind) spans, token ids in order."""
+    return [Piece(text, kind, i) for i, (text, kind) in enumerate(spans)]  # type: ignore[arg-type]
+
+
+def _stream_pieces(n_words: int) -> list[Piece]:
     kinds = ["accepted", "accepted", "rejected", "corrected", "bonus", "plain"]
     rng = random.Random(3)
     pieces = []
     for i in range(n_words):
         word = rng.choice([" alpha", " be", " gamma-delta", ",", " x", "\n", " supercalifragilistic", "\t("])
-        pieces.append((word, kinds[i % len(kinds)]))
+        pieces.append(Piece(word, kinds[i % len(kinds)], i))
     return pieces
 
 
@@ -95,7 +100,7 @@ def test_token_view_appends_in_o_batch_and_matches_a_full_rewrap():
     for i in range(0, len(pieces), batch):
         chunk = pieces[i : i + batch]
         view.append_pieces(chunk)
-        chunk_chars = sum(len(t) + 3 * t.count("\t") for t, _ in chunk)
+        chunk_chars = sum(len(p.text) + 3 * p.text.count("\t") for p in chunk)
         worst = max(worst, view.last_wrap_chars - chunk_chars)
         # only the open row (< width + a word) plus the new text is re-wrapped, however long the reply is
         assert view.last_wrap_chars <= 2 * width + chunk_chars + 25
@@ -104,13 +109,13 @@ def test_token_view_appends_in_o_batch_and_matches_a_full_rewrap():
     view._rebuild(width)
     assert [row.plain for row in view._rows] == incremental
     assert [[(s.start, s.end, s.style) for s in row.spans] for row in view._rows] == incremental_spans
-    assert view.total_wrap_chars < 10 * sum(len(t) for t, _ in pieces)  # linear overall, not quadratic
+    assert view.total_wrap_chars < 10 * sum(len(p.text) for p in pieces)  # linear overall, not quadratic
 
 
 def test_token_view_reply_excludes_ghosts_and_ghosts_never_break_lines():
     view = TokenView()
     view._rebuild(40)
-    view.append_pieces([("Hello", "accepted"), (" wrong\n", "rejected"), (" world", "corrected"), ("\n", "bonus"), ("ok", "plain")])
+    view.append_pieces(as_pieces([("Hello", "accepted"), (" wrong\n", "rejected"), (" world", "corrected"), ("\n", "bonus"), ("ok", "plain")]))
     assert view.reply_text == "Hello world\nok"
     assert view.ghost_text == " wrong\u21b5"  # as displayed: a refused newline is a symbol
     assert view.visible_text() == "Hello wrong\u21b5 world\nok"
@@ -124,7 +129,7 @@ def test_token_view_reply_excludes_ghosts_and_ghosts_never_break_lines():
 def test_token_view_sanitises_model_text():
     view = TokenView()
     view._rebuild(80)
-    view.append_pieces([("\x1b[2J\x1b[Hboom", "plain"), ("\x07", "accepted")])
+    view.append_pieces(as_pieces([("\x1b[2J\x1b[Hboom", "plain"), ("\x07", "accepted")]))
     assert "\x1b" not in view.visible_text() and "\x07" not in view.visible_text()
     assert view.reply_text == "\u241b[2J\u241b[Hboom\u2407"
 
@@ -226,7 +231,8 @@ def test_pump_batches_pieces_instead_of_posting_per_token():
     batches = [m for m in posted if isinstance(m, PiecesBatch)]
     pieces = [p for b in batches for p in b.pieces]
     assert turn is not None and turn.predicted_n == len(tokenize("word " * 400))
-    assert "".join(t for t, k in pieces if k != "rejected") == turn.text
+    assert all(isinstance(p, Piece) for p in pieces)  # the engine's own record, through the batch
+    assert "".join(p.text for p in pieces if p.kind != "rejected") == turn.text
     n_events = len(pieces) + len(engine.steps_seen) + 2
     assert len(batches) <= n_events * 0.001 / (1 / 30) + 2  # ~30 posts a second, not one per token
     assert len(batches) >= 5

@@ -43,7 +43,7 @@ from specchat.tui.recorder import Recorder
 from specchat.tui.sanitize import text as inert
 from specchat.tui.screens.everyday import EverydayKeys
 from specchat.tui.screens.history import HistoryScreen
-from specchat.tui.screens.race import race_for
+from specchat.tui.screens.race import race_for, race_text
 from specchat.tui.state import UiState
 from specchat.tui.stats import LiveStats
 from specchat.tui.widgets.chat import AssistantMessage, ChatLog, ChatNotice, UserMessage, reply_title
@@ -284,8 +284,8 @@ class ChatScreen(EverydayKeys, Screen[None]):
         if action == "edit_last":
             # False lets the key through to the focused widget: up still moves the prompt's cursor
             return self._edit_key_applies()
-        if action == "stop_now":  # ctrl+c: only while a reply streams; else it keeps its meaning (copy)
-            return self.host.generating
+        if action == "stop_now":  # ctrl+c: while a reply streams or a send is on its way; else it copies
+            return self.host.generating or any(p.submits_pending for p in self.query(PromptInput))
         return True
 
     def _edit_key_applies(self) -> bool:
@@ -399,7 +399,7 @@ class ChatScreen(EverydayKeys, Screen[None]):
         self._current = None
         if assistant is not None:
             assistant.finish(message.turn, message.error)
-            self._show_reply_versions(assistant, message.turn)
+            self.chat.mark_recorded(assistant, self.engine.messages if self.engine is not None else [], message.turn)
         if message.error:
             self.chat.mount(
                 ChatNotice(
@@ -428,12 +428,6 @@ class ChatScreen(EverydayKeys, Screen[None]):
             f"anyway: ctrl+p → Use fixed K (K {speculation.fixed_k(self.control_state())}, auto-K off).",
             title="auto-K", timeout=12,
         )
-
-    def _show_reply_versions(self, reply: AssistantMessage, turn: Any) -> None:
-        """A finished reply that the engine recorded: mark which version of its reply it is (``reply 2/3``)."""
-        last = self.engine.messages[-1] if self.engine is not None and self.engine.messages else None
-        if turn is not None and last is not None and last.role == "assistant" and last.stats is turn:
-            reply.set_versions(last)
 
     # -- history: saving, opening, the browser -------------------------------------------------------------
     def save_history(self, messages: list[Message] | None = None) -> None:
@@ -514,8 +508,10 @@ class ChatScreen(EverydayKeys, Screen[None]):
                 self._current.border_subtitle = "stopping\u2026"
 
     def action_stop_now(self) -> None:
-        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py)."""
-        self.action_stop()
+        """The ``stop_now`` key (ctrl+c): stop the reply with no wait for an escape sequence (see keys.py), in
+        order with the keys before it: "hi", Enter, ctrl+c in one burst sends "hi", then stops its reply (a
+        priority binding runs here before the prompt has sent: :meth:`PromptInput.after_queued`)."""
+        self.prompt.after_queued(self.action_stop)
 
     def action_regenerate(self) -> None:
         engine = self.idle_engine("A reply is still being generated: press Esc first.")
@@ -545,24 +541,37 @@ class ChatScreen(EverydayKeys, Screen[None]):
         self.flip_reply(+1)
 
     def flip_reply(self, step: int) -> None:
-        """Show the previous (``step`` -1) or next (+1) version of the last reply and continue from it.
-
-        The engine chooses it (:meth:`ChatEngine.select_alternate`: nothing is decoded), the pane draws it with
-        its own colours and numbers (:meth:`AssistantMessage.show_version`) and history saves the choice.
-        Refused with a notice during a reply (the engine would be choosing a version under a reply being
-        generated after it; the keys work again once it ends).
-        """
+        """Show the previous (``step`` -1) or next (+1) version of the chosen reply (the last, or an earlier one:
+        :meth:`choose_reply`) and continue from it: the engine chooses it (:meth:`ChatEngine.select_alternate`:
+        nothing is decoded), the pane draws it with its own colours and numbers (:meth:`AssistantMessage.show_version`),
+        history saves the choice. Refused during a reply (the engine would choose a version under a reply being
+        generated after it; the keys work again once it ends)."""
         engine = self.idle_engine("A reply is being generated: flip between versions once it ends (Esc stops it).", 4)
         if engine is None:
             return
-        chosen = versions.flip(engine, step, first_key(self.session.effective_keys, "regenerate", "ctrl+r"))
+        at, reply = self.chat.chosen_reply()
+        chosen = versions.flip(engine, step, first_key(self.session.effective_keys, "regenerate", "ctrl+r"), at)
         if isinstance(chosen, Refusal):
             self.refuse(chosen)
             return
-        replies = self.assistant_messages()
-        if replies and not replies[-1].show_version(chosen):
+        if reply is not None and not reply.show_version(chosen):
             self._colour_saved_replies()
         self.save_history()
+
+    def action_reply_earlier(self) -> None:
+        self.choose_reply(-1)
+
+    def action_reply_later(self) -> None:
+        self.choose_reply(+1)
+
+    def choose_reply(self, step: int) -> None:
+        """The ``reply_earlier`` / ``reply_later`` keys: choose the reply before (``step`` -1) or after (+1) the
+        chosen one as the one the flip keys flip (:meth:`ChatLog.choose_reply`), and say which it is."""
+        engine = self.idle_engine("A reply is being generated: choose a reply once it ends (Esc stops it).", 4)
+        if engine is not None:
+            keys = self.session.effective_keys
+            flip = f"{first_key(keys, 'reply_prev', 'left')} / {first_key(keys, 'reply_next', 'right')}"
+            self.notify(self.chat.choose_reply(engine.messages, step, flip), timeout=3)
 
     def action_new_chat(self) -> None:
         """A new chat; during a reply: stop it first, and say so (the stopped reply is saved, marked stopped).
@@ -594,6 +603,7 @@ class ChatScreen(EverydayKeys, Screen[None]):
         self.host.pending_messages = None
         self.recorder.new_conversation()
         self.chat.remove_children()
+        self.chat.chosen = None
         self.notify("New chat.", timeout=2)
 
     def action_export(self) -> None:
@@ -667,13 +677,8 @@ class ChatScreen(EverydayKeys, Screen[None]):
 
     # -- the race (specchat.tui.screens.race) ------------------------------------------------------------------
     def race_text(self) -> str | None:
-        """What the race key races: the prompt's text if there is any (what you are about to send), else your
-        last message; None when there is neither."""
-        if self.prompt.text.strip():
-            return self.prompt.text
-        engine = self.engine
-        last = next((m for m in reversed(engine.messages) if m.role == "user"), None) if engine else None
-        return last.content if last is not None else None
+        """What the race key races (:func:`~specchat.tui.screens.race.race_text`)."""
+        return race_text(self.prompt.text, self.engine.messages if self.engine is not None else [])
 
     def action_race(self) -> None:
         """Race the prompt's text or the last message, speculation off then on (:func:`race_for` says which

@@ -17,7 +17,7 @@ in the same view.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from textual.content import Content
@@ -34,7 +34,7 @@ from specchat.tui.widgets.race_view import LANE_TITLES
 
 if TYPE_CHECKING:
     from specchat.config import Settings
-    from specchat.engine.protocol import ChatEngine
+    from specchat.engine.protocol import ChatEngine, Message
     from specchat.tui.engine_host import EngineFactory, EngineHost
 
 #: a race of two llama-servers (``--server-b``): lane "off" is server A, "on" server B (specchat.race)
@@ -163,3 +163,12 @@ def race_for(
     if k == 0:
         return Refusal("K is 0, so nothing would be drafted: raise K or turn auto-K on, then race.", "warning")
     return RaceScreen(text, clock, record=(host, engine, k))
+
+
+def race_text(prompt_text: str, messages: Sequence[Message]) -> str | None:
+    """What the race key races: the prompt's text if there is any (what you are about to send), else the last
+    user message of ``messages``; None when there is neither."""
+    if prompt_text.strip():
+        return prompt_text
+    last = next((m for m in reversed(messages) if m.role == "user"), None)
+    return last.content if last is not None else None

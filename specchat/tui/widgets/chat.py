@@ -18,8 +18,9 @@ from textual.containers import Vertical
 from textual.widgets import Static
 
 from specchat.engine.controls import ControlState
-from specchat.engine.events import Turn
+from specchat.engine.events import Piece, Turn
 from specchat.engine.protocol import EngineInfo, Message
+from specchat.tui import versions
 from specchat.tui.sanitize import text as inert
 from specchat.tui.widgets.paging import PagedVerticalScroll
 from specchat.tui.widgets.token_view import TokenView
@@ -99,12 +100,14 @@ class AssistantMessage(Vertical):
         self.turn: Turn | None = None
         self.saved_message: Message | None = None  # a reply reopened from history
         self.saved_coloured = False  # ... drawn token by token in its kind colours
-        #: the pieces drawn now, as given (ghosts included)
-        self.pieces: list[tuple[str, str]] = []
+        #: the pieces drawn now, as streamed (ghosts included); none while a saved reply is drawn uncoloured
+        self.pieces: list[Piece] = []
         #: which version of its reply this is (:meth:`Message.versions` index) and how many there are
         self.version = (0, 1)
         #: the pieces of each version drawn in colour in this session, by version index
-        self.version_pieces: dict[int, list[tuple[str, str]]] = {}
+        self.version_pieces: dict[int, list[Piece]] = {}
+        #: its place in the engine's messages once the engine recorded it (None: not recorded, e.g. a failed turn)
+        self.place: int | None = None
 
     def compose(self):
         yield self.tokens
@@ -115,7 +118,7 @@ class AssistantMessage(Vertical):
             self.set_markdown(True)
 
     # -- streaming -----------------------------------------------------------------------------------
-    def append(self, pieces: list[tuple[str, str]]) -> None:
+    def append(self, pieces: list[Piece]) -> None:
         self.pieces.extend(pieces)
         self.tokens.append_pieces(pieces)
 
@@ -189,7 +192,7 @@ class AssistantMessage(Vertical):
             self.append(pieces)
         else:
             self.saved_message, self.saved_coloured = message, False
-            self.append([(message.content, "saved")])
+            self.tokens.append_saved(message.content)
         if self._markdown is not None:  # the Markdown view of the other version is stale
             self._markdown.remove()
             self._markdown = None
@@ -208,7 +211,7 @@ class AssistantMessage(Vertical):
         The app then asks the engine for the text of each token and calls :meth:`show_saved_pieces`.
         """
         self.saved_message = message
-        self.append([(message.content, "saved")])
+        self.tokens.append_saved(message.content)
         self.set_versions(message)
         self.finish(message.stats, None, stopped=message.stopped)
 
@@ -226,7 +229,8 @@ class AssistantMessage(Vertical):
             return False
         self.tokens.clear()
         self.pieces = []
-        self.append(list(zip(pieces, message.kinds)))
+        saved = zip(pieces, message.kinds, message.tokens)
+        self.append([Piece(text, kind, token) for text, kind, token in saved])  # type: ignore[arg-type]
         self.saved_coloured = True
         self.version_pieces[self.version[0]] = list(self.pieces)
         return True
@@ -279,6 +283,8 @@ class ChatLog(PagedVerticalScroll):
         super().__init__(**kwargs)
         self._queued: list[UserMessage] = []
         self._editing: UserMessage | None = None  # highlighted while it is edited in the prompt
+        #: the reply whose versions the flip keys flip, by its place in the engine's messages (None: the last)
+        self.chosen: int | None = None
 
     def on_mount(self) -> None:
         self.anchor()
@@ -296,8 +302,54 @@ class ChatLog(PagedVerticalScroll):
     def assistant_messages(self) -> list[AssistantMessage]:
         return list(self.query(AssistantMessage))
 
+    def mark_recorded(self, reply: AssistantMessage, messages: list[Message], turn: Turn | None) -> None:
+        """A finished reply that the engine recorded as its last message: note its place there and which version
+        of its reply it is (``reply 2/3``)."""
+        last = messages[-1] if messages else None
+        if turn is not None and last is not None and last.role == "assistant" and last.stats is turn:
+            reply.place = len(messages) - 1
+            reply.set_versions(last)
+
+    def reply_at(self, place: int | None) -> AssistantMessage | None:
+        """The reply shown for the engine's message at ``place``; None: the last reply shown (recorded or not)."""
+        replies = self.assistant_messages()
+        if place is None:
+            return replies[-1] if replies else None
+        return next((r for r in replies if r.place == place), None)
+
+    def chosen_reply(self) -> tuple[int | None, AssistantMessage | None]:
+        """The chosen reply, whose versions the flip keys flip: its place (None: the last) and its widget."""
+        if self.reply_at(self.chosen) is None:  # not shown (cannot happen): the last reply
+            self.chosen = None
+        return self.chosen, self.reply_at(self.chosen)
+
+    def choose_reply(self, messages: list[Message], step: int, flip_keys: str) -> str:
+        """Choose the reply ``step`` before (-1) or after (+1) the chosen one among the replies of ``messages``
+        (the engine's: :func:`versions.move`), mark it and scroll to it; returns the notice that says which it is
+        and whether ``flip_keys`` flip it. Only an earlier reply is marked: the last is the chosen one unless
+        another is (a new reply makes it the chosen one again: :meth:`add_reply`)."""
+        places = versions.reply_places(messages)
+        if not places:
+            return "No reply yet: send a message first."
+        self.chosen = versions.move(places, self.chosen, step)
+        self._mark_chosen()
+        place, reply = self.chosen_reply()
+        if reply is not None:
+            self.scroll_to_widget(reply, animate=False)
+        return versions.chosen_note(messages, places, place, flip_keys)
+
+    def _mark_chosen(self) -> None:
+        for widget in self.query(".chosen-reply"):
+            widget.remove_class("chosen-reply")
+        reply = self.reply_at(self.chosen) if self.chosen is not None else None
+        if reply is not None:
+            reply.add_class("chosen-reply")
+
     def add_reply(self, reply: AssistantMessage, after: UserMessage | None = None) -> None:
-        """Show a reply being generated at the end, or right after ``after`` (a queued message now sent)."""
+        """Show a reply being generated at the end, or right after ``after`` (a queued message now sent); it is
+        the chosen reply (:meth:`choose_reply`) from now on."""
+        self.chosen = None
+        self._mark_chosen()
         if after is not None and after.is_attached:
             self.mount(reply, after=after)
         else:
@@ -341,7 +393,8 @@ class ChatLog(PagedVerticalScroll):
         """Draw a saved conversation in place of what is shown (its replies uncoloured until the engine splits
         them into tokens: :meth:`AssistantMessage.show_saved_pieces`)."""
         self.remove_children()
-        for m in messages:
+        self.chosen = None
+        for place, m in enumerate(messages):
             if m.role == "system":
                 if m.content:
                     self.mount(ChatNotice(f"system: {m.content}"))
@@ -350,6 +403,7 @@ class ChatLog(PagedVerticalScroll):
             else:
                 widget = AssistantMessage(title="assistant (saved)", show_ghosts=show_ghosts, markdown=markdown)
                 widget.load_saved(m)
+                widget.place = place
                 self.mount(widget)
         self.scroll_end(animate=False)
 

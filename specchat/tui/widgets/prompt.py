@@ -14,8 +14,9 @@ it to this widget's queue behind the keys already in it: the text sent is exactl
 Enter, and the characters typed after it stay for the next message. Reading, sending and clearing then
 happen in one synchronous call (:attr:`submit`), so no key can land in between.
 
-**Arrows in an empty prompt.** Left and right flip the versions of the last reply when the prompt is empty
-(the app's ``reply_prev`` / ``reply_next``, not priority bindings): the prompt's own cursor actions step
+**Arrows in an empty prompt.** Left and right flip the versions of the chosen reply when the prompt is empty,
+and shift+up / shift+down choose that reply (the app's ``reply_prev`` / ``reply_next`` / ``reply_earlier`` /
+``reply_later``, not priority bindings): the prompt's own cursor actions step
 aside then (:meth:`PromptInput.check_action` disables them, so Textual goes on to the app's binding for the
 key). That check runs here, in this widget's queue, after every key typed before the arrow: deciding at the
 App, when the arrow arrives, raced with those keys - "ab" then left in one burst flipped a version and left
@@ -69,12 +70,19 @@ class PromptInput(TextArea):
         self.submit = submit
         #: what the prompt held before the last message was put in it for editing (None: not editing)
         self.held_before_edit: str | None = None
+        #: sends scheduled by the send key and not run yet (:meth:`action_submit`): a key that must act after
+        #: them (the stop key, ctrl+c, in the same burst as Enter) waits behind them: :meth:`after_queued`
+        self.submits_pending = 0
 
-    #: the TextArea's actions that step aside in an empty prompt, for the app's keys (see the module docstring)
-    STEP_ASIDE = frozenset({"cursor_left", "cursor_right"})
+    #: the TextArea's actions (with their parameters) that step aside in an empty prompt, for the app's keys (see
+    #: the module docstring): left / right (cursor_left, cursor_right) and shift+up / shift+down (cursor_up(True),
+    #: cursor_down(True): select, of nothing)
+    STEP_ASIDE = frozenset(
+        {("cursor_left", ()), ("cursor_right", ()), ("cursor_up", (True,)), ("cursor_down", (True,))}
+    )
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in self.STEP_ASIDE and not self.text.strip():
+        if (action, tuple(parameters)) in self.STEP_ASIDE and not self.text.strip():
             return False
         return super().check_action(action, parameters)
 
@@ -118,12 +126,22 @@ class PromptInput(TextArea):
             self.set_text(held)
 
     def action_submit(self) -> None:
+        self.submits_pending += 1
         self.call_later(self._submit_now)  # behind the keys typed before Enter: see the module docstring
+
+    def after_queued(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` after everything queued here (the keys typed before it, a scheduled send), in this
+        widget's queue; at once when nothing is queued."""
+        if self.submits_pending or self.message_queue_size:
+            self.call_later(callback)
+        else:
+            callback()
 
     def action_newline(self) -> None:
         self.call_later(self._newline_now)
 
     def _submit_now(self) -> None:
+        self.submits_pending -= 1
         if self.submit is not None and self.submit(self.text):
             self.clear()
 

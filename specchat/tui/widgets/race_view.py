@@ -21,7 +21,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from specchat.demo import verdict
-from specchat.race import LANES, Lane, RaceReplay, RaceResult
+from specchat.race import LANES, Lane, RaceReplay, RaceResult, TimedPiece
 from specchat.tui.sanitize import sanitize_line
 from specchat.tui.widgets.token_view import TokenView
 
@@ -72,7 +72,7 @@ class RaceLane(Vertical):
         self.tokens.set_streaming(True)
         self.pieces = 0
 
-    def append(self, pieces: list[tuple[str, str]]) -> None:
+    def append(self, pieces: list[TimedPiece]) -> None:
         self.tokens.append_pieces(pieces)
         self.pieces += len(pieces)
         self.query_one(VerticalScroll).scroll_end(animate=False)  # the newest text stays in view
@@ -167,9 +167,9 @@ class RaceView(Vertical):
         replay, race = self.replay, self.race
         if replay is None or race is None:
             return
-        batches: dict[Lane, list[tuple[str, str]]] = {lane: [] for lane in LANES}
+        batches: dict[Lane, list[TimedPiece]] = {lane: [] for lane in LANES}
         for event in replay.due():
-            batches[event.lane].append((event.piece.text, event.piece.kind))
+            batches[event.lane].append(event.piece)
         for lane in LANES:
             if batches[lane]:
                 self.lane(lane).append(batches[lane])

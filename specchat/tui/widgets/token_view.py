@@ -19,6 +19,7 @@ theme's ``$token-*`` variables and a theme switch only needs the strip cache cle
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -27,8 +28,11 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
-from specchat.engine.events import PIECE_KINDS
+from specchat.engine.events import PIECE_KINDS, Piece
 from specchat.tui.sanitize import sanitize
+
+if TYPE_CHECKING:
+    from specchat.race import TimedPiece
 
 TAB = "    "
 #: while streaming, the height grows in steps of this many rows: each growth is a layout pass of the whole
@@ -37,7 +41,8 @@ GROW_ROWS = 4
 KINDS = PIECE_KINDS
 #: "saved": a reply reloaded from history drawn as one uncoloured piece (until the engine splits it into its
 #: tokens, see AssistantMessage.show_saved_pieces; or for good when no engine or another model is loaded)
-DISPLAY_KINDS = (*KINDS, "saved")
+SAVED = "saved"
+DISPLAY_KINDS = (*KINDS, SAVED)
 GHOST = "rejected"
 GHOST_NEWLINE = "\u21b5"  # ↵
 
@@ -212,13 +217,23 @@ class TokenView(Widget):
             out.extend(line)
         return out
 
-    def append_pieces(self, pieces: Iterable[tuple[str, str]]) -> None:
-        """Append ``(text, kind)`` pieces; only the open row and the new text are re-wrapped."""
+    def append_pieces(self, pieces: Iterable[Piece | TimedPiece]) -> None:
+        """Append streamed pieces (or a race's, with their times), each in its kind's style; only the open row and
+        the new text are re-wrapped."""
+        self._append((piece.text, piece.kind) for piece in pieces)
+
+    def append_saved(self, text: str) -> None:
+        """Append a saved reply's text as one uncoloured span (:data:`SAVED`: history keeps no text per token;
+        the engine gives it back later, :meth:`AssistantMessage.show_saved_pieces`)."""
+        self._append([(text, SAVED)])
+
+    def _append(self, spans: Iterable[tuple[str, str]]) -> None:
+        """Append ``(text, kind)`` spans, one per token (a piece, or a saved reply's whole text)."""
         before_rows = len(self._rows)
         first_dirty = self._open_row
         self.last_wrap_chars = 0
         width = self._wrap_width
-        for raw, kind in pieces:
+        for raw, kind in spans:
             if kind not in DISPLAY_KINDS:
                 kind = "plain"
             self._n_tokens += 1
