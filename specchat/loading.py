@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
+from specchat.engine.chain import DrafterChain
 from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE, SUFFIX
@@ -159,6 +160,10 @@ def load_engine(
             name = draft_path.name if draft_path.name != NGRAM else f"{draft_path.name} (model)"
             drafters[name] = ModelDrafter(draft_model, name)
             selected = name
+            if pair.chain:
+                chain = drafter_chain(settings, target, pair.chain, drafters.pop(name))
+                drafters[chain.name] = chain
+                selected = chain.name
     except Exception:
         target.close()
         raise
@@ -183,6 +188,16 @@ def load_engine(
         seed=settings.sampling.seed,
         draft_label=selected or NONE,
     )
+
+
+def drafter_chain(settings: Settings, target: Model, free: tuple[str, ...], model: Drafter) -> DrafterChain:
+    """The chain ``free`` links (``ngram``, ``suffix``: each its own drafter, set up as when it drafts alone) then
+    ``model`` (:mod:`specchat.engine.chain`), named as it was written: ``suffix,draft.gguf``."""
+    links: list[Drafter] = []
+    for kind in free:
+        links.append(suffix_drafter(settings, target) if kind == SUFFIX else NgramDrafter(settings.ngram.min_n,
+                                                                                         settings.ngram.max_n))
+    return DrafterChain([*links, model])
 
 
 def tokenizer_fingerprint(target: Model) -> str:
@@ -223,11 +238,11 @@ def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
 
 
 def wait_for_history(session: ChatSession | RemoteSession, timeout: float | None = None) -> list[str]:
-    """Block until a ``suffix`` drafter's history index is built (``specchat generate`` measures with it); the
+    """Block until a ``suffix`` drafter's history index (alone or a chain's link) is built (``specchat generate`` measures with it); the
     notices said on the way (a rebuilt index). Nothing to wait for: []."""
     decoder = getattr(session, "decoder", None)
-    drafter = decoder.drafters.get(SUFFIX) if decoder is not None else None
-    corpus = getattr(drafter, "corpus", None)
+    links = decoder.links.values() if decoder is not None else ()
+    corpus = next((d.corpus for d in links if isinstance(d, SuffixDrafter) and d.corpus is not None), None)
     if corpus is None or not hasattr(corpus, "wait"):
         return []
     corpus.wait(timeout)

@@ -24,6 +24,7 @@ from typing import Literal
 
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, SUFFIX
 from specchat.engine.drafters import PRICED_MIN_GAIN, NgramDrafter
+from specchat.engine.events import DraftSource
 from specchat.engine.suffix import SuffixIndex
 
 #: where the latest draft came from
@@ -80,6 +81,17 @@ class SuffixDrafter(NgramDrafter):
             key = index.doc_at(self.last_position) if index is not None else None
             return f"history {key}" if key is not None else "history"
         return self.last_source
+
+    def draft_source(self) -> DraftSource:
+        """The latest draft's source: this conversation, or the saved message it copies (the index names its documents
+        by (conversation id, message id), :mod:`specchat.history.corpus`)."""
+        if self.last_source != "history":
+            return DraftSource("conversation", self.name)
+        index = self.index()
+        key = index.doc_at(self.last_position) if index is not None else None
+        if isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, int) for x in key):
+            return DraftSource("history", self.name, conversation=key[0], message=key[1])
+        return DraftSource("history", self.name)
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         own = super().lookup(context, k)
