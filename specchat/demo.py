@@ -246,11 +246,13 @@ def choose_helps_pair(data_dir: Any, tuned: Iterable[Any], source_file: str,
     return pick_helps_pair(helps_candidates(data_dir), measure, progress)
 
 
-def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress: Progress | None = None) -> Any:
+def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress: Progress | None = None,
+               n_predict: int | None = None) -> Any:
     """The session a scene races on: its pair loaded with ``load``; a scene with :attr:`Scene.earlier` tasks runs in
     the tour's own data dir (``<data dir>/tour-history``, its models found in the data dir as usual), whose history
     holds the model's greedy answers to them - saved the first time (:func:`specchat.bench.history_suite.seed_history`)
-    and kept, with the list of tasks they answer, for the next tour."""
+    and kept, with the list of tasks they answer, for the next tour; each answer as long as the scene's replies
+    (``n_predict``, else the scene's own)."""
     update = {**scene.pair.settings_update(), "server_url": None}
     if not scene.earlier:
         return load(settings.model_copy(update=update))
@@ -265,6 +267,7 @@ def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress
     session = load(bench_settings(settings.model_copy(update=update), own))
     if not marker.is_file():
         say = progress or (lambda _msg: None)
+        session.n_predict = n_predict or scene.n_predict
         try:
             seed_history(session, own / "history.sqlite3", list(scene.earlier),
                          lambda i, n, what: say(f"{what} (once: the history scene's own history)"))
@@ -384,7 +387,7 @@ def run_tour(
             session = sessions.get(scene.pair)
             if session is None:
                 say(f"loading {scene.pair.label}")
-                session = load_scene(scene, settings, load, say)
+                session = load_scene(scene, settings, load, say, n_predict)
                 sessions[scene.pair] = session
             session.n_predict = n_predict or scene.n_predict
             say(f"scene {i}/{len(scenes)}: {scene.name} ({scene.mode})")

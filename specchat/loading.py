@@ -8,7 +8,8 @@ It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
 and always offers the n-gram drafter; ``draft = "suffix"`` adds the suffix drafter with the history's index
-(:func:`suffix_drafter`). ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+(:func:`suffix_drafter`), and a chain (``suffix,DRAFT.gguf``) its free links ahead of the draft model
+(:func:`drafter_chain`). ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
 The target's weights go where the ``repack`` setting says (:func:`repack_for`),
 and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
@@ -158,26 +159,17 @@ def load_engine(
                 draft_model.close()
                 raise
             name = draft_path.name if draft_path.name != NGRAM else f"{draft_path.name} (model)"
-            drafters[name] = ModelDrafter(draft_model, name)
-            selected = name
-            if pair.chain:
-                chain = drafter_chain(settings, target, pair.chain, drafters.pop(name))
-                drafters[chain.name] = chain
-                selected = chain.name
+            link: Drafter = ModelDrafter(draft_model, name)
+            drafter = drafter_chain(settings, target, pair.chain, link) if pair.chain else link  # free links first
+            drafters[drafter.name] = drafter
+            selected = drafter.name
     except Exception:
         target.close()
         raise
     if target.is_recurrent and selected != NONE:
         selected = NONE  # the default n-gram drafter: fall back to plain decoding, said in info().note
-    controls = Controls(
-        ControlState(
-            k=settings.k,
-            speculative=selected != NONE,
-            auto_k=auto,
-            drafter=None,
-            sampling=sampling_from(settings),
-        )
-    )
+    controls = Controls(ControlState(k=settings.k, speculative=selected != NONE, auto_k=auto, drafter=None,
+                                     sampling=sampling_from(settings)))
     cache = CalibrationCache(data_dir / CALIBRATION_DIR)
     decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected, calibration_cache=cache)
     report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine

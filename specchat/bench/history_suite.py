@@ -103,9 +103,9 @@ def bench_settings(settings: Any, history: BenchHistory | Path) -> Any:
             f"--suite {HISTORY_SUITE} measures the {SUFFIX} drafter (or a chain like {SUFFIX},DRAFT.gguf) against "
             f"{NGRAM}: --draft {draft} is a draft model alone; give --draft {SUFFIX}{CHAIN_SEP}{draft}"
         )
+    suffix = settings.suffix.model_copy(update={"corpus": True, "exclude": []})  # this history is all its own
     return settings.model_copy(update={"target": str(resolve_model(settings.target, data_dir)), "draft": draft,
-                                       "data_dir": own_dir, "suffix": {**settings.suffix.model_dump(),
-                                                                                "corpus": True, "exclude": []}})
+                                       "data_dir": own_dir, "suffix": suffix})
 
 
 def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Callable[[int, int, str], None]) -> int:

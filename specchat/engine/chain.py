@@ -37,8 +37,6 @@ class DrafterChain:
     """``links`` in order: free drafters, then at most one model drafter (the last). Not itself a link of the
     decoder's rounds: :meth:`choose` picks the link that drafts each round."""
 
-    kind = "chain"
-
     def __init__(self, links: Sequence[Drafter], name: str | None = None) -> None:
         links = list(links)
         if len(links) < 2:
@@ -50,6 +48,8 @@ class DrafterChain:
             raise ValueError(f"a drafter chain's links need distinct names, got {names}")
         self.links = links
         self.name = name or CHAIN_SEP.join(names)
+        #: the kind of its last link (a model's, when it has one: what a chain costs at most per drafted token)
+        self.kind = links[-1].kind
         self.free = all(d.free for d in links)
         self.k_cap = max(d.k_cap for d in links)
         #: the link of the latest round

@@ -211,7 +211,7 @@ def _chi_square(counts: dict[int, int], probs: np.ndarray) -> float:
     return float(stats.chisquare(o, e).pvalue)
 
 
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "ngram,model"])
 def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, make_tiny_gguf, drafter):
     """Exact rejection sampling: first and second emitted tokens follow the target's warped p (chi-square).
 
@@ -237,6 +237,7 @@ def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, 
         first: dict[int, int] = {}
         second: dict[int, int] = {}
         rejected = accepted = 0
+        links: set[str] = set()  # a chain's links that drafted (issue 23: each is exact on its own)
         for seed in range(n_runs):
             counters, events = run_turn(dec, ctx, 2, seed=seed)
             assert len(counters.tokens) == 2
@@ -245,6 +246,10 @@ def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, 
             for s in steps(events):
                 accepted += s.accepted
                 rejected += s.drafted - s.accepted
+                if s.drafted:
+                    links.add(s.drafter)
+        if "," in drafter:
+            assert links == set(drafter.split(",")), f"both links must draft some rounds, drafted: {links}"
         if drafter == "model":
             assert rejected > n_runs * 0.2, "the draft must disagree often so residual sampling is exercised"
             assert accepted > n_runs * 0.1

@@ -194,7 +194,7 @@ class TourScreen(RaceViewScreen):
             self.post_message(TourStatus(f"loading {scene.pair.label}\u2026"))
             factory = self.make_factory
             session = load_scene(scene, self.settings, lambda settings: factory(settings)(lambda fraction, what: None),
-                                 lambda text: self.post_message(TourStatus(text)))
+                                 lambda text: self.post_message(TourStatus(text)), self.options.n_predict)
             self._sessions[scene.pair] = session
         session.n_predict = self.options.n_predict or scene.n_predict
         return session
