@@ -108,7 +108,7 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         c.set_speculative(True)
     else:  # auto: a cold start, so every auto run is independent of the fixed-K runs around it
         dec.cost_model.reset()
-        dec.auto_k.reset()
+        dec.reset_auto_k()
         c.set_speculative(True)
         c.set_auto_k(True)
     return measure_reply(session, prompt)

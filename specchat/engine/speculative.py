@@ -129,7 +129,8 @@ class SpeculativeDecoder:
         #: when the reply being generated started (the clock's seconds), for its figures
         self._t_gen0 = 0.0
         #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
-        self._figures: tuple[tuple[str, int, int], float, CostEstimate] | None = None
+        #: per drafter (a chain's links take turns: each keeps its own between refits)
+        self._figures: dict[str, tuple[tuple[str, int, int], float, CostEstimate]] = {}
         for name, d in self.links.items():  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
                 d.verify_cost = functools.partial(self._measured_v, name)
@@ -154,6 +155,11 @@ class SpeculativeDecoder:
         self.target.clear()
         for d in self.drafters.values():
             d.reset()
+
+    def reset_auto_k(self) -> None:
+        """auto-K's policy back to its start, a chain's links' too (the cost model keeps its estimates)."""
+        self.auto_k.reset()
+        self._link_policies.clear()
 
     # -- the loop ----------------------------------------------------------------------------------
     def generate(
@@ -211,7 +217,7 @@ class SpeculativeDecoder:
                 stop_reason = "eos"
                 break
         self.verify = self._verify_curve()  # the curve between turns is the whole reply's (EngineInfo.verify)
-        self._figures = None
+        self._figures.clear()
         counters.finish(
             predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
@@ -420,14 +426,15 @@ class SpeculativeDecoder:
         drafter = self.links.get(rnd.drafter)
         cap = drafter.k_cap if drafter is not None else K_MAX
         key = (rnd.drafter, rnd.k, cap)
-        if self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S:
+        fig = self._figures.get(rnd.drafter)
+        if fig is not None and fig[0] == key and now - fig[1] < FIGURES_REFRESH_S:
             # α, the best K and its speedup move every round (one speedup curve: cheap); the v(K) refit and the
             # break-even bisection (c and v only) stay as last fitted
-            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=self._figures[2].alpha_to_pay)
+            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=fig[2].alpha_to_pay)
         else:
             self.verify = self._verify_curve()
             cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
-            self._figures = (key, now, cost)
+            self._figures[rnd.drafter] = (key, now, cost)
         recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
         status = k_status(
             speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
