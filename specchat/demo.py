@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specchat.bench.history_suite import bench_settings, earlier_tasks, seed_history, task
+from specchat.bench.history_suite import bench_settings, earlier_tasks, seed_history, task, wait_for_index
 from specchat.bench.suite import DEFAULT_SUITE
 from specchat.engine.drafter_kinds import NGRAM, SUFFIX
 from specchat.errors import ModelFileError, UserError
@@ -275,6 +275,8 @@ def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress
             session.close()
             raise
         marker.write_text(wanted, encoding="utf-8")
+    else:
+        wait_for_index(session)  # the saved index loaded before the scene's race drafts from it
     return session
 
 

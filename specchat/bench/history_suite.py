@@ -116,11 +116,10 @@ def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Call
     from specchat.engine.events import Turn
     from specchat.engine.protocol import Message
     from specchat.history import HistoryStore
-    from specchat.loading import wait_for_history
 
     controls = session.controls
     before = controls.snapshot()
-    wait_for_history(session)  # the (empty) index first, so every saved reply arrives as an addition
+    wait_for_index(session)  # the (empty) index first, so every saved reply arrives as an addition
     controls.set_speculative(False)
     controls.set_sampling(SamplingParams(temperature=0.0, top_k=before.sampling.top_k, top_p=before.sampling.top_p))
     saved = 0
@@ -141,21 +140,27 @@ def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Call
         controls.set_sampling(before.sampling)
         controls.set_speculative(before.speculative)
         session.reset()
-    _settle(session)
+    wait_for_index(session, settle=True)
     return saved
 
 
-def _settle(session: Any) -> None:
-    """Wait until every suffix corpus of ``session`` has indexed what was saved."""
-    from specchat.engine.suffix_drafter import SuffixDrafter
+def _corpora(session: Any) -> list[Any]:
+    """The history corpora of ``session``'s drafters (a suffix drafter alone or a chain's link), by what they do:
+    the tour's screen imports this module, and the TUI never imports the engine's drafters (llama_cpp)."""
+    links = getattr(getattr(session, "decoder", None), "links", {})
+    return [c for d in links.values() if (c := getattr(d, "corpus", None)) is not None and hasattr(c, "wait")]
 
-    for d in session.decoder.links.values():
-        corpus = getattr(d, "corpus", None) if isinstance(d, SuffixDrafter) else None
-        if corpus is not None and hasattr(corpus, "settle"):
-            corpus.settle(60.0)
+
+def wait_for_index(session: Any, *, settle: bool = False, timeout: float = 60.0) -> None:
+    """Until every history index of ``session`` is built (``settle``: and holds every conversation saved so far)."""
+    for corpus in _corpora(session):
+        if settle:
+            corpus.settle(timeout)
+        else:
+            corpus.wait(timeout)
 
 
 __all__ = [
     "DEFAULT_EARLIER", "HISTORY_SUITE", "MAX_EARLIER", "TASK_NAME", "BenchHistory", "bench_settings", "earlier_tasks",
-    "history_suite", "seed_history", "task",
+    "history_suite", "seed_history", "task", "wait_for_index",
 ]

@@ -115,9 +115,21 @@ class DrafterChain:
             link.close()
 
 
+def every_drafter(drafters: Mapping[str, Drafter]) -> list[Drafter]:
+    """Every drafter that drafts rounds: ``drafters`` with each chain replaced by its links, each object once (a
+    chain's ``ngram`` link and the ``ngram`` drafter beside it are two drafters of one name)."""
+    out: list[Drafter] = []
+    for d in drafters.values():
+        for link in d.links if isinstance(d, DrafterChain) else [d]:
+            if all(link is not other for other in out):
+                out.append(link)
+    return out
+
+
 def each_link(drafters: Mapping[str, Drafter]) -> dict[str, Drafter]:
     """Every drafter that drafts rounds, by name: ``drafters`` with each chain replaced by its links (what the cost
-    model and the calibration key by)."""
+    model and the calibration key by). Two drafters of one name - a chain's ``ngram`` link and the ``ngram`` drafter
+    beside it - share their name's figures: the same kind of drafter with the same settings."""
     out: dict[str, Drafter] = {}
     for name, d in drafters.items():
         if isinstance(d, DrafterChain):
@@ -127,4 +139,4 @@ def each_link(drafters: Mapping[str, Drafter]) -> dict[str, Drafter]:
     return out
 
 
-__all__ = ["DrafterChain", "each_link"]
+__all__ = ["DrafterChain", "each_link", "every_drafter"]

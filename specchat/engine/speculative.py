@@ -43,7 +43,7 @@ from specchat.engine.calibration import (
     verify_cost_for,
 )
 from specchat.engine.calibration_cache import CalibrationCache
-from specchat.engine.chain import DrafterChain, each_link
+from specchat.engine.chain import DrafterChain, each_link, every_drafter
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
@@ -131,9 +131,9 @@ class SpeculativeDecoder:
         #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
         #: per drafter (a chain's links take turns: each keeps its own between refits)
         self._figures: dict[str, tuple[tuple[str, int, int], float, CostEstimate]] = {}
-        for name, d in self.links.items():  # the n-gram drafter sizes its drafts by the verify cost measured here
+        for d in every_drafter(drafters):  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
-                d.verify_cost = functools.partial(self._measured_v, name)
+                d.verify_cost = functools.partial(self._measured_v, d.name)
             if isinstance(d, NgramDrafter) and d.boundary is None:  # and stops copying at a turn's end
                 d.boundary = target.is_eog
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from enginekit import N_BATCH, run_turn, steps
-from specchat.engine.chain import DrafterChain, each_link
+from specchat.engine.chain import DrafterChain, each_link, every_drafter
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.drafter_kinds import chain_links, k_cap_note, kind_of
 from specchat.engine.drafters import ModelDrafter, NgramDrafter
@@ -98,6 +98,10 @@ def test_each_link_is_what_the_cost_model_and_calibration_key_by():
     chain = DrafterChain([free, model])
     assert chain.name == "ngram,suffix" and chain.free and chain.k_cap == 64
     assert each_link({chain.name: chain, "other": free}) == {"ngram": free, "suffix": model, "other": free}
+    # the decoder hooks every drafter object, a chain's ngram link and the ngram drafter beside it alike
+    beside = NgramDrafter(1, 4)
+    assert every_drafter({chain.name: chain, "ngram": beside}) == [free, model, beside]
+    assert every_drafter({chain.name: chain, "again": free}) == [free, model]
     with pytest.raises(ValueError, match="last link"):
         DrafterChain([_FakeModel(), free])
     with pytest.raises(ValueError, match="at least two"):

@@ -157,7 +157,8 @@ class AssistantMessage(Vertical):
         if turn is not None:
             log = next((a for a in self.ancestors if isinstance(a, ChatLog)), None)
             current = log.current_conversation() if log is not None and log.current_conversation else None
-            subtitle.append(turn_summary(turn, describe=log.describe if log is not None else None, current=current))
+            describe = log.describe_conversation if log is not None else None
+            subtitle.append(turn_summary(turn, describe=describe, current=current))
         if self.ghosts_not_saved:
             subtitle.append("ghosts not saved")
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
@@ -292,7 +293,7 @@ class ChatLog(PagedVerticalScroll):
         self._editing: UserMessage | None = None  # highlighted while it is edited in the prompt
         #: a saved conversation's title and time, and the id of the one shown: a reply's summary names where its
         #: kept drafts came from with them (the chat screen sets both)
-        self.describe: Describe | None = None
+        self.describe_conversation: Describe | None = None
         self.current_conversation: Callable[[], int | None] | None = None
 
     def on_mount(self) -> None:

@@ -59,7 +59,7 @@ class Sidebar(VerticalScroll):
         self._info: EngineInfo | None = None
         #: the history's title and time of a saved conversation, and the id of the one on screen (the chat screen
         #: sets both): where a draft copied from is named by them
-        self.describe: Describe | None = None
+        self.describe_conversation: Describe | None = None
         self.current_conversation: Callable[[], int | None] | None = None
 
     def summary(self) -> str:
@@ -220,7 +220,7 @@ class Sidebar(VerticalScroll):
         self._put_note("k-note", k_note(snapshot.status, self._state, drafter))
         current = self.current_conversation() if self.current_conversation is not None else None
         self._put_note("draft-source", source_line(snapshot.source, snapshot.chain, current=current,
-                                                   describe=self.describe))
+                                                   describe=self.describe_conversation))
         self._put("reply-figures", "\n".join(format_reply(snapshot, self._info)), rewraps=True)
         self._put("recent-figures", "\n".join(format_recent(snapshot.recent, self._info)), rewraps=True)
         self._put_note("recent-notes", "\n".join(snapshot.recent.notes) if snapshot.recent is not None else "")
