@@ -77,6 +77,7 @@ class Recorder:
     def forget(self, conv_id: int) -> bool:
         """``conv_id`` was deleted in the browser: if it is the one shown, stop recording it (True: the screen
         starts a new chat); it is not saved again under a new id meanwhile."""
+        self._described.pop(conv_id, None)  # a draft copied from it before is named by its id alone now
         if conv_id != self.conversation_id:
             return False
         self.conversation_id = None
