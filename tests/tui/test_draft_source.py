@@ -86,4 +86,5 @@ async def test_the_sidebar_and_the_reply_name_the_saved_conversation_the_suffix_
         assert shown.startswith(f'draft from conversation #{conv} ("Reverse a string", just now)'), shown
         assert f'from conversation #{conv} ("Reverse a string", just now)' in str(reply.border_subtitle)
         assert "drafts kept: " in str(reply.border_subtitle)
+        assert str(reply.tooltip).startswith("drafts kept: ") and f"conversation #{conv}" in str(reply.tooltip)
     store.close()

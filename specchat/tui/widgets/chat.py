@@ -159,6 +159,10 @@ class AssistantMessage(Vertical):
             current = log.current_conversation() if log is not None and log.current_conversation else None
             describe = log.describe_conversation if log is not None else None
             subtitle.append(turn_summary(turn, describe=describe, current=current))
+            # on hover, too: a narrow pane cuts the subtitle before the sources
+            origins = origin_summary(turn.accepted_by_origin, turn.history_conversations, current=current,
+                                     describe=describe)
+            self.tooltip = inert(origins) if origins else None
         if self.ghosts_not_saved:
             subtitle.append("ghosts not saved")
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
