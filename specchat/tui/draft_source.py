@@ -66,12 +66,13 @@ def source_words(source: DraftSource | None, *, current: int | None = None, desc
 
 def source_line(source: DraftSource | None, chain: str = "", *, current: int | None = None,
                 describe: Describe | None = None, now: datetime | None = None) -> str:
-    """The sidebar's line: ``draft from conversation #3 ("Refactor parser", 3 days ago)``; a chain's rounds add the
-    link that drafted (``· link suffix of suffix,draft.gguf``). "" before any draft."""
+    """The sidebar's line: ``draft from conversation #3 ("Refactor parser", 3 days ago)``; a chain's free link says
+    which it was (``draft from this conversation (chain link suffix)``; the model link is named already). "" before
+    any draft."""
     words = source_words(source, current=current, describe=describe, now=now)
-    if not words:
+    if not words or source is None:
         return ""
-    link = f" \u00b7 link {source.drafter} of {chain}" if chain and source is not None else ""
+    link = f" (chain link {source.drafter})" if chain and source.origin != "model" else ""
     return f"draft from {words}{link}"
 
 

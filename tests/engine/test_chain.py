@@ -179,3 +179,13 @@ def test_generate_draft_suffix_chain_drafts_from_the_saved_history_and_equals_pl
     assert chain["tokens"] == plain["tokens"]
     assert chain["drafter"].startswith("suffix,") and chain["accepted_by_origin"].get("history", 0) > 0
     assert chain["history_conversations"] == [conv]
+
+
+def test_a_links_policy_is_a_fork_with_the_same_settings_and_a_state_of_its_own():
+    from specchat.engine.telemetry import AutoK
+
+    policy = AutoK(k_max=16, margin=0.1, probe_min=4)
+    policy.k = 7
+    link = policy.fork()
+    assert link is not policy and (link.k_max, link.margin, link.probe_min) == (16, 0.1, 4)
+    assert link.k == link.k_init == 1 and policy.k == 7

@@ -27,8 +27,10 @@ def test_each_source_in_words():
     # a copy from the conversation on screen, already saved: this conversation
     assert source_line(DraftSource("history", "suffix", 3, 1), current=3, describe=_describe) == (
         "draft from this conversation")
-    assert source_line(DraftSource("model", "tiny.gguf"), "suffix,tiny.gguf") == (
-        "draft from the draft model (tiny.gguf) \u00b7 link tiny.gguf of suffix,tiny.gguf")
+    # a chain's rounds: the model link names itself, a free link is named
+    assert source_line(DraftSource("model", "tiny.gguf"), "suffix,tiny.gguf") == "draft from the draft model (tiny.gguf)"
+    assert source_line(DraftSource("conversation", "suffix"), "suffix,tiny.gguf") == (
+        "draft from this conversation (chain link suffix)")
 
 
 def test_ages_and_a_replys_kept_drafts_by_origin():
