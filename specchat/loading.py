@@ -16,9 +16,10 @@ and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`spe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
@@ -130,8 +131,8 @@ def load_engine(
         progress=lambda f: report(f * share, f"loading {target_path.name}"),
     )
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
-    if pair.drafter == SUFFIX and not target.is_recurrent:
-        drafters[SUFFIX] = suffix_drafter(settings, target)
+    if not target.is_recurrent:  # offered beside any drafter (the app's drafter menu); its history read once chosen
+        drafters[SUFFIX] = suffix_drafter(settings, target, lazy=pair.drafter != SUFFIX)
     selected = pair.drafter if pair.drafter in (NGRAM, SUFFIX, NONE) else None
     try:
         if draft_path is not None and target.is_recurrent:
@@ -205,24 +206,55 @@ def tokenizer_fingerprint(target: Model) -> str:
     return h.hexdigest()
 
 
-def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
+class LazyCorpus:
+    """The history index of a ``suffix`` drafter offered beside the chosen one (the app's drafter menu lists it, as it
+    lists ``ngram``): its :class:`~specchat.history.corpus.HistoryCorpus` starts the first time the drafter looks
+    something up, so a session that never drafts with it neither reads nor tokenises the history (a first build
+    tokenises at ~0.1 M tokens/s here: :mod:`specchat.history.corpus`). Until the build is done it drafts like
+    n-gram, as the eager one does."""
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self._corpus: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._corpus is not None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if self._corpus is None:
+                self._corpus = self._start()
+        return self._corpus.index()
+
+    def close(self) -> None:
+        if self._corpus is not None:
+            self._corpus.close()
+
+
+def suffix_drafter(settings: Settings, target: Model, *, lazy: bool = False) -> SuffixDrafter:
     """The ``suffix`` drafter for ``target``: n-gram settings for the conversation, and (unless ``suffix.corpus`` is
     off) the history's index, loaded or built on a thread of its own (:class:`specchat.history.corpus.HistoryCorpus`)
     so nothing here waits for it; closing the drafter saves the index. Messages are indexed without an end token:
     the end-of-turn id a chat template closes a reply with is not the vocabulary's ``eot`` for every family
     (SmolLM2's is ``<|endoftext|>``, 0, while its replies end with ``<|im_end|>``, 2), and a document's end already
-    stops a draft."""
+    stops a draft. ``lazy``: the index starts the first time the drafter is used (:class:`LazyCorpus`)."""
     from specchat.history.corpus import HistoryCorpus, index_path
 
     s = settings.suffix
-    corpus = None
-    if s.corpus:
+
+    def start() -> HistoryCorpus:
         fingerprint = tokenizer_fingerprint(target)
-        corpus = HistoryCorpus(
+        return HistoryCorpus(
             settings.history_path(), index_path(settings.effective_data_dir(), fingerprint),
             lambda text: target.tokenize(text, add_bos=False, special=False),
             fingerprint=fingerprint, exclude=s.exclude,
         ).start()
+
+    corpus: Any = None
+    if s.corpus:
+        corpus = LazyCorpus(start) if lazy else start()
     return SuffixDrafter(
         corpus, settings.ngram.min_n, settings.ngram.max_n, max_spec_factor=s.max_spec_factor,
         min_token_prob=s.min_token_prob, on_close=corpus.close if corpus is not None else None,
@@ -233,7 +265,8 @@ def wait_for_history(session: ChatSession | RemoteSession, timeout: float | None
     """Block until a ``suffix`` drafter's history index (alone or a chain's link) is built (``specchat generate`` measures with it); the
     notices said on the way (a rebuilt index). Nothing to wait for: []."""
     decoder = getattr(session, "decoder", None)
-    links = decoder.links.values() if decoder is not None else ()
+    chosen = decoder.drafter if decoder is not None else None
+    links = chosen.links if isinstance(chosen, DrafterChain) else [chosen]  # not a suffix drafter merely offered
     corpus = next((d.corpus for d in links if isinstance(d, SuffixDrafter) and d.corpus is not None), None)
     if corpus is None or not hasattr(corpus, "wait"):
         return []

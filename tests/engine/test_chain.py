@@ -189,3 +189,28 @@ def test_a_links_policy_is_a_fork_with_the_same_settings_and_a_state_of_its_own(
     link = policy.fork()
     assert link is not policy and (link.k_max, link.margin, link.probe_min) == (16, 0.1, 4)
     assert link.k == link.k_init == 1 and policy.k == 7
+
+
+@pytest.mark.usefixtures("isolated_config")
+def test_the_suffix_drafter_is_offered_beside_any_drafter_and_reads_the_history_only_once_chosen(tiny_target, tmp_path):
+    """The app's drafter menu lists what ``info().drafters`` says: ``suffix`` is there beside ``ngram``, and a session
+    that never drafts with it never starts its history index; choosing it starts the index (issue 23: suffix
+    everywhere a drafter is chosen)."""
+    from specchat.config import Settings
+    from specchat.loading import LazyCorpus, load_engine, wait_for_history
+
+    session = load_engine(Settings(target=str(tiny_target), draft="ngram", k=3, auto_k=False, n_predict=8,
+                                   n_ctx=256, threads=1, data_dir=tmp_path))
+    try:
+        assert "suffix" in session.info().drafters and session.info().draft_name == "ngram"
+        lazy = session.decoder.drafters["suffix"].corpus
+        assert isinstance(lazy, LazyCorpus) and not lazy.started
+        assert wait_for_history(session) == []  # generate waits only for the chosen drafter's index
+        list(session.send("the the the cat"))
+        assert not lazy.started and not (tmp_path / "suffix").exists()
+        session.controls.set_drafter("suffix")
+        list(session.send("the cat the cat"))
+        assert lazy.started
+    finally:
+        session.close()
+    assert list((tmp_path / "suffix").glob("*.npz"))  # closing saved the index it built
