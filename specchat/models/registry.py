@@ -166,7 +166,7 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     preset = get_preset(target_spec) if target_spec.startswith(PRESET_PREFIX) else None
     if draft_spec.lower() == NONE:
         return ResolvedPair(target, NONE, None, preset.name if preset else None)
-    if CHAIN_SEP in draft_spec and not Path(draft_spec).expanduser().is_file():
+    if CHAIN_SEP in draft_spec and not Path(draft_spec).is_file():
         free, draft = _resolve_chain(draft_spec, data_dir)
         return ResolvedPair(target, MODEL, draft, preset.name if preset else None, chain=free)
     if draft_spec.lower() == SUFFIX:  # free like n-gram: the preset's target, drafting from the history
