@@ -74,10 +74,10 @@ def test_with_auto_k_each_link_has_its_own_policy_and_a_model_that_cannot_pay_le
     decoding's. Fails if the links shared one auto-K state (each hand-over would reset it) or one cost entry."""
     dec = _chain_decoder(bundled_model, NgramDrafter(1, 4), auto_k=True)
     try:
-        ctx = dec.target.tokenize(
-            "<|im_start|>user\nRepeat this line three times: the quick brown fox jumps over the lazy dog."
-            "<|im_end|>\n<|im_start|>assistant\n"
-        )
+        from specchat.bench.suite import DEFAULT_SUITE
+
+        copy = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")  # the reply copies the prompt
+        ctx = dec.target.tokenize(f"<|im_start|>user\n{copy}<|im_end|>\n<|im_start|>assistant\n")
         base = _plain(dec, ctx, 64)
         spec, events = run_turn(dec, ctx, 64)
         assert spec.tokens == base

@@ -46,7 +46,7 @@ class TurnCounters:
         "prompt_n", "prompt_ms", "n_steps", "n_spec_steps", "draft_n", "draft_n_accepted",
         "acc_per_pos", "drafted_per_pos", "draft_ms", "verify_ms", "overhead_ms", "step_ms",
         "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last", "k_min", "k_max",
-        "rejections", "asked_steps", "spec_on_steps",
+        "rejections", "asked_steps", "spec_on_steps", "accepted_by_origin", "accepted_by_conversation",
     )
 
     def __init__(self, prompt_n: int = 0, prompt_ms: float = 0.0) -> None:
