@@ -174,7 +174,7 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         # conversations the history drafts copied, and the reply itself (greedy runs: every drafter's must be plain's)
         "accepted_by_origin": dict(getattr(turn, "accepted_by_origin", {}) or {}),
         "history_conversations": list(getattr(turn, "history_conversations", []) or []),
-        "text": turn.text,
+        "text": getattr(turn, "text", ""),
     }
 
 
