@@ -9,7 +9,10 @@ length, the one sentence shown on screen and what the user should see. :data:`SC
    much as the target cannot pay, however right it is);
 4. a layer-skip self-draft, fixed K - **ghosts everywhere** (cheap but mostly wrong: low acceptance);
 5. then auto-K choosing for each of those pairs (it keeps n-gram on for the copy, turns the costly drafts off
-   and says why).
+   and says why);
+6. the suffix drafter when the model has answered this kind of question before - **helps** (earlier
+   conversations of the same kind of task are saved first, in the tour's own history, and the reply copies the
+   model's own earlier answers: :data:`HISTORY_PAIR`, :func:`load_scene`).
 
 Model drafters run with a fixed K in scenes 3-4 so their colours show (auto-K would switch them off at once).
 The "helps" pair is one constant, :data:`HELPS_PAIR`: the preset ``smollm2-q8-ngram``, the bundled model
@@ -35,8 +38,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specchat.bench.history_suite import bench_settings, earlier_tasks, seed_history, task, wait_for_index
 from specchat.bench.suite import DEFAULT_SUITE
-from specchat.engine.drafter_kinds import NGRAM
+from specchat.engine.drafter_kinds import NGRAM, SUFFIX
 from specchat.errors import ModelFileError, UserError
 from specchat.models.presets import PRESET_PREFIX, SMOLLM2_F16_FILE
 from specchat.models.registry import models_dir, resolve_pair
@@ -75,6 +79,14 @@ HELPS_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", NGRAM, "SmolLM2 Q8_0 + n-g
 SELF_DRAFT_PAIR = Pair("bundled", "bundled", "bundled SmolLM2 drafting for itself")
 #: a layer-skip self-draft (12 of 30 blocks of the bundled model, ``specchat models derive --demo``)
 LAYER_SKIP_PAIR = Pair("preset:smollm2-layerskip", NGRAM, "bundled SmolLM2 + its layer-skip draft")
+#: the history scene's pair: the "helps" target file (the Q8_0 re-encoding, whose batched verify lets long copies pay)
+#: drafted by the suffix drafter, over the tour's own history (:func:`load_scene`)
+HISTORY_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", SUFFIX, "SmolLM2 Q8_0 + suffix")
+#: the earlier conversations the history scene saves first: few enough to be answered in seconds here (the bench's
+#: ``--suite history`` saves 20), the same kind of task as the scene's
+HISTORY_EARLIER = 6
+#: the tour's own data dir for the history scene, under the data dir (never the user's history database)
+TOUR_HISTORY_DIR = "tour-history"
 
 COPY_PROMPT = _suite_prompt("copy-heavy")
 PROSE_PROMPT = _suite_prompt("prose")
@@ -96,6 +108,8 @@ class Scene:
     expect: str  # what the user should see
     tags: tuple[str, ...] = field(default=())
     expected: tuple[str, ...] = ("helps", "neutral", "hurts")
+    #: tasks answered (greedy, plain) and saved in the tour's own history before the scene runs (:func:`load_scene`)
+    earlier: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -147,6 +161,13 @@ SCENES: tuple[Scene, ...] = (
         "auto-K with the layer-skip draft", LAYER_SKIP_PAIR, None, PLAIN_PROMPT, 96,
         "Auto-K sees the layer-skip draft's cost and low acceptance and turns drafting off, probing now and then.",
         "a notice that drafting is off; plain speed instead of a slowdown", ("auto-K", "hurts"), ("neutral",),
+    ),
+    Scene(
+        "the model has answered this kind of question before", HISTORY_PAIR, 16, task(24), 128,
+        f"{HISTORY_EARLIER} earlier conversations asked for the same kind of function: the suffix drafter copies the "
+        "model's own earlier answers from the history, and the target accepts them in long runs.",
+        "long green runs copied from earlier conversations; faster than without speculation", ("helps", "history"),
+        ("helps",), tuple(earlier_tasks(HISTORY_EARLIER)),
     ),
 )
 
@@ -225,6 +246,40 @@ def choose_helps_pair(data_dir: Any, tuned: Iterable[Any], source_file: str,
     return pick_helps_pair(helps_candidates(data_dir), measure, progress)
 
 
+def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress: Progress | None = None,
+               n_predict: int | None = None) -> Any:
+    """The session a scene races on: its pair loaded with ``load``; a scene with :attr:`Scene.earlier` tasks runs in
+    the tour's own data dir (``<data dir>/tour-history``, its models found in the data dir as usual), whose history
+    holds the model's greedy answers to them - saved the first time (:func:`specchat.bench.history_suite.seed_history`)
+    and kept, with the list of tasks they answer, for the next tour; each answer as long as the scene's replies
+    (``n_predict``, else the scene's own)."""
+    update = {**scene.pair.settings_update(), "server_url": None}
+    if not scene.earlier:
+        return load(settings.model_copy(update=update))
+    own = Path(settings.effective_data_dir()) / TOUR_HISTORY_DIR
+    marker = own / "earlier.txt"
+    wanted = "\n".join(scene.earlier)
+    if not marker.is_file() or marker.read_text(encoding="utf-8") != wanted:
+        import shutil
+
+        shutil.rmtree(own, ignore_errors=True)  # another list of tasks, or a save cut short: start again
+    own.mkdir(parents=True, exist_ok=True)
+    session = load(bench_settings(settings.model_copy(update=update), own))
+    if not marker.is_file():
+        say = progress or (lambda _msg: None)
+        session.n_predict = n_predict or scene.n_predict
+        try:
+            seed_history(session, own / "history.sqlite3", list(scene.earlier),
+                         lambda i, n, what: say(f"{what} (once: the history scene's own history)"))
+        except BaseException:
+            session.close()
+            raise
+        marker.write_text(wanted, encoding="utf-8")
+    else:
+        wait_for_index(session)  # the saved index loaded before the scene's race drafts from it
+    return session
+
+
 def pairs(scenes: Sequence[Scene] = SCENES) -> list[Pair]:
     """The distinct pairs of ``scenes``, in order."""
     out: list[Pair] = []
@@ -298,6 +353,7 @@ class SceneResult:
             "k_status": status.label if status is not None else None, "notices": list(on.notices),
             "identical": self.race.identical, "difference": self.race.difference or None,
             "sentence": self.scene.sentence, "expect": self.scene.expect,
+            "history_drafts": t.accepted_by_origin.get("history", 0),
         }
 
 
@@ -333,7 +389,7 @@ def run_tour(
             session = sessions.get(scene.pair)
             if session is None:
                 say(f"loading {scene.pair.label}")
-                session = load(settings.model_copy(update=scene.pair.settings_update()))
+                session = load_scene(scene, settings, load, say, n_predict)
                 sessions[scene.pair] = session
             session.n_predict = n_predict or scene.n_predict
             say(f"scene {i}/{len(scenes)}: {scene.name} ({scene.mode})")
@@ -351,7 +407,7 @@ def outcome_line(result: SceneResult) -> str:
     scene, race = result.scene, result.race
     v = verdict(race.ratio)
     if v in scene.expected or race.ratio is None:
-        return f"expected: {scene.expect}"
+        return f"expected: {scene.expect}{_history_measured(result)}"
     t = race.on.turn
     step = race.on.last_step
     ratio = f"{race.ratio:.2f}×"
@@ -366,6 +422,17 @@ def outcome_line(result: SceneResult) -> str:
             f"{t.mean_len:.1f} for a round costing {spent:.1f} single-row decodes (v({d}) = "
             f"{spent - cost.c * drafted:.1f} here, c = {cost.c:.2f} per drafted token), so drafting {what}: it "
             f"pays only while the tokens kept exceed the round's cost")
+
+
+def _history_measured(result: SceneResult) -> str:
+    """For a scene over a history: what this CPU measured and how much of the reply the history drafted."""
+    if not result.scene.earlier:
+        return ""
+    t, ratio = result.race.on.turn, result.race.ratio
+    kept = t.accepted_by_origin.get("history", 0)
+    speed = f"{ratio:.2f}\u00d7" if ratio is not None else "no ratio"
+    return (f"; on this CPU {speed} ({verdict(ratio)}): {kept} of its {t.predicted_n} tokens were drafts copied from "
+            f"{len(t.history_conversations)} earlier conversation(s)")
 
 
 def format_results(results: Sequence[SceneResult]) -> str:
@@ -392,7 +459,7 @@ def format_results(results: Sequence[SceneResult]) -> str:
 
 
 __all__ = [
-    "COPY_ALPHA", "HELPS_PAIR", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
+    "COPY_ALPHA", "HELPS_PAIR", "HISTORY_PAIR", "load_scene", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
     "SceneResult", "ensure_pairs", "format_results", "missing_pairs", "outcome_line", "pairs", "pick_helps_pair",
     "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "verdict",
 ]

@@ -8,19 +8,22 @@ It sits above :mod:`specchat.engine`, :mod:`specchat.models` and :mod:`specchat.
 Validates both files (:mod:`specchat.engine.gguf`), loads the target, loads a draft model if one is
 configured and checks it against the target (llama.cpp's five vocab rules, :mod:`specchat.engine.compat`),
 and always offers the n-gram drafter; ``draft = "suffix"`` adds the suffix drafter with the history's index
-(:func:`suffix_drafter`). ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
+(:func:`suffix_drafter`), and a chain (``suffix,DRAFT.gguf``) its free links ahead of the draft model
+(:func:`drafter_chain`). ``n_batch`` is at least K_max + 1 so a verify batch is one decode.
 The target's weights go where the ``repack`` setting says (:func:`repack_for`),
 and its verify-cost calibration is kept in ``<data dir>/calibration`` (:mod:`specchat.engine.calibration_cache`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
 from specchat.engine.chat import ChatSession
+from specchat.engine.chain import DrafterChain
 from specchat.engine.compat import VocabSummary, require_compatible
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX, MODEL, NGRAM, NONE, SUFFIX
@@ -122,8 +125,8 @@ def load_engine(
     speculates = pair.drafter != NONE and (auto or settings.k > 0)
     target = _load_target(settings, pair.target, n_batch, speculates, lambda f, what: report(f * share, what))
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
-    if pair.drafter == SUFFIX and not target.is_recurrent:
-        drafters[SUFFIX] = suffix_drafter(settings, target)
+    if not target.is_recurrent:  # offered beside any drafter (the app's drafter menu); its history read once chosen
+        drafters[SUFFIX] = suffix_drafter(settings, target, lazy=pair.drafter != SUFFIX)
     selected = pair.drafter if pair.drafter in (NGRAM, SUFFIX, NONE) else None
     if draft_path is not None:
         try:
@@ -134,19 +137,15 @@ def load_engine(
         except Exception:
             target.close()
             raise
-        drafters[name] = drafter
-        selected = name
+        link: Drafter = drafter
+        if pair.chain:  # free links first, the draft model last
+            link = drafter_chain(settings, target, pair.chain, drafter)
+        drafters[link.name] = link
+        selected = link.name
     if target.is_recurrent and selected != NONE:
         selected = NONE  # the default n-gram drafter: fall back to plain decoding, said in info().note
-    controls = Controls(
-        ControlState(
-            k=settings.k,
-            speculative=selected != NONE,
-            auto_k=auto,
-            drafter=None,
-            sampling=sampling_from(settings),
-        )
-    )
+    controls = Controls(ControlState(k=settings.k, speculative=selected != NONE, auto_k=auto, drafter=None,
+                                     sampling=sampling_from(settings)))
     cache = CalibrationCache(data_dir / CALIBRATION_DIR)
     decoder = SpeculativeDecoder(target, drafters, controls, drafter=selected, calibration_cache=cache)
     report(1.0, "models loaded")  # not "ready": the app is ready once it has taken the engine
@@ -203,6 +202,16 @@ def _load_draft_model(
     return name, ModelDrafter(draft_model, name)
 
 
+def drafter_chain(settings: Settings, target: Model, free: tuple[str, ...], model: Drafter) -> DrafterChain:
+    """The chain ``free`` links (``ngram``, ``suffix``: each its own drafter, set up as when it drafts alone) then
+    ``model`` (:mod:`specchat.engine.chain`), named as it was written: ``suffix,draft.gguf``."""
+    links: list[Drafter] = []
+    for kind in free:
+        links.append(suffix_drafter(settings, target) if kind == SUFFIX else NgramDrafter(settings.ngram.min_n,
+                                                                                         settings.ngram.max_n))
+    return DrafterChain([*links, model])
+
+
 def tokenizer_fingerprint(target: Model) -> str:
     """A hash of the target's vocabulary (its type and every token's text): targets of one family share it, and so
     share one suffix index; another family gets its own (:func:`specchat.history.corpus.index_path`)."""
@@ -216,24 +225,55 @@ def tokenizer_fingerprint(target: Model) -> str:
     return h.hexdigest()
 
 
-def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
+class LazyCorpus:
+    """The history index of a ``suffix`` drafter offered beside the chosen one (the app's drafter menu lists it, as it
+    lists ``ngram``): its :class:`~specchat.history.corpus.HistoryCorpus` starts the first time the drafter looks
+    something up, so a session that never drafts with it neither reads nor tokenises the history (a first build
+    tokenises at ~0.1 M tokens/s here: :mod:`specchat.history.corpus`). Until the build is done it drafts like
+    n-gram, as the eager one does."""
+
+    def __init__(self, start: Callable[[], Any]) -> None:
+        self._start = start
+        self._corpus: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def started(self) -> bool:
+        return self._corpus is not None
+
+    def __call__(self) -> Any:
+        with self._lock:
+            if self._corpus is None:
+                self._corpus = self._start()
+        return self._corpus.index()
+
+    def close(self) -> None:
+        if self._corpus is not None:
+            self._corpus.close()
+
+
+def suffix_drafter(settings: Settings, target: Model, *, lazy: bool = False) -> SuffixDrafter:
     """The ``suffix`` drafter for ``target``: n-gram settings for the conversation, and (unless ``suffix.corpus`` is
     off) the history's index, loaded or built on a thread of its own (:class:`specchat.history.corpus.HistoryCorpus`)
     so nothing here waits for it; closing the drafter saves the index. Messages are indexed without an end token:
     the end-of-turn id a chat template closes a reply with is not the vocabulary's ``eot`` for every family
     (SmolLM2's is ``<|endoftext|>``, 0, while its replies end with ``<|im_end|>``, 2), and a document's end already
-    stops a draft."""
+    stops a draft. ``lazy``: the index starts the first time the drafter is used (:class:`LazyCorpus`)."""
     from specchat.history.corpus import HistoryCorpus, index_path
 
     s = settings.suffix
-    corpus = None
-    if s.corpus:
+
+    def start() -> HistoryCorpus:
         fingerprint = tokenizer_fingerprint(target)
-        corpus = HistoryCorpus(
+        return HistoryCorpus(
             settings.history_path(), index_path(settings.effective_data_dir(), fingerprint),
             lambda text: target.tokenize(text, add_bos=False, special=False),
             fingerprint=fingerprint, exclude=s.exclude,
         ).start()
+
+    corpus: Any = None
+    if s.corpus:
+        corpus = LazyCorpus(start) if lazy else start()
     return SuffixDrafter(
         corpus, settings.ngram.min_n, settings.ngram.max_n, max_spec_factor=s.max_spec_factor,
         min_token_prob=s.min_token_prob, on_close=corpus.close if corpus is not None else None,
@@ -241,11 +281,12 @@ def suffix_drafter(settings: Settings, target: Model) -> SuffixDrafter:
 
 
 def wait_for_history(session: ChatSession | RemoteSession, timeout: float | None = None) -> list[str]:
-    """Block until a ``suffix`` drafter's history index is built (``specchat generate`` measures with it); the
+    """Block until a ``suffix`` drafter's history index (alone or a chain's link) is built (``specchat generate`` measures with it); the
     notices said on the way (a rebuilt index). Nothing to wait for: []."""
     decoder = getattr(session, "decoder", None)
-    drafter = decoder.drafters.get(SUFFIX) if decoder is not None else None
-    corpus = getattr(drafter, "corpus", None)
+    chosen = decoder.drafter if decoder is not None else None
+    links = chosen.links if isinstance(chosen, DrafterChain) else [chosen]  # not a suffix drafter merely offered
+    corpus = next((d.corpus for d in links if isinstance(d, SuffixDrafter) and d.corpus is not None), None)
     if corpus is None or not hasattr(corpus, "wait"):
         return []
     corpus.wait(timeout)

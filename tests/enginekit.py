@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from specchat.engine.calibration_cache import CalibrationCache
+from specchat.engine.chain import DrafterChain
 from specchat.engine.chat import ChatSession
 from specchat.engine.controls import Controls, ControlState, SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
@@ -14,6 +15,8 @@ from specchat.engine.drafters import ModelDrafter, NgramDrafter
 from specchat.engine.events import Piece, Step, Turn
 from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
+from specchat.engine.suffix import SuffixIndex
+from specchat.engine.suffix_drafter import SuffixDrafter
 
 
 #: a whole verify batch of the largest K in one decode, as the loader sizes it
@@ -34,7 +37,14 @@ def build_decoder(
 ) -> SpeculativeDecoder:
     tgt = Model(target, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads)
     drafters = {"ngram": NgramDrafter(1, 4)}
-    if draft is not None:
+    if drafter == "suffix":  # over an empty history index of its own (a test adds documents: its ``corpus``)
+        drafters["suffix"] = SuffixDrafter(SuffixIndex())
+    if "," in drafter:  # a drafter chain of these links, e.g. "ngram,model" (the model link on ``draft``)
+        links = [NgramDrafter(1, 4) if name == "ngram" else
+                 ModelDrafter(Model(draft, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads), name)
+                 for name in drafter.split(",")]
+        drafters[drafter] = DrafterChain(links)
+    elif draft is not None:
         drafters["model"] = ModelDrafter(Model(draft, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads), "model")
     controls = Controls(ControlState(k=k, speculative=speculative, sampling=sampling or SamplingParams()))
     return SpeculativeDecoder(tgt, drafters, controls, drafter=drafter, calibration_cache=calibration_cache)

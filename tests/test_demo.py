@@ -28,8 +28,8 @@ from specchat.models.registry import resolve_pair
 
 def test_the_scenes_cover_the_lessons():
     scenes = demo.SCENES
-    assert [s.k is None for s in scenes] == [False] * 4 + [True] * 4  # fixed K first, then auto-K for each pair
-    fixed, auto = scenes[:4], scenes[4:]
+    assert [s.k is None for s in scenes[:8]] == [False] * 4 + [True] * 4  # fixed K first, then auto-K for each pair
+    fixed, auto = scenes[:4], scenes[4:8]
     assert [(s.pair, s.prompt) for s in fixed] == [(s.pair, s.prompt) for s in auto]
     assert fixed[0].pair == demo.HELPS_PAIR and fixed[0].prompt == demo.COPY_PROMPT  # helps
     assert fixed[1].pair == demo.HELPS_PAIR and fixed[1].prompt == demo.PROSE_PROMPT  # neutral
@@ -38,6 +38,11 @@ def test_the_scenes_cover_the_lessons():
     assert demo.HELPS_PAIR.target == "preset:smollm2-q8-ngram"  # issue 12: a target with a batched verify kernel
     for s in scenes:
         assert s.sentence.endswith(".") and "\n" not in s.sentence and s.expect and s.n_predict > 0
+    # issue 23: the model has answered this kind of question before - the suffix drafter over the scene's own history
+    history = scenes[8]
+    assert history.pair == demo.HISTORY_PAIR and history.pair.draft == "suffix" and history.expected == ("helps",)
+    assert len(history.earlier) == demo.HISTORY_EARLIER and history.prompt not in history.earlier
+    assert all(not s.earlier for s in scenes[:8])
 
 
 def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
@@ -69,7 +74,11 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
     for r in results:
         line = demo.outcome_line(r)
         v = demo.verdict(r.race.ratio)
-        assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU it {v} (")
+        if r.scene.earlier and v in r.scene.expected:  # the history scene says what this CPU measured as well
+            assert line.startswith(f"expected: {r.scene.expect}; on this CPU {r.race.ratio:.2f}\u00d7 ({v}): ")
+            assert line.endswith("earlier conversation(s)") and " tokens were drafts copied from " in line
+        else:
+            assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU it {v} (")
         forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
         assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×)")
         if r.race.on.turn.n_spec_steps:
@@ -80,6 +89,9 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
         assert_identical_or_a_near_tie(r.race)
         assert all(n.startswith("auto-K: drafting ") for n in f["notices"])
         assert r.race.off.turn.draft_n == 0  # the baseline run never drafts
+    assert figures[8]["history_drafts"] > 0, "the history scene drafted nothing from its earlier conversations"
+    assert (tmp_path / "data" / demo.TOUR_HISTORY_DIR / "history.sqlite3").is_file()
+    assert not (tmp_path / "data" / "history.sqlite3").exists()  # never the user's history
     self_draft, layer_skip = figures[2], figures[3]
     assert self_draft["drafted"] > 0 and self_draft["acceptance"] >= 0.8  # the model agrees with itself
     assert layer_skip["drafted"] > 0 and layer_skip["ghosts"] > 0 and layer_skip["acceptance"] < self_draft["acceptance"]
@@ -153,7 +165,7 @@ def test_specchat_demo_lists_its_scenes(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--headless", "--scene", "9"], "--scene 9: there are scenes 1..8"),
+        (["--headless", "--scene", "10"], "--scene 10: there are scenes 1..9"),
         (["--headless", "--n-predict", "0"], "--n-predict 0 must be a positive number"),
         (["--json"], "--json prints the figures of a headless tour: add --headless"),
     ],

@@ -15,6 +15,7 @@ from specchat.bench.progress import ProgressLine
 from specchat.bench.report import (
     build_report,
     format_arithmetic,
+    format_drafters,
     format_formats,
     format_plot,
     format_table,
@@ -22,10 +23,11 @@ from specchat.bench.report import (
     write_json,
 )
 from specchat.bench.runner import BenchRunner
+from specchat.bench.history_suite import DEFAULT_EARLIER, HISTORY_SUITE, earlier_tasks
 from specchat.bench.suite import load_suite
 from specchat.bench.remote import BenchServer, ab_plan, ab_ratios, format_ratios, remote_plan, run_ab, run_remote_once
 from specchat.bench.summary import summarize
-from specchat.engine.drafter_kinds import K_MAX, NGRAM
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX, chain_links
 from specchat.errors import UserError
 from specchat.models.formats import parse_flash_attn, parse_formats
 
@@ -85,6 +87,15 @@ def validate_args(args: Any) -> tuple[list[int], list[dict[str, str]]]:
     if getattr(args, "temperature", None) is not None and not (0.0 <= args.temperature <= 5.0):
         raise UserError(f"--temperature {args.temperature} must be in 0..5 (0 = greedy)")
     suite = load_suite(args.suite)
+    if args.suite == HISTORY_SUITE:
+        earlier_tasks(getattr(args, "history_size", DEFAULT_EARLIER))  # its range, before anything loads
+        for flag, dest in (("--server", "server"), ("--server-b", "server_b"), ("--formats", "formats"),
+                           ("--flash-attn", "flash_attn")):
+            if getattr(args, dest, None):
+                raise UserError(f"--suite {HISTORY_SUITE} measures local drafters on a history of their own: "
+                                f"{flag} does not go with it; drop {flag}")
+    elif getattr(args, "history_size", DEFAULT_EARLIER) != DEFAULT_EARLIER:
+        raise UserError(f"--history-size is for --suite {HISTORY_SUITE}: drop it, or add --suite {HISTORY_SUITE}")
     if args.json:
         parent = Path(args.json).expanduser().parent
         if not parent.is_dir():
@@ -176,6 +187,8 @@ def main(
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     show = not getattr(args, "no_progress", False) and (getattr(args, "progress", False) or _isatty(err))
     progress = ProgressLine(err, enabled=show)
+    if getattr(args, "suite", None) == HISTORY_SUITE:
+        return _main_history(args, ks, suite, settings, progress, out, err, on_record)
     try:
         targets, session_b = _load_sessions(settings, bool(server_pair(settings)), formats, flash_attn, progress)
     except KeyboardInterrupt:
@@ -191,6 +204,39 @@ def main(
         ((session, _),) = targets.values()
         return _main_remote(args, session, suite, settings, progress, out, err, on_record)
     return _main_local(args, targets, ks, suite, settings, progress, out, err, on_record)
+
+
+def _main_history(
+    args: Any, ks: list[int], suite: list[dict[str, str]], settings: Any, progress: ProgressLine, out: TextIO,
+    err: TextIO, on_record: Callable[[dict[str, Any]], None] | None,
+) -> int:
+    """``--suite history`` (:mod:`specchat.bench.history_suite`): the earlier conversations saved in the bench's own
+    data dir first, by the measured session itself (greedy, plain), then the new task measured like any suite - the
+    ``suffix`` drafter (or the chain asked for) against ``ngram``, each against plain decoding."""
+    from specchat.bench.history_suite import BenchHistory, bench_settings, seed_history
+
+    history = BenchHistory()
+    targets: dict[str, tuple[Any, Any]] = {}
+    try:
+        local = bench_settings(settings, history)
+        try:
+            targets = load_targets(local, None, progress)
+            ((session, _),) = targets.values()
+            saved = seed_history(session, history.db_path, earlier_tasks(getattr(args, "history_size", DEFAULT_EARLIER)), progress)
+        except BaseException as exc:
+            progress.close()
+            for s, _v in targets.values():
+                s.close()
+            if isinstance(exc, KeyboardInterrupt):
+                print("specchat: interrupted while saving the earlier conversations; nothing measured", file=err)
+                return 130
+            raise
+        progress.close()
+        print(f"history: {saved} earlier conversation(s) of the same kind of task saved in the bench's own data dir "
+              f"(greedy replies of the target itself); the measured task is not among them", file=out)
+        return _main_local(args, targets, ks, suite, local, progress, out, err, on_record)
+    finally:
+        history.close()
 
 
 def _load_sessions(
@@ -224,6 +270,9 @@ def _main_local(
     """``specchat bench`` on local models: each K (and auto) against the adjacent baseline, per weight format."""
     sessions = {label: session for label, (session, _v) in targets.items()}
     variants = {label: v for label, (_s, v) in targets.items() if v is not None}
+    compared = compared_drafters(sessions) if not variants else []
+    if compared:  # one session under each drafter's name: suffix against ngram, side by side
+        sessions = dict.fromkeys(compared, next(iter(sessions.values())))
     reference = next((label for label, v in variants.items() if v.source), None)
     interrupted = False
     try:
@@ -235,6 +284,9 @@ def _main_local(
         meta = _local_meta(dec, ks, args, settings, suite, variants)
         many = len(sessions) > 1
         _print_local_header(out, dec, ks, args, settings, variants if many else {}, reference)
+        if compared:
+            print(f"drafters compared: {' against '.join(compared)}, each run paired with its own baseline", file=out)
+            meta["compared"] = compared
         cals: dict[str, Calibration] = {}
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             interrupted = _calibrate_all(sessions, suite, progress, many, cals)
@@ -244,6 +296,7 @@ def _main_local(
                 sessions if many else first, suite, ks, args.runs, auto=bool(args.auto), progress=progress,
                 on_record=on_record, reference=reference,
                 baseline_only=[label for label, v in variants.items() if v.one_row],
+                drafters={name: name for name in compared},
             )
             records = runner.run()
             interrupted = runner.interrupted
@@ -254,6 +307,8 @@ def _main_local(
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
         _print_local_results(out, err, list(sessions), rows, ariths, cals, variants if many else {}, args.plot,
                              reference, meta, dec.target.name)
+        if compared and rows:
+            print(format_drafters(rows, compared), file=out)
         if args.json:
             arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
@@ -261,9 +316,21 @@ def _main_local(
         out.flush()
     finally:
         progress.close()
-        for session in sessions.values():
+        for session in {id(s): s for s in sessions.values()}.values():
             session.close()
     return 130 if interrupted else 0
+
+
+def compared_drafters(sessions: dict[str, Any]) -> list[str]:
+    """The drafters a local bench of one session compares: the configured ``suffix`` drafter or drafter chain, then
+    ``ngram`` (loaded beside every drafter), issue 23's "suffix against ngram and plain decoding"; [] otherwise."""
+    if len(sessions) != 1:
+        return []
+    dec = next(iter(sessions.values())).decoder
+    name = dec.drafter_name
+    if (name == SUFFIX or chain_links(name)) and NGRAM in dec.drafters:
+        return [name, NGRAM]
+    return []
 
 
 def _local_meta(
@@ -314,9 +381,12 @@ def _calibrate_all(
 ) -> bool:
     """Measure v(K) for each target into ``cals``; True if Ctrl-C stopped it (what was measured is kept)."""
     try:
+        done: dict[int, Calibration] = {}  # one session under several drafters' names is timed once
         for label, session in sessions.items():
             prog = progress if not many else (lambda i, n, what, label=label: progress(i, n, f"{label} {what}"))
-            cals[label] = calibrate(session, suite[0]["prompt"], progress=prog)
+            if id(session) not in done:
+                done[id(session)] = calibrate(session, suite[0]["prompt"], progress=prog)
+            cals[label] = done[id(session)]
     except KeyboardInterrupt:
         return True
     return False
@@ -334,6 +404,8 @@ def _print_local_results(
         if many:
             v = many[label]
             print(f"\n== {label}: {v.path.name} ({v.note}) ==", file=out)
+        elif len(labels) > 1:  # the drafters compared on one target
+            print(f"\n== drafter {label} ==", file=out)
         if mine:
             print("", file=out)
             print(format_table(mine), file=out)

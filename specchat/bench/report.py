@@ -48,6 +48,30 @@ def format_table(rows: Sequence[SummaryRow]) -> str:
     return "\n".join(lines)
 
 
+def format_drafters(rows: Sequence[SummaryRow], labels: Sequence[str]) -> str:
+    """The drafters side by side (``--draft suffix`` against ``ngram``, plain decoding the unit): per prompt and K,
+    each drafter's mean accepted length and its speedup over its own adjacent baselines."""
+    w = max([12, *(len(r.prompt) for r in rows)])
+    cw = max([16, *(len(label) + 2 for label in labels)])
+    head = f"{'prompt':<{w}} {'K':>4} {'plain tok/s':>11} " + " ".join(f"{label:>{cw}}" for label in labels)
+    lines = ["", "drafters side by side: mean len / speedup over plain decoding (each its own baseline pairs)", head,
+             "-" * len(head)]
+    for prompt in dict.fromkeys(r.prompt for r in rows):
+        mine = [r for r in rows if r.prompt == prompt]
+        base = [r.tps_median for r in mine if r.mode == "baseline"]
+        plain = f"{sorted(base)[len(base) // 2]:.1f}" if base else "-"
+        modes = list(dict.fromkeys((r.mode, r.k) for r in mine if r.mode != "baseline"))
+        for i, (mode, k) in enumerate(modes):
+            cells = []
+            for label in labels:
+                r = next((x for x in mine if x.target == label and (x.mode, x.k) == (mode, k)), None)
+                cells.append("-" if r is None else f"{r.mean_len:.2f} / {_fmt(r.speedup, '.2f')}\u00d7")
+            name = prompt if i == 0 else ""
+            kl = "auto" if mode == "auto" else str(k)
+            lines.append(f"{name:<{w}} {kl:>4} {plain if i == 0 else '':>11} " + " ".join(f"{c:>{cw}}" for c in cells))
+    return "\n".join(lines)
+
+
 def noise_warnings(rows: Sequence[SummaryRow], spread: float = 1.5) -> list[str]:
     """A line per prompt whose baseline runs varied by more than ``spread``× (max/min tok/s): a busy
     machine (other processes, OpenMP threads spinning on shared cores) makes single ratios unreliable."""

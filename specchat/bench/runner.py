@@ -33,7 +33,7 @@ RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
     "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
-    "round_log", "target", "x_reference",
+    "round_log", "target", "x_reference", "accepted_by_origin", "history_conversations", "text",
 )
 
 
@@ -108,7 +108,7 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         c.set_speculative(True)
     else:  # auto: a cold start, so every auto run is independent of the fixed-K runs around it
         dec.cost_model.reset()
-        dec.auto_k.reset()
+        dec.reset_auto_k()
         c.set_speculative(True)
         c.set_auto_k(True)
     return measure_reply(session, prompt)
@@ -170,6 +170,11 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "estimate": _estimate(stats.last_cost) if item.mode == "auto" else None,
         "target": item.target,
         "x_reference": None,  # several targets: tok/s / the round's reference baseline tok/s
+        # the accepted draft tokens by where they came from (conversation, history, model), the saved
+        # conversations the history drafts copied, and the reply itself (greedy runs: every drafter's must be plain's)
+        "accepted_by_origin": dict(getattr(turn, "accepted_by_origin", {}) or {}),
+        "history_conversations": list(getattr(turn, "history_conversations", []) or []),
+        "text": getattr(turn, "text", ""),
     }
 
 
@@ -204,6 +209,7 @@ class BenchRunner:
         baseline_only: Collection[str] = (),
         plan: list[PlanItem] | None = None,
         drafter: str | None = None,
+        drafters: Mapping[str, str] | None = None,
     ) -> None:
         self.sessions: dict[str, Any] = dict(session) if isinstance(session, Mapping) else {"": session}
         self.suite = list(suite)
@@ -221,6 +227,10 @@ class BenchRunner:
             label: drafter or getattr(getattr(s, "decoder", None), "drafter_name", None) or NONE
             for label, s in self.sessions.items()
         }
+        #: ``drafters``: one session under several labels, each run with its own drafter (the bench's drafters side
+        #: by side: ``suffix`` against ``ngram``); the drafter is set before each of the label's runs
+        self.switch = dict(drafters or {})
+        self.drafters.update(self.switch)
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
@@ -233,6 +243,8 @@ class BenchRunner:
                     where = f"{item.target} " if item.target else ""
                     self.progress(i, total, f"{where}{item.prompt} {what} run {item.run + 1}")
                 session = self.sessions[item.target]
+                if item.target in self.switch:
+                    session.controls.set_drafter(self.switch[item.target])
                 turn, stats = self.run_fn(session, self.prompts[item.prompt], item.mode, item.k)
                 rec = make_record(item, turn, stats, self.drafters[item.target])
                 if item.mode == "baseline":

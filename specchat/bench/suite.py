@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specchat.bench.history_suite import HISTORY_SUITE, history_suite
 from specchat.errors import UserError
 
 _COPY_CODE = '''\
@@ -162,10 +163,13 @@ DEFAULT_SUITE: tuple[dict[str, str], ...] = (
 
 
 def load_suite(spec: str | None) -> list[dict[str, str]]:
-    """``default`` (or None) -> :data:`DEFAULT_SUITE`; else a TOML or JSON file holding a list of
+    """``default`` (or None) -> :data:`DEFAULT_SUITE`; ``history`` -> the workload with history
+    (:mod:`specchat.bench.history_suite`); else a TOML or JSON file holding a list of
     ``{name, prompt}`` tables (JSON: a list, or an object with a ``prompts`` list; TOML: ``[[prompts]]``)."""
     if spec in (None, "", "default"):
         return [dict(p) for p in DEFAULT_SUITE]
+    if spec == HISTORY_SUITE:  # a new task of a kind the history holds (earlier conversations saved first)
+        return history_suite()
     path = Path(spec).expanduser()
     if not path.is_file():
         raise UserError(f"suite file {path} does not exist: give a TOML/JSON file of {{name, prompt}} entries or --suite default")

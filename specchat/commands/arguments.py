@@ -54,7 +54,8 @@ def warn_k_above_cap(settings: Any, *, auto_k: bool | None = None) -> str:
         pair = resolve_pair(settings.target, settings.draft, settings.effective_data_dir())
     except UserError:
         return ""
-    note = k_cap_note(pair.drafter, settings.k, auto_k=settings.auto_k if auto_k is None else auto_k)
+    drafter = settings.draft if pair.chain else pair.drafter  # a chain: the note names its model link
+    note = k_cap_note(drafter, settings.k, auto_k=settings.auto_k if auto_k is None else auto_k)
     if note:
         print(f"specchat: note: {note}", file=sys.stderr, flush=True)
     return note

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM
+from specchat.bench.history_suite import DEFAULT_EARLIER
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX
 from specchat.errors import UserError
 
 
@@ -24,11 +25,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a second llama-server (server B) measured on the same suite, interleaved with --server (A): "
                    "each server's figures and the ratio B / A")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
-    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, a preset name, or '{NGRAM}' (default)")
+    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, a preset name, '{NGRAM}' (default), '{SUFFIX}' "
+                   f"(also drafts from the history) or a chain like '{SUFFIX},DRAFT.gguf'; {SUFFIX} and a chain are "
+                   f"measured side by side with {NGRAM}")
     p.add_argument("--k", default=None, metavar="LIST",
                    help=f"comma-separated draft lengths to measure, each 0..{K_MAX} (0 = baseline); default 0,1,2,3,5,8")
-    p.add_argument("--suite", default="default", metavar="default|FILE",
-                   help="prompt suite: 'default' or a TOML/JSON file with a list of {name, prompt}")
+    p.add_argument("--suite", default="default", metavar="default|history|FILE",
+                   help="prompt suite: 'default', 'history' (earlier conversations of one kind of task saved first in "
+                        "the bench's own data dir, then a new one measured: suffix against ngram) or a TOML/JSON file "
+                        "with a list of {name, prompt}")
+    p.add_argument("--history-size", type=int, default=DEFAULT_EARLIER, dest="history_size", metavar="N",
+                   help=f"--suite history: earlier conversations saved before the task (default {DEFAULT_EARLIER})")
     p.add_argument("--runs", type=int, default=3, help="runs per (prompt, K), each paired with a baseline run; default 3")
     p.add_argument("--n-predict", type=int, dest="n_predict", default=None, help="tokens to generate per run (default 256)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default)")

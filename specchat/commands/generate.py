@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", required=True, help="the user message (or the raw prompt with --raw); '-' reads stdin")
     p.add_argument("--server", metavar="URL", help="a llama-server's URL: it generates the reply with its own models and speculation")
     p.add_argument("--target", help="target model: path to a .gguf, a derived/preset name, or 'bundled' (default)")
-    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default), '{SUFFIX}' (also drafts from the history) or '{NONE}'")
+    p.add_argument("--draft", help=f"drafter: path to a draft .gguf, '{NGRAM}' (default), '{SUFFIX}' (also drafts from the history), "
+                   f"a chain like '{SUFFIX},DRAFT.gguf' (the first that proposes drafts each round) or '{NONE}'")
     p.add_argument("--k", type=int, help=f"draft length K, 0..{K_MAX} (0 = no speculation); default 3")
     p.add_argument("--auto-k", action="store_true", default=None, help="let the cost model choose K each step")
     p.add_argument("--temperature", type=float, help="0 = greedy (default)")

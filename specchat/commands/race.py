@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE, SUFFIX
 from specchat.errors import UserError
 
 DEFAULT_N_PREDICT = 128
@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server-b", metavar="URL", dest="server_b",
                    help="server B: a second llama-server (e.g. the same model without speculation), run after A")
     p.add_argument("--target", help="target model: a .gguf path, 'preset:NAME', a derived name or 'bundled' (default)")
-    p.add_argument("--draft", help=f"drafter: a draft .gguf path or '{NGRAM}' (default)")
+    p.add_argument("--draft", help=f"drafter: a draft .gguf path, '{NGRAM}' (default), '{SUFFIX}' (also drafts from the "
+                   f"history) or a chain like '{SUFFIX},DRAFT.gguf'")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--k", type=int, help=f"fixed draft length K, 1..{K_MAX} (default: the configured K)")
     mode.add_argument("--auto-k", action="store_true", help="let auto-K choose K in the speculative run")
@@ -109,11 +110,14 @@ def run(args: argparse.Namespace) -> int:
     if k is not None and k <= 0:
         raise UserError(f"the configured K is {k}: a race drafts, so give --k 1..{K_MAX} or --auto-k")
 
-    from specchat.loading import load_engine
+    from specchat.loading import load_engine, wait_for_history
     from specchat.race import record_race
+    from specchat.sanitize import sanitize
 
     session = load_engine(settings, auto_k=k is None)
     try:
+        for line in wait_for_history(session):  # --draft suffix: race with the whole history's index, as generate
+            print(f"specchat: {sanitize(line)}", file=sys.stderr)
         if args.system is None and settings.system_prompt:
             session.reset(settings.system_prompt)
         race = record_race(session, prompt, k=k)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specchat.commands.arguments import warn_k_above_cap
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE
+from specchat.engine.drafter_kinds import K_MAX, NGRAM, NONE, SUFFIX
 
 if TYPE_CHECKING:  # only annotations: this module is imported to build the parser, before anything loads
     from specchat.config import Settings
@@ -30,7 +30,8 @@ _FLAGS: tuple[tuple[str, str, Any, str, str], ...] = (
     ("--server-b", "tui_server_b", str, "server_b_url",
      "a second llama-server (server B) for the race against --server (server A), e.g. the same model without speculation"),
     ("--target", "tui_target", str, "target", "target model: a .gguf path, a preset or derived name, or 'bundled'"),
-    ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}' or '{NONE}'"),
+    ("--draft", "tui_draft", str, "draft", f"drafter: a draft .gguf path, a preset or derived name, '{NGRAM}', '{SUFFIX}', a chain like "
+     f"'{SUFFIX},DRAFT.gguf' or '{NONE}'"),
     ("--k", "tui_k", int, "k", f"draft length K, 0..{K_MAX}"),
     ("--temperature", "tui_temperature", float, "sampling.temperature", "sampling temperature (0 = greedy)"),
     ("--top-k", "tui_top_k", int, "sampling.top_k", "top-k filter (0 = off)"),

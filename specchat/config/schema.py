@@ -200,7 +200,8 @@ class Settings(BaseSettings):
     )
 
     target: Text = Field("bundled", min_length=1, description="path | preset or derived name | bundled")
-    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {SUFFIX} | {NONE}")
+    draft: Text = Field(NGRAM, min_length=1, description=f"path | preset or derived name | {NGRAM} | {SUFFIX} | {NONE} | "
+                        f"a chain: {SUFFIX},DRAFT")
     k: Int = Field(3, ge=0, le=K_MAX, description="draft length K")
     auto_k: bool = Field(True, description="let the cost model choose K")
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)

@@ -36,6 +36,9 @@ NGRAM = "ngram"
 SUFFIX = "suffix"
 #: a draft GGUF with its own llama.cpp context (:class:`specchat.engine.drafters.ModelDrafter`)
 MODEL = "model"
+#: between the links of a drafter chain, e.g. ``suffix,draft.gguf``: free drafters first, a draft model last
+#: (:mod:`specchat.engine.chain`; llama.cpp's comma-separated ``--spec-type``)
+CHAIN_SEP = ","
 
 
 #: The caps. A model drafter pays c per drafted token and its acceptance decays geometrically, so past 16
@@ -59,9 +62,20 @@ DRAFTER_KINDS: dict[str, DrafterKind] = {
 K_MAX: int = max(kind.k_cap for kind in DRAFTER_KINDS.values())
 
 
+def chain_links(drafter: str | None) -> list[str]:
+    """The links of a drafter chain's name (``"suffix, draft.gguf"`` -> ``["suffix", "draft.gguf"]``); [] when
+    ``drafter`` is not a chain (no :data:`CHAIN_SEP`)."""
+    if not drafter or CHAIN_SEP not in drafter:
+        return []
+    return [part.strip() for part in drafter.split(CHAIN_SEP)]
+
+
 def kind_of(drafter: str | None) -> str:
     """The kind of a drafter by its name: a kind's own name (``ngram``, ``suffix``, ``none``) is itself, anything else
-    (a file) a model."""
+    (a file) a model; a chain is the kind of its last link (the one its cap note is about)."""
+    links = chain_links(drafter)
+    if links:
+        drafter = links[-1].lower()
     return drafter if drafter in DRAFTER_KINDS and drafter != MODEL else MODEL
 
 
@@ -71,7 +85,11 @@ def k_cap_note(drafter: str | None, k: int, *, auto_k: bool = False) -> str:
     kind = DRAFTER_KINDS[kind_of(drafter)]
     if auto_k or kind.name == NONE or k <= kind.k_cap:
         return ""
-    return f"K {k} is above a {kind.name} drafter's cap of {kind.k_cap}: its rounds draft at most {kind.k_cap} tokens"
+    whose = "its" if not chain_links(drafter) else f"the {chain_links(drafter)[-1]} link's"
+    return f"K {k} is above a {kind.name} drafter's cap of {kind.k_cap}: {whose} rounds draft at most {kind.k_cap} tokens"
 
 
-__all__ = ["DRAFTER_KINDS", "K_MAX", "MODEL", "NGRAM", "NONE", "SUFFIX", "DrafterKind", "k_cap_note", "kind_of"]
+__all__ = [
+    "CHAIN_SEP", "DRAFTER_KINDS", "K_MAX", "MODEL", "NGRAM", "NONE", "SUFFIX", "DrafterKind", "chain_links", "k_cap_note",
+    "kind_of",
+]

@@ -25,6 +25,7 @@ import numpy as np
 
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, MODEL, NGRAM
+from specchat.engine.events import DraftSource
 from specchat.engine.model import Model
 from specchat.engine.sampling import sample, warp
 
@@ -154,6 +155,10 @@ class ModelDrafter:
         out.decode_ms = model.decode_ms_total - d0
         out.t_ms = (time.perf_counter() - t0) * 1000.0
         return out
+
+    def draft_source(self) -> DraftSource:
+        """Its drafts come from the draft model."""
+        return DraftSource("model", self.name)
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Drop draft rows the target rejected: keep the common prefix with the committed tokens."""
@@ -394,6 +399,10 @@ class NgramDrafter:
                 else:
                     self._shadow = (len(context), self.last_match_len, cont[:SHADOW_TOKENS])
         return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural)
+
+    def draft_source(self) -> DraftSource:
+        """Its drafts copy this conversation."""
+        return DraftSource("conversation", self.name)
 
     def rollback(self, committed: Sequence[int]) -> None:
         """Learn from the verify: ``committed`` extends the drafted context by the accepted draft prefix."""

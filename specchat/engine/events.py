@@ -179,6 +179,25 @@ class Figures:
     notes: tuple[str, ...] = ()
 
 
+DraftOrigin = Literal["conversation", "history", "model"]
+#: conversation - copied from this conversation (prompt lookup: the n-gram drafter, the suffix drafter's own index)
+#: history      - copied from a saved conversation (the suffix drafter's index of the history database)
+#: model        - proposed by a draft model
+
+
+@dataclass(frozen=True, slots=True)
+class DraftSource:
+    """Where a round's draft came from (issue 23: "show where a draft came from"): ``origin``, the link of a drafter
+    chain or the drafter that proposed it (``drafter``), and for a ``history`` draft the saved message it copies
+    (``conversation``/``message``: the history database's ids). The UI names it in words with the conversation's
+    title and age, which only the history knows (:func:`specchat.tui.widgets.sidebar_text.source_text`)."""
+
+    origin: DraftOrigin
+    drafter: str
+    conversation: int | None = None
+    message: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Round:
     """One round's facts, built once by the loop (:meth:`specchat.engine.speculative.SpeculativeDecoder.generate`)
@@ -201,6 +220,12 @@ class Round:
     catch_up_ms: float = 0.0  # the part of t_draft_ms spent reading context the drafter had missed
     #: the verify's decodes as (rows, ms): one batch, or single rows then a batch (VerifyCost.plan)
     verify_decodes: tuple[tuple[int, float], ...] = ()
+    #: the drafter chain ``drafter`` is a link of (its name, e.g. ``suffix,draft.gguf``; :mod:`specchat.engine.chain`),
+    #: "" outside a chain. Inside one, ``drafter`` names the link that drafted (or was asked) this round, so the cost
+    #: model keeps each link's α and c apart
+    chain: str = ""
+    #: where the draft came from (None: nothing was drafted)
+    source: DraftSource | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +252,10 @@ class Step:
     #: the reply so far and the recent window, each from its own rounds (see :class:`Figures`)
     reply: Figures | None = None
     recent: Figures | None = None
+    #: the drafter chain whose link ``drafter`` is ("" outside a chain), and where this round's draft came from
+    #: (None: nothing was drafted), as in :class:`Round`
+    chain: str = ""
+    source: DraftSource | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +349,11 @@ class Turn:
     #: (:func:`specchat.engine.build.server_build`) and the CPU where known; "" for older saved turns
     build: str = ""
     cpu: str = ""
+    #: the accepted draft tokens by where they came from (:data:`DraftOrigin`: ``conversation``, ``history``,
+    #: ``model``); {} when nothing was accepted, and in turns saved before this field existed
+    accepted_by_origin: dict[str, int] = field(default_factory=dict)
+    #: the saved conversations (history ids) the accepted history drafts copied, most tokens first
+    history_conversations: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

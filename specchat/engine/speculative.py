@@ -28,6 +28,7 @@ on, an :class:`~specchat.engine.events.AutoKNotice` says so once, before the rou
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 
@@ -42,6 +43,7 @@ from specchat.engine.calibration import (
     verify_cost_for,
 )
 from specchat.engine.calibration_cache import CalibrationCache
+from specchat.engine.chain import DrafterChain, each_link, every_drafter
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
 from specchat.engine.drafter_kinds import K_MAX, NONE
@@ -49,6 +51,7 @@ from specchat.engine.drafters import Draft, Drafter, NgramDrafter
 from specchat.engine.events import (
     AutoKNotice,
     CostEstimate,
+    DraftSource,
     Event,
     Piece,
     PieceKind,
@@ -96,10 +99,17 @@ class SpeculativeDecoder:
         #: :mod:`specchat.engine.cost_profile`)
         self.clock = clock
         self.drafters = drafters
+        #: every drafter that drafts rounds, by name: a chain's links in place of the chain (what the cost model keys)
+        self.links = each_link(drafters)
         self.controls = controls
         self.drafter_name = drafter if (drafter in drafters or drafter == NONE) else next(iter(drafters), NONE)
         self.cost_model = cost_model or CostModel()
         self.auto_k = auto_k or AutoK(k_max=K_MAX)
+        #: a drafter chain's auto-K policies, one per link (:meth:`AutoK.fork`), and the policy of this round
+        self._link_policies: dict[str, AutoK] = {}
+        self._policy_now = self.auto_k
+        #: whether each chain link was last told to be drafting (AutoKNotice), so links taking turns say nothing
+        self._announced_links: dict[str, bool] = {}
         #: where the target's v(K) timings are kept between sessions (None: time them every session)
         self.calibration_cache = calibration_cache
         #: where the cost model's v(K) came from: nothing yet, this file's cached calibration, or timed here
@@ -119,18 +129,19 @@ class SpeculativeDecoder:
         #: when the reply being generated started (the clock's seconds), for its figures
         self._t_gen0 = 0.0
         #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
-        self._figures: tuple[tuple[str, int, int], float, CostEstimate] | None = None
-        for d in drafters.values():  # the n-gram drafter sizes its drafts by the verify cost measured here
+        #: per drafter (a chain's links take turns: each keeps its own between refits)
+        self._figures: dict[str, tuple[tuple[str, int, int], float, CostEstimate]] = {}
+        for d in every_drafter(drafters):  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
-                d.verify_cost = self._measured_v
+                d.verify_cost = functools.partial(self._measured_v, d.name)
             if isinstance(d, NgramDrafter) and d.boundary is None:  # and stops copying at a turn's end
                 d.boundary = target.is_eog
 
-    def _measured_v(self) -> list[float] | None:
+    def _measured_v(self, drafter: str | None = None) -> list[float] | None:
         """The target's v by K as the cost model has measured it, for an auto-K round (None before a multi-row
         timing, and with a fixed K: the user's K is a cap the drafter fills by its confidence alone, as before -
         priced by a v extrapolated from the first few rounds' batch sizes it would stop drafting at once)."""
-        return self.cost_model.measured_v(self.drafter_name) if self._auto_round else None
+        return self.cost_model.measured_v(drafter or self.drafter_name) if self._auto_round else None
 
     def _verify_curve(self) -> VerifyCurve:
         """The target's v(K) curve as the cost model fits it now, with its reason in words."""
@@ -144,6 +155,11 @@ class SpeculativeDecoder:
         self.target.clear()
         for d in self.drafters.values():
             d.reset()
+
+    def reset_auto_k(self) -> None:
+        """auto-K's policy back to its start, a chain's links' too (the cost model keeps its estimates)."""
+        self.auto_k.reset()
+        self._link_policies.clear()
 
     # -- the loop ----------------------------------------------------------------------------------
     def generate(
@@ -165,14 +181,14 @@ class SpeculativeDecoder:
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
-            drafter, speculative, k, decision = self._choose_k(st, last, remaining)
+            drafter, speculative, k, decision = self._choose_k(st, last, remaining, rng)
             notice = self._announce(drafter, decision)
             if notice is not None:
                 yield notice
             t_step0 = self.clock()
             decode_ms0 = target.decode_ms_total
             # 1. draft
-            draft = drafter.draft(target.tokens + [last], k, st.sampling, rng) if k > 0 else _NO_DRAFT
+            draft = self._draft(drafter, target.tokens + [last], k, st, rng) if k > 0 else _NO_DRAFT
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
@@ -193,14 +209,15 @@ class SpeculativeDecoder:
                 drafter=drafter.name if drafter is not None else NONE, k=k, speculative=speculative, drafted=len(d),
                 accepted=a, emitted=len(emitted) - int(eog), natural=draft.natural if k > 0 else None,
                 t_draft_ms=draft.t_ms, t_verify_ms=t_verify, t_overhead_ms=overhead, t_step_ms=t_step,
-                catch_up_ms=draft.catch_up_ms, verify_decodes=tuple(decodes),
+                catch_up_ms=draft.catch_up_ms, verify_decodes=tuple(decodes), chain=self._chain_name(),
+                source=self._source(drafter) if d else None,
             )
             yield self._record(counters, st, rnd, decision)
             if eog:
                 stop_reason = "eos"
                 break
         self.verify = self._verify_curve()  # the curve between turns is the whole reply's (EngineInfo.verify)
-        self._figures = None
+        self._figures.clear()
         counters.finish(
             predicted_ms=(self.clock() - t_gen0) * 1000.0,
             stop_reason=stop_reason, text=reply.text(), tokens=reply.tokens, kinds=reply.kinds, last=last,
@@ -231,12 +248,12 @@ class SpeculativeDecoder:
         unit = speculating and not calibrate and cm.steps_since_single_row is None
         # c with the unit, and whenever auto-K is to choose without it (v(K) may come from the cache)
         draft = (unit or (speculating and st.auto_k)) and any(
-            not d.free and not cm.has_draft_cost(name) for name, d in self.drafters.items()
+            not d.free and not cm.has_draft_cost(name) for name, d in self.links.items()
         )
         ratios: dict[str, float] = {}
         if draft and not target.tokens:
             t_ratio = self.clock()
-            ratios = draft_cost_ratios(target, self.drafters, int(context[0]))
+            ratios = draft_cost_ratios(target, self.links, int(context[0]))
             t0 += self.clock() - t_ratio
         target.decode(context[keep:-1], logits_last=0)
         prompt_ms = (self.clock() - t0) * 1000.0
@@ -249,7 +266,7 @@ class SpeculativeDecoder:
         if calibrate or unit:
             self.verify = self._verify_curve()
         if draft:
-            calibrate_draft_cost(cm, self.drafters, last, ratios)
+            calibrate_draft_cost(cm, self.links, last, ratios)
         # after the calibration: the reply's generation starts right after this event (a race's clock, a UI's
         # rolling rate count from it)
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
@@ -291,22 +308,36 @@ class SpeculativeDecoder:
         return None
 
     def _choose_k(
-        self, st: ControlState, last: int, remaining: int
+        self, st: ControlState, last: int, remaining: int, rng: np.random.Generator | None = None
     ) -> tuple[Drafter | None, bool, int, KDecision | None]:
         """This round's drafter, whether it speculates, K, and auto-K's decision (None for a fixed K): the
         controls' K, or auto-K's (which may ask to re-time the draft first, or to probe without a full
         catch-up), within the drafter's cap, the context left and the token budget (the round emits up to
-        K + 1 tokens)."""
+        K + 1 tokens). A drafter chain picks its link here (:meth:`DrafterChain.choose`: a free link's draft is
+        made while choosing), and each link's K is its own policy's."""
         if st.drafter is not None and st.drafter != self.drafter_name:
             if st.drafter in self.drafters or st.drafter == NONE:
                 self.drafter_name = st.drafter
         drafter = self.drafter
         if not (st.speculative and self.can_speculate and drafter is not None):
             return drafter, False, 0, None
-        decision = None
         self._auto_round = st.auto_k
+        if isinstance(drafter, DrafterChain):
+            link, k, decision = drafter.choose(
+                self.target.tokens + [last], lambda d: self._k_for(st, d, last, remaining), st.sampling,
+                rng if rng is not None else np.random.default_rng(),
+            )
+            return link, True, k, decision  # type: ignore[return-value]
+        k, decision = self._k_for(st, drafter, last, remaining)
+        return drafter, True, k, decision
+
+    def _k_for(self, st: ControlState, drafter: Drafter, last: int, remaining: int) -> tuple[int, KDecision | None]:
+        """``drafter``'s K for this round and auto-K's decision (None for a fixed K), by its policy (a chain link's
+        own, :meth:`_policy`)."""
+        decision = None
+        policy = self._policy_now = self._policy(drafter)
         if st.auto_k:
-            decision = self.auto_k.choose(self.cost_model, drafter.name, free=drafter.free, k_cap=drafter.k_cap)
+            decision = policy.choose(self.cost_model, drafter.name, free=drafter.free, k_cap=drafter.k_cap)
             if decision.remeasure:
                 self.cost_model.observe_draft_cost(drafter.name, drafter.time_one_token(last))
             if decision.probe:
@@ -315,7 +346,33 @@ class SpeculativeDecoder:
         else:
             k = st.k
         room = self.target.n_ctx - len(self.target.tokens) - 1  # verify rows available after `last`
-        return drafter, True, max(0, min(k, drafter.k_cap, room, remaining - 1)), decision
+        return max(0, min(k, drafter.k_cap, room, remaining - 1)), decision
+
+    def _policy(self, drafter: Drafter) -> AutoK:
+        """The auto-K policy that chooses ``drafter``'s K: :attr:`auto_k`, or for a chain's link a fork of it."""
+        if not isinstance(self.drafter, DrafterChain):
+            return self.auto_k
+        policy = self._link_policies.get(drafter.name)
+        if policy is None:
+            policy = self._link_policies[drafter.name] = self.auto_k.fork()
+        return policy
+
+    def _chain_name(self) -> str:
+        """The chain whose link drafts the rounds now, "" when the drafter is not a chain."""
+        return self.drafter_name if isinstance(self.drafter, DrafterChain) else ""
+
+    def _draft(self, drafter: Drafter, context: list[int], k: int, st: ControlState, rng: np.random.Generator) -> Draft:
+        """Step 1: ``drafter``'s draft of up to ``k`` tokens (a chain's free link drafted it already while it was
+        chosen)."""
+        chain = self.drafter
+        prepared = chain.take(context) if isinstance(chain, DrafterChain) else None
+        return prepared if prepared is not None else drafter.draft(context, k, st.sampling, rng)
+
+    @staticmethod
+    def _source(drafter: Drafter) -> DraftSource | None:
+        """Where ``drafter``'s latest draft came from (a drafter that does not say: None)."""
+        source = getattr(drafter, "draft_source", None)
+        return source() if source is not None else None
 
     def _announce(self, drafter: Drafter | None, decision: KDecision | None) -> AutoKNotice | None:
         """An :class:`AutoKNotice` when auto-K's decision turned drafting off or back on for ``drafter`` (its
@@ -323,7 +380,13 @@ class SpeculativeDecoder:
         once per change, across turns; a new drafter starts drafting (auto-K warms it up) without a notice."""
         if decision is None or drafter is None:
             return None
-        drafting = self.auto_k.k > 0
+        policy = self._policy_now
+        drafting = policy.k > 0
+        if self._chain_name():  # links take turns: each is told apart, and only when its own state changes
+            if self._announced_links.setdefault(drafter.name, True) == drafting:
+                return None
+            self._announced_links[drafter.name] = drafting
+            self._announced = (drafter.name, not drafting)
         if self._announced is None or self._announced[0] != drafter.name:
             self._announced = (drafter.name, True)
         if drafting == self._announced[1]:
@@ -332,8 +395,8 @@ class SpeculativeDecoder:
         cm = self.cost_model
         return auto_k_notice(
             drafting=drafting, drafter=drafter.name, decision=decision,
-            estimate=cm.estimate(drafter.name, self.auto_k.k, self.auto_k.cap), alpha=cm.window(drafter.name).alpha,
-            k=self.auto_k.k, measured_gain=cm.measured_gain(drafter.name),
+            estimate=cm.estimate(drafter.name, policy.k, policy.cap), alpha=cm.window(drafter.name).alpha,
+            k=policy.k, measured_gain=cm.measured_gain(drafter.name),
         )
 
     def _cut(self, tokens: list[int], remaining: int) -> tuple[list[int], bool]:
@@ -360,27 +423,28 @@ class SpeculativeDecoder:
         counters.add(rnd)
         cm = self.cost_model
         cm.observe(rnd)
-        drafter = self.drafters.get(rnd.drafter)
+        drafter = self.links.get(rnd.drafter)
         cap = drafter.k_cap if drafter is not None else K_MAX
         key = (rnd.drafter, rnd.k, cap)
-        fresh = self._figures is not None and self._figures[0] == key and now - self._figures[1] < FIGURES_REFRESH_S
+        fig = self._figures.get(rnd.drafter)
+        fresh = fig is not None and fig[0] == key and now - fig[1] < FIGURES_REFRESH_S
         if fresh and rnd.drafted == 0:
             # a round that drafted nothing moves no α: the last figures stand (plain decoding refit the table for
             # the new single-row time and replayed a curve every token: 1.1 % of a plain round under cProfile,
             # AMD EPYC Zen 4, bundled Q4_1, --threads 1)
-            cost = self._figures[2]
+            cost = fig[2]
         elif fresh:
             # α, the best K and its speedup move every round (one speedup curve: cheap); the v(K) refit and the
             # break-even bisection (c and v only) stay as last fitted
-            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=self._figures[2].alpha_to_pay)
+            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=fig[2].alpha_to_pay)
         else:
             self.verify = self._verify_curve()
             cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
-            self._figures = (key, now, cost)
+            self._figures[rnd.drafter] = (key, now, cost)
         recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
         status = k_status(
             speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
-            auto_k=self.auto_k if decision is not None else None, decision=decision, best_k=cost.best_k,
+            auto_k=self._policy_now if decision is not None else None, decision=decision, best_k=cost.best_k,
             k_used=recent.k_used if recent is not None else None,
         )
         return Step(
@@ -388,7 +452,8 @@ class SpeculativeDecoder:
             t_verify_ms=rnd.t_verify_ms, t_overhead_ms=rnd.t_overhead_ms, t_step_ms=rnd.t_step_ms,
             speculative=rnd.speculative, auto_k=bool(st.auto_k and rnd.speculative), drafter=rnd.drafter,
             n_past=len(self.target.tokens), cost=cost, natural=rnd.natural, status=status,
-            reply=reply_figures(counters, (now - self._t_gen0) * 1000.0), recent=recent,
+            reply=reply_figures(counters, (now - self._t_gen0) * 1000.0), recent=recent, chain=rnd.chain,
+            source=rnd.source,
         )
 
     def close(self) -> None:

@@ -388,6 +388,11 @@ class SuffixIndex:
             d += 1
         return out
 
+    def span(self, key: Hashable) -> tuple[int, int] | None:
+        """The corpus positions [start, end) of document ``key`` now; None when it is not indexed."""
+        doc = self._docs.get(key)
+        return None if doc is None else (doc[0], doc[1])
+
     def doc_at(self, position: int) -> Hashable | None:
         """The key of the document holding corpus position ``position`` (for naming a draft's source)."""
         with self._lock:

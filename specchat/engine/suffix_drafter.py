@@ -24,6 +24,7 @@ from typing import Literal
 
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, SUFFIX
 from specchat.engine.drafters import PRICED_MIN_GAIN, NgramDrafter
+from specchat.engine.events import DraftSource
 from specchat.engine.suffix import SuffixIndex
 
 #: where the latest draft came from
@@ -67,6 +68,7 @@ class SuffixDrafter(NgramDrafter):
         self.last_source: Source = "none"
         self.last_position = -1
         self._probs: list[float] | None = None  # the history continuation's frequency probabilities
+        self._source_key: object = None  # the document the latest history draft copied (draft_source)
 
     def index(self) -> SuffixIndex | None:
         """The history's index, or None (no corpus, or still building)."""
@@ -74,12 +76,29 @@ class SuffixDrafter(NgramDrafter):
         return corpus() if callable(corpus) else corpus
 
     def source(self) -> str:
-        """The latest draft's source in words: this conversation, or the history document (its key) it copies."""
-        if self.last_source == "history":
-            index = self.index()
-            key = index.doc_at(self.last_position) if index is not None else None
-            return f"history {key}" if key is not None else "history"
-        return self.last_source
+        """The latest draft's source in a word or two (:meth:`draft_source` as text): ``none``, ``conversation``, or
+        the history document (its key) it copies, ``history (5, 11)``."""
+        if self.last_source == "none":
+            return "none"
+        src = self.draft_source()
+        if src.origin == "history" and src.conversation is not None:
+            return f"history ({src.conversation}, {src.message})"
+        return src.origin
+
+    def draft_source(self) -> DraftSource:
+        """The latest draft's source: this conversation, or the saved message it copies (the index names its documents
+        by (conversation id, message id), :mod:`specchat.history.corpus`)."""
+        if self.last_source != "history":
+            return DraftSource("conversation", self.name)
+        index = self.index()
+        key, pos = self._source_key, self.last_position
+        span = index.span(key) if index is not None and key is not None else None
+        if index is not None and (span is None or not span[0] <= pos < span[1]):
+            # a new document: doc_at scans every document; a copy going on stays in the one it was found in
+            key = self._source_key = index.doc_at(pos)
+        if isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, int) for x in key):
+            return DraftSource("history", self.name, conversation=key[0], message=key[1])
+        return DraftSource("history", self.name)
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         own = super().lookup(context, k)

@@ -19,6 +19,10 @@ the file's name for its target alone - because it used to mean the target file w
 too (a pair is chosen as the target). Where a single file is asked for (``models derive --from``), ``preset:NAME``
 means its target file.
 
+**A drafter chain** (llama.cpp's comma-separated ``--spec-type``): ``suffix,DRAFT`` or ``ngram,DRAFT`` - free drafters
+first, then one draft model (any of the spellings above, a preset's pair excepted), the first that proposes drafting
+each round (:mod:`specchat.engine.chain`). A spec that is an existing file is a file, even with a comma in its name.
+
 Files are only located here; :mod:`specchat.engine.gguf` validates them (exists, GGUF, not truncated) before
 llama.cpp loads them.
 """
@@ -28,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specchat.engine.drafter_kinds import MODEL, NGRAM, NONE, SUFFIX
+from specchat.engine.drafter_kinds import CHAIN_SEP, MODEL, NGRAM, NONE, SUFFIX, chain_links
 from specchat.errors import ModelFileError
 from specchat.models.bundled import BUNDLED, bundled_model_path
 from specchat.models.presets import (
@@ -127,6 +131,32 @@ class ResolvedPair:
     drafter: str  # a kind of specchat.engine.drafter_kinds: MODEL, NGRAM, SUFFIX or NONE
     draft: Path | None  # the draft GGUF when drafter == MODEL
     preset: str | None = None  # the preset that chose the pair (target = "preset:NAME")
+    #: a drafter chain's free links ahead of the draft model, in order (``suffix,DRAFT``: ("suffix",)); () = no chain
+    chain: tuple[str, ...] = ()
+
+
+def _resolve_chain(spec: str, data_dir: Path | None) -> tuple[tuple[str, ...], Path]:
+    """A chain's free links and its draft model's file (the module docstring's rule); one line on anything else."""
+    links = chain_links(spec)
+    free_kinds = (NGRAM, SUFFIX)
+    example = f"e.g. --draft {SUFFIX}{CHAIN_SEP}DRAFT.gguf"
+    if any(not link for link in links):
+        raise ModelFileError(f"draft chain {spec!r} has an empty link: name each drafter once, {example}")
+    *free, last = links
+    for link in free:
+        if link.lower() not in free_kinds:
+            raise ModelFileError(
+                f"draft chain {spec!r}: {link!r} comes before the last link, where only the free drafters "
+                f"({', '.join(free_kinds)}) may; put the draft model last, {example}"
+            )
+    if len({link.lower() for link in free}) != len(free):
+        raise ModelFileError(f"draft chain {spec!r} names a drafter twice: name each once, {example}")
+    if last.lower() in (*free_kinds, NONE):
+        raise ModelFileError(
+            f"draft chain {spec!r} ends with {last!r}: a chain ends with its draft model (a .gguf path or a model "
+            f"name), {example}; for a free drafter alone give --draft {last.lower()}"
+        )
+    return tuple(link.lower() for link in free), _resolve(last, data_dir, "draft")
 
 
 def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None) -> ResolvedPair:
@@ -136,6 +166,9 @@ def resolve_pair(target_spec: str, draft_spec: str, data_dir: Path | None = None
     preset = get_preset(target_spec) if target_spec.startswith(PRESET_PREFIX) else None
     if draft_spec.lower() == NONE:
         return ResolvedPair(target, NONE, None, preset.name if preset else None)
+    if CHAIN_SEP in draft_spec and not Path(draft_spec).is_file():
+        free, draft = _resolve_chain(draft_spec, data_dir)
+        return ResolvedPair(target, MODEL, draft, preset.name if preset else None, chain=free)
     if draft_spec.lower() == SUFFIX:  # free like n-gram: the preset's target, drafting from the history
         return ResolvedPair(target, SUFFIX, None, preset.name if preset else None)
     if draft_spec.lower() == NGRAM:

@@ -17,7 +17,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.content import Content
 from textual.fuzzy import Matcher
 
-from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX
+from specchat.engine.drafter_kinds import CHAIN_SEP, K_MAX, NGRAM, SUFFIX
 from specchat.engine.protocol import ChatEngine
 from specchat.models.presets import PRESET_PREFIX, PRESETS
 from specchat.tui.sanitize import sanitize_line
@@ -63,7 +63,10 @@ def model_choices() -> list[tuple[str, str, str, str]]:
     :mod:`specchat.models.registry`).
     """
     choices = [(f"bundled SmolLM2 + {NGRAM}", "bundled", NGRAM, "the default pair, no download"),
-               (f"bundled SmolLM2 + {SUFFIX}", "bundled", SUFFIX, "drafts from this conversation and every saved one")]
+               (f"bundled SmolLM2 + {SUFFIX}", "bundled", SUFFIX, "drafts from this conversation and every saved one"),
+               (f"bundled SmolLM2 + {SUFFIX}{CHAIN_SEP}bundled", "bundled", f"{SUFFIX}{CHAIN_SEP}bundled",
+                "a drafter chain: copies from the history first, else the model drafts for itself when auto-K says "
+                "it pays")]
     for name, preset in PRESETS.items():
         choices.append((f"preset {name}", f"{PRESET_PREFIX}{name}", NGRAM, preset.demonstrates))
     return choices

@@ -29,6 +29,7 @@ class Recorder:
         #: the saved conversation shown; None until the first message is saved (or after a new chat)
         self.conversation_id: int | None = None
         self._forgotten = False  # deleted in the browser while shown: see forget()
+        self._described: dict[int, tuple[str, str] | None] = {}  # describe()'s answers, by conversation id
 
     def save(self, engine: ChatEngine, messages: Sequence[Message], system_prompt: str) -> str | None:
         """Make the saved conversation equal ``messages`` (creating it on the first user message); returns
@@ -58,9 +59,25 @@ class Recorder:
         self.conversation_id = conv_id
         return conv, messages
 
+    def describe(self, conv_id: int) -> tuple[str, str] | None:
+        """(title, when it was last written) of saved conversation ``conv_id``, for naming where a draft came from
+        (:mod:`specchat.tui.draft_source`); None when history is off or has no such conversation. Remembered per id:
+        the sidebar asks for it with every stats update that names a copy from the history."""
+        if self.store is None:
+            return None
+        cache = self._described
+        if conv_id not in cache:
+            try:
+                record = self.store.get_conversation(conv_id)
+                cache[conv_id] = (record.title, record.updated)
+            except Exception:  # noqa: BLE001 - deleted meanwhile, or unreadable: the id alone is said
+                cache[conv_id] = None
+        return cache[conv_id]
+
     def forget(self, conv_id: int) -> bool:
         """``conv_id`` was deleted in the browser: if it is the one shown, stop recording it (True: the screen
         starts a new chat); it is not saved again under a new id meanwhile."""
+        self._described.pop(conv_id, None)  # a draft copied from it before is named by its id alone now
         if conv_id != self.conversation_id:
             return False
         self.conversation_id = None

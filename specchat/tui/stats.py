@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from specchat.engine.events import CostEstimate, Figures, KStatus, PromptDone, Step, Turn
+from specchat.engine.events import CostEstimate, DraftSource, Figures, KStatus, PromptDone, Step, Turn
 
 if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
     from specchat.engine.telemetry.ab import ABRow
@@ -62,6 +62,10 @@ class StatsSnapshot:
     status: KStatus | None = None
     reply: Figures | None = None
     recent: Figures | None = None
+    #: where the current or last draft came from (kept through plain rounds and across replies, forgotten with a
+    #: model switch), and the drafter chain whose link drafted it ("" outside a chain)
+    source: DraftSource | None = None
+    chain: str = ""
 
 
 @dataclass
@@ -88,6 +92,7 @@ class LiveStats:
     _prompt: PromptDone | None = None
     _last_turn: Turn | None = None
     _generating: bool = False
+    _source: tuple[DraftSource, str] | None = None  # the last draft's source and chain
 
     # -- turn lifecycle ----------------------------------------------------------------------------
     def start_turn(self, now: float) -> None:
@@ -136,6 +141,8 @@ class LiveStats:
                     self._pos_accepted[i] += 1
         if step.cost is not None:
             self._cost = step.cost
+        if step.drafted > 0 and step.source is not None:
+            self._source = (step.source, step.chain)
         self._last_step = step
         self._reply = step.reply
 
@@ -186,4 +193,6 @@ class LiveStats:
             status=step.status if step else None,
             reply=self._reply,
             recent=step.recent if step else None,
+            source=self._source[0] if self._source else None,
+            chain=self._source[1] if self._source else "",
         )

@@ -211,7 +211,7 @@ def _chi_square(counts: dict[int, int], probs: np.ndarray) -> float:
     return float(stats.chisquare(o, e).pvalue)
 
 
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize("drafter", ["model", "ngram", "suffix", "ngram,model"])
 def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, make_tiny_gguf, drafter):
     """Exact rejection sampling: first and second emitted tokens follow the target's warped p (chi-square).
 
@@ -225,6 +225,8 @@ def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, 
     try:
         prompt = "the the the cat the the cat the"
         ctx = dec.target.tokenize(prompt, add_bos=True)
+        if drafter == "suffix":  # a saved text that goes on from the prompt's words: drafts copied from the history
+            dec.drafters["suffix"].corpus.add((1, 1), dec.target.tokenize("the cat the the cat the cat cat the"))
         # the exact distributions, from plain single-row decodes of the target
         ref = Model(target, n_ctx=256, n_batch=64, threads=1)
         p1 = warp(ref.decode(ctx, logits_last=1)[0], sp)
@@ -237,6 +239,8 @@ def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, 
         first: dict[int, int] = {}
         second: dict[int, int] = {}
         rejected = accepted = 0
+        links: set[str] = set()  # a chain's links that drafted (issue 23: each is exact on its own)
+        sources: dict[str, int] = {}  # where the drafts came from
         for seed in range(n_runs):
             counters, events = run_turn(dec, ctx, 2, seed=seed)
             assert len(counters.tokens) == 2
@@ -245,6 +249,13 @@ def test_stochastic_speculation_samples_the_target_distribution(tiny_flat_pair, 
             for s in steps(events):
                 accepted += s.accepted
                 rejected += s.drafted - s.accepted
+                if s.drafted:
+                    links.add(s.drafter)
+                    sources[s.source.origin] = sources.get(s.source.origin, 0) + 1
+        if "," in drafter:
+            assert links == set(drafter.split(",")), f"both links must draft some rounds, drafted: {links}"
+        if drafter == "suffix":
+            assert sources.get("history", 0) > 0, f"the suffix drafter never drafted from its history: {sources}"
         if drafter == "model":
             assert rejected > n_runs * 0.2, "the draft must disagree often so residual sampling is exercised"
             assert accepted > n_runs * 0.1

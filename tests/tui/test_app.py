@@ -619,6 +619,12 @@ async def test_switching_the_model_carries_the_conversation_over(make_app, tmp_p
         assert "preset smollm2-f16-q41" in labels
         assert ("preset smollm2-q8-ngram", "preset:smollm2-q8-ngram", "ngram") in [c[:3] for c in model_choices()]
         assert ("bundled SmolLM2 + suffix", "bundled", "suffix") in [c[:3] for c in model_choices()]  # issue 23
+        # and a drafter chain: the history's copies first, the model drafting for itself otherwise (no download)
+        chain = ("bundled SmolLM2 + suffix,bundled", "bundled", "suffix,bundled")
+        assert chain in [c[:3] for c in model_choices()]
+        app.switch_model(chain[1], chain[2], chain[0])
+        await wait_ready(pilot)
+        assert built == ["bundled", "bundled"] and app.settings.draft == "suffix,bundled", notifications(app)
 
 
 async def test_palette_lists_every_key_action(make_app):

@@ -169,6 +169,7 @@ SCENE_SHAPES = {
     5: ("pppppppp", 0.05, 0.05),
     6: ("pppppppp", 0.05, 0.051),
     7: ("pppppppr", 0.05, 0.052),
+    8: ("aaaaaaab", 0.05, 0.02),  # the model has answered this kind of question before: copies from the history
 }
 
 

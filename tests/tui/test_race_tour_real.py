@@ -207,6 +207,9 @@ async def test_the_tour_runs_every_scene_on_the_bundled_model(tmp_path, bundled_
         for i, f in enumerate(figures):
             assert f["tokens"] > 0 and f["tok_s_off"] > 0 and f["tok_s_on"] > 0 and f["verdict"] in ("helps", "neutral", "hurts")
             assert_identical_or_a_near_tie(tour.results[i].race)
+        # the history scene: its earlier conversations were answered and saved in the tour's own history first, and
+        # its reply copied from them (issue 23)
+        assert figures[8]["history_drafts"] > 0 and (tmp_path / "data" / demo.TOUR_HISTORY_DIR / "earlier.txt").is_file()
         self_draft, layer_skip = tour.results[2].race.on, tour.results[3].race.on
         assert {p.kind for p in self_draft.pieces} & {"accepted", "bonus"}  # K 4 fixed: its colours show
         assert any(p.kind == "rejected" for p in layer_skip.pieces)  # ghosts

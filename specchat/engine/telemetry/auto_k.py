@@ -8,6 +8,7 @@ rule that can decide a round.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -187,6 +188,14 @@ class AutoK:
         self._interval = self.probe_min
         self._probe_pending = False
         self._probe_before = 0
+
+    def fork(self) -> AutoK:
+        """A policy with these settings and a fresh state, for another link of a drafter chain
+        (:mod:`specchat.engine.chain`): each link's K moves on its own evidence, while its α and c stay the cost
+        model's (keyed by the link's name)."""
+        twin = copy.copy(self)
+        twin.reset()
+        return twin
 
     @property
     def probe_interval(self) -> int:

@@ -46,7 +46,7 @@ class TurnCounters:
         "prompt_n", "prompt_ms", "n_steps", "n_spec_steps", "draft_n", "draft_n_accepted",
         "acc_per_pos", "drafted_per_pos", "draft_ms", "verify_ms", "overhead_ms", "step_ms",
         "predicted_n", "predicted_ms", "stop_reason", "text", "tokens", "kinds", "last", "k_min", "k_max",
-        "rejections", "asked_steps", "spec_on_steps",
+        "rejections", "asked_steps", "spec_on_steps", "accepted_by_origin", "accepted_by_conversation",
     )
 
     def __init__(self, prompt_n: int = 0, prompt_ms: float = 0.0) -> None:
@@ -74,6 +74,9 @@ class TurnCounters:
         self.rejections = 0
         self.asked_steps = 0
         self.spec_on_steps = 0
+        #: accepted draft tokens by origin (conversation, history, model) and by saved conversation (history ids)
+        self.accepted_by_origin: dict[str, int] = {}
+        self.accepted_by_conversation: dict[int, int] = {}
 
     def add_step(
         self,
@@ -131,6 +134,12 @@ class TurnCounters:
             t_draft_ms=step.t_draft_ms, t_verify_ms=step.t_verify_ms,
             t_overhead_ms=step.t_overhead_ms, t_step_ms=step.t_step_ms, k=step.k, speculative=step.speculative,
         )
+        source = getattr(step, "source", None)
+        if source is not None and step.accepted > 0:
+            self.accepted_by_origin[source.origin] = self.accepted_by_origin.get(source.origin, 0) + step.accepted
+            if source.conversation is not None:
+                conv = source.conversation
+                self.accepted_by_conversation[conv] = self.accepted_by_conversation.get(conv, 0) + step.accepted
 
     def finish(
         self,
@@ -228,6 +237,9 @@ class TurnCounters:
             spec_on_steps=self.spec_on_steps,
             build=build,
             cpu=cpu,
+            accepted_by_origin=dict(self.accepted_by_origin),
+            history_conversations=sorted(self.accepted_by_conversation, key=self.accepted_by_conversation.__getitem__,
+                                         reverse=True),
         )
 
 

@@ -113,6 +113,9 @@ class ChatScreen(EverydayKeys, Screen[None]):
 
     def on_mount(self) -> None:
         self.sidebar.on_change = self._update_status_bar
+        # where drafts came from, in words: a saved conversation's title and age, and the one on screen
+        self.chat.describe_conversation = self.sidebar.describe_conversation = self.recorder.describe
+        self.chat.current_conversation = self.sidebar.current_conversation = lambda: self.recorder.conversation_id
         self.apply_sidebar()
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)

@@ -32,7 +32,9 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from specchat.demo import HELPS_PAIR, SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, outcome_line, scenes_for
+from specchat.demo import (
+    HELPS_PAIR, SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, load_scene, outcome_line, scenes_for,
+)
 from specchat.errors import UserError, describe_exception
 from specchat.tui.keys import TOUR_KEYS, screen_bindings
 from specchat.tui.screens.race_base import RaceEnded, RaceProgress, RaceViewScreen, progress_text
@@ -190,8 +192,9 @@ class TourScreen(RaceViewScreen):
         if session is None:
             assert self.make_factory is not None and self.settings is not None
             self.post_message(TourStatus(f"loading {scene.pair.label}\u2026"))
-            settings = self.settings.model_copy(update={**scene.pair.settings_update(), "server_url": None})
-            session = self.make_factory(settings)(lambda fraction, what: None)
+            factory = self.make_factory
+            session = load_scene(scene, self.settings, lambda settings: factory(settings)(lambda fraction, what: None),
+                                 lambda text: self.post_message(TourStatus(text)), self.options.n_predict)
             self._sessions[scene.pair] = session
         session.n_predict = self.options.n_predict or scene.n_predict
         return session

@@ -14,6 +14,8 @@ reply reopened from history (:meth:`AssistantMessage.show_saved_pieces`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.containers import Vertical
 from textual.widgets import Static
 
@@ -21,6 +23,7 @@ from specchat.engine.controls import ControlState
 from specchat.engine.events import Piece, Turn
 from specchat.engine.protocol import EngineInfo, Message
 from specchat.tui import versions
+from specchat.tui.draft_source import Describe, origin_summary
 from specchat.tui.sanitize import text as inert
 from specchat.tui.widgets.paging import PagedVerticalScroll
 from specchat.tui.widgets.token_view import TokenView
@@ -52,11 +55,17 @@ def reply_title(info: EngineInfo | None, state: ControlState | None) -> str:
     return f"{info.target_name} \u00b7 {state.drafter or info.draft_name} \u00b7 {k}"
 
 
-def turn_summary(turn: Turn) -> str:
+def turn_summary(turn: Turn, *, describe: Describe | None = None, current: int | None = None) -> str:
+    """A finished reply's figures; with drafts kept, where they came from (:func:`origin_summary`: ``describe``
+    names a saved conversation, ``current`` is the id the one on screen is saved under)."""
     parts = [f"{turn.predicted_n} tok", f"{turn.predicted_per_second:.1f} tok/s"]
     if turn.draft_n:
         parts.append(f"acceptance {turn.acceptance * 100:.0f}%")
         parts.append(f"mean len {turn.mean_len:.2f}")
+        origins = origin_summary(turn.accepted_by_origin, turn.history_conversations, current=current,
+                                 describe=describe)
+        if origins:
+            parts.append(origins)
     else:
         parts.append("no drafts")
     if turn.prompt_n:
@@ -149,7 +158,14 @@ class AssistantMessage(Vertical):
         if error:
             subtitle.append("error")
         if turn is not None:
-            subtitle.append(turn_summary(turn))
+            log = next((a for a in self.ancestors if isinstance(a, ChatLog)), None)
+            current = log.current_conversation() if log is not None and log.current_conversation else None
+            describe = log.describe_conversation if log is not None else None
+            subtitle.append(turn_summary(turn, describe=describe, current=current))
+            # on hover, too: a narrow pane cuts the subtitle before the sources
+            origins = origin_summary(turn.accepted_by_origin, turn.history_conversations, current=current,
+                                     describe=describe)
+            self.tooltip = inert(origins) if origins else None
         if self.ghosts_not_saved:
             subtitle.append("ghosts not saved")
         self.border_subtitle = inert(" \u00b7 ".join(subtitle))
@@ -285,6 +301,10 @@ class ChatLog(PagedVerticalScroll):
         self._editing: UserMessage | None = None  # highlighted while it is edited in the prompt
         #: the reply whose versions the flip keys flip, by its place in the engine's messages (None: the last)
         self.chosen: int | None = None
+        #: a saved conversation's title and time, and the id of the one shown: a reply's summary names where its
+        #: kept drafts came from with them (the chat screen sets both)
+        self.describe_conversation: Describe | None = None
+        self.current_conversation: Callable[[], int | None] | None = None
 
     def on_mount(self) -> None:
         self.anchor()

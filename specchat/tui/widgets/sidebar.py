@@ -21,6 +21,7 @@ from textual.widgets import Digits, ProgressBar, Static
 from specchat.engine.controls import ControlState
 from specchat.engine.events import Turn
 from specchat.engine.protocol import EngineInfo
+from specchat.tui.draft_source import Describe, source_line
 from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import StatsSnapshot
 from specchat.tui.widgets.ab_table import ABTable
@@ -58,6 +59,10 @@ class Sidebar(VerticalScroll):
         self._snapshot = StatsSnapshot()
         self._state: ControlState | None = None
         self._info: EngineInfo | None = None
+        #: the history's title and time of a saved conversation, and the id of the one on screen (the chat screen
+        #: sets both): where a draft copied from is named by them
+        self.describe_conversation: Describe | None = None
+        self.current_conversation: Callable[[], int | None] | None = None
 
     def summary(self) -> str:
         """:func:`status_line` of what the sidebar shows now."""
@@ -79,6 +84,7 @@ class Sidebar(VerticalScroll):
         yield Static(id="spark-tok", classes="spark")
         yield Static(id="k-status")
         yield Static(id="k-note", classes="note")
+        yield Static(id="draft-source", classes="note")
         yield Static(id="reply-figures", classes="figures")
         yield Static(id="spark-acc-label", classes="caption")
         yield Static(id="spark-acc", classes="spark")
@@ -222,6 +228,9 @@ class Sidebar(VerticalScroll):
         self._put("k-status", "\n".join(format_k(snapshot.status, self._state)), rewraps=True)
         drafter = self._info.draft_name if self._info is not None else None
         self._put_note("k-note", k_note(snapshot.status, self._state, drafter))
+        current = self.current_conversation() if self.current_conversation is not None else None
+        self._put_note("draft-source", source_line(snapshot.source, snapshot.chain, current=current,
+                                                   describe=self.describe_conversation))
         self._put("reply-figures", "\n".join(format_reply(snapshot, self._info)), rewraps=True)
         self._put("recent-figures", "\n".join(format_recent(snapshot.recent, self._info)), rewraps=True)
         self._put_note("recent-notes", "\n".join(snapshot.recent.notes) if snapshot.recent is not None else "")
