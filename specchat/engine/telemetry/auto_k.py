@@ -331,27 +331,37 @@ class AutoK:
         # ramp: never jump past twice the largest verify batch ever timed (its v is a line's extrapolation)
         reach = max(1, self.k, 2 * (cm.largest_measured_rows() - 1))
         best = best_k(curve[: reach + 1])
-        gain = 1.0 + self.margin
-
         if self._probe_pending:
-            if n_spec == self._probe_before:
-                return self._probe(cm, drafter)  # nothing was drafted: no evidence yet, try again
-            self._probe_pending = False
-            if best > 0 and curve[best] > gain:
-                self.k = best
-                self._dwell = 0
-                self._last_dir = 1
-                self._streak = 0
-                self._fails = 0
-                return KDecision(self.k, KReason.PROBE_PAID)
-            # a probe whose own acceptance would pay is promising: probe again soon to gather evidence
-            drafted, accepted = cm.last_draft(drafter)
-            alpha_probe = accepted / (accepted + 1) if accepted < drafted else 1.0
-            self._fails = 0 if alpha_probe >= self.break_even_alpha(cm, drafter) else self._fails + 1
-            self._set_interval(cm, drafter)
-            self._plain = 0
-            return KDecision(0, KReason.PROBE_FAILED)
+            return self._judge_probe(cm, drafter, curve, best, n_spec)
+        return self._move(cm, drafter, curve, best)
 
+    def _judge_probe(self, cm: CostModel, drafter: str, curve: list[float], best: int, n_spec: int) -> KDecision:
+        """The round after a probe: back on at the best K if the probe's evidence predicts a gain by ``margin``,
+        else stay off (the probe interval doubles, or resets when the probe's own acceptance would pay)."""
+        gain = 1.0 + self.margin
+        if n_spec == self._probe_before:
+            return self._probe(cm, drafter)  # nothing was drafted: no evidence yet, try again
+        self._probe_pending = False
+        if best > 0 and curve[best] > gain:
+            self.k = best
+            self._dwell = 0
+            self._last_dir = 1
+            self._streak = 0
+            self._fails = 0
+            return KDecision(self.k, KReason.PROBE_PAID)
+        # a probe whose own acceptance would pay is promising: probe again soon to gather evidence
+        drafted, accepted = cm.last_draft(drafter)
+        alpha_probe = accepted / (accepted + 1) if accepted < drafted else 1.0
+        self._fails = 0 if alpha_probe >= self.break_even_alpha(cm, drafter) else self._fails + 1
+        self._set_interval(cm, drafter)
+        self._plain = 0
+        return KDecision(0, KReason.PROBE_FAILED)
+
+    def _move(self, cm: CostModel, drafter: str, curve: list[float], best: int) -> KDecision:
+        """Hysteresis: move K to the best one when it beats the current K by ``margin`` on ``patience``
+        boundaries and the last move has dwelt (off when nothing beats plain decoding by ``margin / 2``); while
+        off, probe every probe interval plain rounds."""
+        gain = 1.0 + self.margin
         if self.k > 0 and curve[best] <= 1.0 + self.margin / 2:
             want = 0  # no K beats plain decoding by enough to be worth drafting
         elif best > 0 and curve[best] > gain * curve[self.k]:
