@@ -35,6 +35,7 @@ a document's end: documents are kept apart, so a draft never runs from one saved
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -171,6 +172,16 @@ class SuffixIndex:
         #: key -> (start, end, checksum) of the document's tokens in the corpus
         self._docs: dict[Hashable, tuple[int, int, int]] = {}
         self._dead = 0  # tokens of removed documents still in the corpus
+        #: the documents' start positions in increasing order and their keys, for :meth:`doc_at`'s bisection;
+        #: an add appends (starts only grow), a removed document's entry stays until the next compact
+        self._starts: list[int] = []
+        self._start_keys: list[Hashable] = []
+
+    def _index_starts(self) -> None:
+        """Rebuild :attr:`_starts` from the document table (after a build, a compact or a load)."""
+        order = sorted(self._docs.items(), key=lambda kv: kv[1][0])
+        self._starts = [doc[0] for _k, doc in order]
+        self._start_keys = [k for k, _doc in order]
 
     # -- size -----------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -217,6 +228,7 @@ class SuffixIndex:
             at += 1 + len(arr)
         corpus = np.concatenate(parts) if parts else np.zeros(0, np.int32)
         index._set_corpus(corpus)
+        index._index_starts()
         return index
 
     def _set_corpus(self, corpus: np.ndarray) -> None:
@@ -255,6 +267,8 @@ class SuffixIndex:
             self._buf[start : start + len(arr)] = arr
             self._n = start + len(arr)
             self._docs[key] = (start, self._n, int(checksum))
+            self._starts.append(start)
+            self._start_keys.append(key)
             lo = start - 1  # the separator: windows start at the document's first token
             piece = self._buf[lo : self._n]
             hashes: dict[int, np.ndarray] = {}
@@ -306,6 +320,7 @@ class SuffixIndex:
             corpus = np.concatenate(parts) if parts else np.zeros(0, np.int32)
             self._docs, self._dead = new_docs, 0
             self._set_corpus(corpus)
+            self._index_starts()
 
     # -- lookup ---------------------------------------------------------------------------------------
     def _candidates(self, o: _Order, key: int) -> np.ndarray:
@@ -394,12 +409,18 @@ class SuffixIndex:
         return None if doc is None else (doc[0], doc[1])
 
     def doc_at(self, position: int) -> Hashable | None:
-        """The key of the document holding corpus position ``position`` (for naming a draft's source)."""
+        """The key of the document holding corpus position ``position`` (for naming a draft's source): a
+        bisection of the documents' starts, O(log n) (it was a scan of every document, on the first lookup into
+        each new source document)."""
         with self._lock:
-            for key, (s, e, _c) in self._docs.items():
-                if s <= position < e:
-                    return key
-        return None
+            i = bisect.bisect_right(self._starts, position) - 1
+            if i < 0:
+                return None
+            key = self._start_keys[i]
+            doc = self._docs.get(key)
+            if doc is None or doc[0] != self._starts[i] or not doc[0] <= position < doc[1]:
+                return None  # a removed (or since replaced) document, or a separator
+            return key
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | Path, meta: dict[str, object] | None = None) -> None:
@@ -460,6 +481,7 @@ class SuffixIndex:
             if len(o.keys) != len(o.pos) or (o.pos.size and (o.pos.min() < 0 or o.pos.max() >= n)):
                 raise CorruptIndexError(f"its order-{o.n} table is inconsistent")
         index._docs = {k: (int(s), int(e), int(c)) for k, (s, e), c in zip(keys, spans.tolist(), checks.tolist())}
+        index._index_starts()
         meta = header.get("meta", {})
         return index, meta if isinstance(meta, dict) else {}
 

@@ -94,7 +94,7 @@ class SuffixDrafter(NgramDrafter):
         key, pos = self._source_key, self.last_position
         span = index.span(key) if index is not None and key is not None else None
         if index is not None and (span is None or not span[0] <= pos < span[1]):
-            # a new document: doc_at scans every document; a copy going on stays in the one it was found in
+            # a new document: doc_at bisects the starts; a copy going on stays in the one it was found in
             key = self._source_key = index.doc_at(pos)
         if isinstance(key, tuple) and len(key) == 2 and all(isinstance(x, int) for x in key):
             return DraftSource("history", self.name, conversation=key[0], message=key[1])

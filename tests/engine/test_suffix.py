@@ -85,6 +85,52 @@ def test_long_matches_are_found_past_the_most_frequent_short_ngram():
     assert cand.tokens == [8, 9] and cand.match_len == 16
 
 
+def _doc_at_by_scan(index, position):
+    """What doc_at must answer: the live document whose span holds ``position`` (the old linear scan)."""
+    return next((k for k in index.keys() if index.span(k)[0] <= position < index.span(k)[1]), None)
+
+
+def test_doc_at_names_the_right_document_after_adds_removes_replaces_compacts_and_a_load(tmp_path):
+    rng = np.random.default_rng(7)
+    index = SuffixIndex.build([doc((c, 1), rng.integers(0, 500, rng.integers(1, 40))) for c in range(400)])
+    for c in range(400, 700):
+        index.add((c, 1), rng.integers(0, 500, rng.integers(1, 40)))
+    for c in range(0, 700, 3):
+        index.remove((c, 1))
+    for c in range(1, 700, 7):
+        index.add((c, 1), rng.integers(0, 500, 5))  # a replaced document moves to the corpus's end
+
+    def check(ix):
+        probes = rng.integers(0, ix._n + 2, 3000).tolist() + [0, -1, ix._n]
+        assert [ix.doc_at(p) for p in probes] == [_doc_at_by_scan(ix, p) for p in probes]
+        assert sum(ix.doc_at(p) is not None for p in probes) > 1000  # most probes land in a live document
+
+    check(index)
+    index.compact()
+    check(index)
+    index.add((9999, 1), [1, 2, 3])
+    path = tmp_path / "i.npz"
+    index.save(path)
+    check(SuffixIndex.load(path)[0])
+
+
+class _NoScan(dict):
+    """A document table that refuses to be walked: doc_at must find a document without visiting the others."""
+
+    def _walked(self, *_a):
+        raise AssertionError("doc_at walked every document")
+
+    __iter__ = items = values = keys = _walked
+
+
+def test_doc_at_does_not_walk_every_document():
+    index = SuffixIndex.build([doc((c, 1), [c % 97, 5, 6, 7]) for c in range(10_000)])
+    index.add((10_000, 1), [1, 2, 3])
+    want = {p: _doc_at_by_scan(index, p) for p in (1, 2, 5 * 9_999 + 1, index.span((10_000, 1))[0])}
+    index._docs = _NoScan(index._docs)
+    assert {p: index.doc_at(p) for p in want} == want and want[1] == (0, 1) and None not in want.values()
+
+
 def test_save_and_load_keep_every_document_and_merge_the_added_ones(tmp_path):
     index = SuffixIndex.build([doc((1, 1), [1, 2, 3, 4, 5, 6])])
     index.add((2, 7), [10, 11, 12, 13, 14], checksum=1234)

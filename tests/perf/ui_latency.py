@@ -18,7 +18,9 @@ alternates, round by round, with ``specchat generate --json`` on the same messag
   read, and emulated only after it ends, so this script's terminal emulator takes no CPU from the app
   meanwhile; the goal's figure), against the mean of a ``generate`` run just before and one just after it,
   so a machine that speeds up or slows down during the pair does not bias it; and for a reply typed over
-  (the emulator's CPU included; ``generate`` after it only).
+  (the emulator's CPU included), likewise against the mean of a ``generate`` run just before and one just after
+  it (until 2026-12-02 the typed-over pair used the run after it only, so a machine slowing down during a round
+  read as the app's cost).
 
 Prints medians, p95 and the ratio of each pair, and the load average (other processes change every figure:
 quote a run on a quiet machine; ratios are within one run). Why a script and not ``specchat bench --ui``: it
@@ -209,12 +211,15 @@ def main() -> int:
                 msg_b = f"R{r}b: {MESSAGES[(r + 1) % len(MESSAGES)]}"
                 msg_c = f"R{r}c: {MESSAGES[(r + 2) % len(MESSAGES)]}"
                 next_a = f"R{r + 1}a: {MESSAGES[(r + 1) % len(MESSAGES)]}"
-                # 1. a whole reply to A, typed over (B, key by key); then A through specchat generate
+                # 1. A through specchat generate, a whole reply to A typed over (B, key by key), then A through
+                #    generate again: like the untouched pair, against the mean of the runs either side of it
+                typed_before = generate_tok_s(root / "generate", msg_a, args)
                 s.new_chat()
                 s.send_typed()
                 s.type_while(msg_b, lambda: bool(FINISHED.search(s.app.text())), streaming)
                 s.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=600, what="the reply to end")
-                typed_pairs.append((s.last_turn()["tok_s"], generate_tok_s(root / "generate", msg_a, args)))
+                typed_after = generate_tok_s(root / "generate", msg_a, args)
+                typed_pairs.append((s.last_turn()["tok_s"], (typed_before + typed_after) / 2))
                 # 2. B through specchat generate, a whole reply to B in the app, untouched, then B through generate
                 #    again: the app is compared with the mean of the runs either side of it (drift cancels)
                 before = generate_tok_s(root / "generate", msg_b, args)

@@ -17,7 +17,7 @@ from fake_engine import DEFAULT_VERIFY, FakeEngine, verify_curve
 from tuikit import SIZE, fake_settings, send, settle, wait_hold, wait_ready
 
 from specchat.engine.controls import ControlState
-from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NGRAM
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NGRAM, SUFFIX
 from specchat.engine.events import CostEstimate, KStatus
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.app import SpecChatApp
@@ -120,6 +120,9 @@ def test_the_chart_goes_to_the_drafters_cap_and_marks_the_k_the_rounds_draft_up_
     assert drafter_cap(NGRAM) == DRAFTER_KINDS[NGRAM].k_cap
     assert drafter_cap("draft-model.gguf") == DRAFTER_KINDS[MODEL].k_cap
     assert drafter_cap("none") == drafter_cap(None) == K_MAX  # no drafter: the target's whole curve
+    # a chain reaches its largest link's cap (the free link drafts up to 64 where a model link stops at 16)
+    assert drafter_cap("suffix,draft-model.gguf") == DRAFTER_KINDS[SUFFIX].k_cap > DRAFTER_KINDS[MODEL].k_cap
+    assert drafter_cap("draft-a.gguf,draft-b.gguf") == DRAFTER_KINDS[MODEL].k_cap
     fixed = ControlState(k=5, speculative=True, auto_k=False, drafter="ngram")
     holding = KStatus(state="holding", k=8, k_round=8, k_cap=64)
     assert current_k(None, fixed) == 5 and current_k(holding, fixed) == 5  # a key changed K: the next round's

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specchat.engine.controls import ControlState
-from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, MODEL, NONE, k_cap_note
+from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, NONE, chain_links, k_cap_note, kind_of
 from specchat.engine.events import CostEstimate, Figures, KStatus, VerifyCurve
 from specchat.engine.protocol import EngineInfo
 from specchat.tui.stats import WINDOW_S, StatsSnapshot
@@ -66,10 +66,13 @@ def verify_curve(snapshot: StatsSnapshot, info: EngineInfo | None) -> VerifyCurv
 
 def drafter_cap(drafter: str | None) -> int:
     """How far the chart goes: the drafter's cap on K (:data:`DRAFTER_KINDS`; a model file is a model drafter),
-    or, with no drafter, :data:`K_MAX` (the target's whole curve)."""
+    or, with no drafter, :data:`K_MAX` (the target's whole curve). A chain reaches as far as its largest link's
+    cap, as :class:`~specchat.engine.chain.DrafterChain` drafts (``suffix,DRAFT.gguf``: the suffix link's 64, not
+    the model link's 16)."""
     if not drafter or drafter == NONE:
         return K_MAX
-    return DRAFTER_KINDS.get(drafter, DRAFTER_KINDS[MODEL]).k_cap
+    links = chain_links(drafter) or [drafter]
+    return max(DRAFTER_KINDS[kind_of(link)].k_cap for link in links)
 
 
 def current_k(status: KStatus | None, state: ControlState | None) -> int | None:
