@@ -92,8 +92,30 @@ class EngineHost:
         :func:`specchat.tui.priority.yield_cpu_to_engine`)."""
         self._executor.submit(lambda: None).result()
 
-    def _run(self, work: Callable[[], Any], *, group: str, name: str, description: str) -> None:
-        self._spawn(self.call(work), group=group, name=name, description=description)
+    def _run(
+        self, work: Callable[[], Any], *, group: str, name: str, description: str,
+        dropped: Callable[[], None] | None = None,
+    ) -> None:
+        """Submit ``work`` to the engine thread now, and have a worker (``spawn``) wait for it.
+
+        Submitted here, not when the worker's coroutine first runs: a worker cancelled before it started (Textual
+        cancels the app's workers as it exits) used to leave its work never submitted, so the ``finally`` that
+        sets :attr:`_turn_done` / :attr:`_load_done` never ran and :meth:`shutdown` waited for ever (the state
+        fuzz hung so, 2026-12-02, AMD EPYC). Now the work runs, or - cancelled while still queued behind other
+        engine work - ``dropped()`` runs instead, so whatever waits for its end is told either way."""
+        try:
+            future = self._executor.submit(work)
+        except RuntimeError:  # the engine thread has ended (after shutdown): nothing runs any more
+            if dropped is not None:
+                dropped()
+            return
+        if dropped is not None:
+            future.add_done_callback(lambda f: dropped() if f.cancelled() else None)
+
+        async def wait() -> Any:
+            return await asyncio.wrap_future(future)
+
+        self._spawn(wait(), group=group, name=name, description=description)
 
     # -- loading ---------------------------------------------------------------------------------------
     @property
@@ -140,7 +162,7 @@ class EngineHost:
             finally:
                 self._load_done.set()
 
-        self._run(work, group="load", name="load-engine", description="load the models")
+        self._run(work, group="load", name="load-engine", description="load the models", dropped=self._load_done.set)
 
     def accept(self, engine: ChatEngine) -> bool:
         """UI thread, once ``loaded`` has been handled: ``engine`` is the one in use, with the pending
@@ -179,7 +201,7 @@ class EngineHost:
         self._turn_done.clear()
         self._run(
             partial(self._turn, turn_id, pump), group="generation", name=f"turn-{turn_id}",
-            description="generate a reply",
+            description="generate a reply", dropped=self._turn_done.set,
         )
         return turn_id
 

@@ -141,3 +141,49 @@ def test_shutdown_during_a_load_waits_for_it_and_closes_what_it_loaded(tmp_path,
         assert not host.accept(box["engine"]) and host.engine is None  # too late: the app is closing
 
     asyncio.run(main())
+
+
+def test_a_turn_whose_worker_is_cancelled_before_it_runs_does_not_hang_the_shutdown():
+    """Textual cancels the app's workers as it exits: a turn's worker cancelled while its work waited behind other
+    engine work (here: a job holding the engine thread) must not leave :meth:`EngineHost.shutdown` waiting for a
+    turn that never ran (the state fuzz hung so on 2026-12-02: the work was submitted only when the worker's
+    coroutine first ran, and a cancelled worker never ran it). Fails with ``_run`` submitting from the coroutine."""
+
+    async def main() -> None:
+        tasks: list[asyncio.Future] = []
+        host = EngineHost(lambda work, **kw: tasks.append(asyncio.ensure_future(work)))
+        gate = threading.Event()
+        host.submit(gate.wait, name="hold", description="hold the engine thread")
+        ran: list[int] = []
+        host.start_turn(ran.append)
+        load_seen: list[str] = []
+        host.load(lambda progress: load_seen.append("factory"), progress=lambda *a: None,
+                  loaded=lambda *a: load_seen.append("loaded"), failed=load_seen.append)
+        assert host.turn_running and host.loading
+        for task in tasks[1:]:
+            task.cancel()  # before any of them ran a step, as at the app's exit
+        await asyncio.sleep(0)
+        gate.set()
+        saved: list[bool] = []
+        # a guard against the hang this test is about, not a timing: the shutdown has nothing slow to wait for
+        try:
+            await asyncio.wait_for(host.shutdown(save_stopped=lambda: saved.append(True)), timeout=30)
+        except TimeoutError:
+            host._turn_done.set(), host._load_done.set()  # let the stuck wait's thread end, so the test can fail
+            raise AssertionError("the shutdown waited for a turn (or load) whose work never ran") from None
+        assert not host.turn_running and not host.loading
+        assert saved == [True]  # the turn was started and its end never handled: saved as stopped
+        assert ran in ([], [1]) and load_seen in ([], ["factory", "loaded"])  # dropped while queued, or run
+
+    asyncio.run(main())
+
+
+def test_a_turn_started_after_the_shutdown_runs_nothing_and_is_not_waited_for():
+    async def main() -> None:
+        host = EngineHost(lambda work, **kw: asyncio.ensure_future(work))
+        await host.shutdown(save_stopped=lambda: None)
+        ran: list[int] = []
+        host.start_turn(ran.append)  # e.g. an Enter handled after the quit: the engine thread is gone
+        assert not host.turn_running and ran == []
+
+    asyncio.run(main())
