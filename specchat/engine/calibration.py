@@ -82,6 +82,39 @@ def load_cached_verify_cost(target: Model, cost_model: CostModel, cache: Calibra
     return True
 
 
+#: the bounds of the factor a cached calibration is rescaled by (:func:`rescale_cached_verify_cost`): a factor
+#: outside them is a timing gone wrong, not the machine's load
+RESCALE_BOUNDS = (0.25, 4.0)
+
+
+def rescale_cached_verify_cost(target: Model, cost_model: CostModel, cache: CalibrationCache, last: int,
+                               reps: int = 3) -> float | None:
+    """Re-anchor this target's cached calibration at this moment: time ``reps`` single-row decodes of ``last``
+    after the prompt (as the calibration itself was timed), scale every cached timing by their median over the
+    cached single-row median, and give ``cost_model`` those instead of the cached ones. Returns the factor
+    (None: no cached entry, or the timing failed).
+
+    Why: the cache holds milliseconds, and a shared machine's speed moves by the hour (AMD EPYC Zen 4 here, the
+    bundled Q4_1 on one thread: single rows of 6 to 22 ms between sessions a day apart). Replayed unscaled, the
+    cached multi-row medians stayed from the calibration's hour while every plain round brought t1 from this one:
+    v(K) = t(K+1) / t1 was off by their ratio for every size the rounds did not re-time (a calibration of a fast
+    hour replayed in a slow one priced a 17-row verify at 5.3 rows where the rounds cost ~10). The shape of the
+    curve is the CPU's and the format's; only its unit moves with the load."""
+    entry = cache.load(CalibrationKey.for_model(target))
+    if entry is None:
+        return None
+    singles = sorted(ms for r, ms in entry.timings if r == 1)
+    now = sorted(ms for ms in (target.time_scratch_decode([last]) for _ in range(reps)) if ms == ms and ms > 0)
+    if not singles or not now:
+        return None
+    factor = now[len(now) // 2] / singles[len(singles) // 2]
+    lo, hi = RESCALE_BOUNDS
+    if not lo <= factor <= hi:
+        return None
+    cost_model.replace_verify_timings([(r, ms * factor) for r, ms in entry.timings])
+    return factor
+
+
 def verify_cost_for(target: Model, cost_model: CostModel, last: int, cache: CalibrationCache | None = None) -> str:
     """Give ``cost_model`` the target's v(K): from ``cache`` when it holds this target's calibration
     (:func:`load_cached_verify_cost`), else by timing :data:`CALIBRATION_ROWS` (:func:`calibrate_verify_cost`)
@@ -145,5 +178,5 @@ def calibrate_draft_cost(
 
 __all__ = [
     "CALIBRATION_ROWS", "MEASURE_ROWS", "Timing", "calibrate_draft_cost", "calibrate_verify_cost", "draft_cost_ratios",
-    "load_cached_verify_cost", "replay_timings", "verify_cost_for",
+    "RESCALE_BOUNDS", "load_cached_verify_cost", "replay_timings", "rescale_cached_verify_cost", "verify_cost_for",
 ]

@@ -46,6 +46,10 @@ class Draft:
     #: how many tokens the drafter would have proposed with no cap (up to its kind's cap), when it decides its own
     #: draft length (n-gram: only confident continuations); None = it always fills the K it is given
     natural: int | None = None
+    #: the drafter's own estimate, per position j = 1..len(tokens), that its first j tokens are all accepted (None:
+    #: it has none); at temperature 0 the verify is split where that lowers its expected cost
+    #: (:meth:`specchat.engine.telemetry.verify_cost.VerifyCost.plan`)
+    survival: tuple[float, ...] | None = None
 
 
 class Drafter(Protocol):
@@ -280,6 +284,8 @@ class NgramDrafter:
         self.last_match_len = 0
         #: of the latest lookup's candidate occurrences, the share whose next token is the draft's first
         self.last_agreement = 1.0
+        #: the latest :meth:`draft_length`'s P(first j accepted), j = 1.. (:attr:`Draft.survival`)
+        self.last_survival: list[float] = []
 
     def _reset_index(self) -> None:
         self._tokens: list[int] = []
@@ -360,12 +366,14 @@ class NgramDrafter:
         """How many of ``available`` continuation tokens to propose for a match of ``match_len``."""
         p = 1.0
         table = self.verify_cost() if self.verify_cost is not None else None
+        survival = self.last_survival = []
         if table is None:  # not measured beyond one row: v = 1 would make any draft free
             d = 0
             for i in range(available):
                 p *= self.confidence(match_len + i)
                 if p < self.min_confidence:
                     break
+                survival.append(p)
                 d = i + 1
             return d
         expected = 1.0
@@ -373,6 +381,7 @@ class NgramDrafter:
         p = self.last_agreement  # earlier occurrences that went on otherwise: the copy may not go on here either
         for i in range(min(available, len(table) - 1)):
             p *= self.confidence(match_len + i)
+            survival.append(p)
             expected += p
             cost = table[i + 1]
             if cost > 0 and expected / cost > best:
@@ -398,7 +407,9 @@ class NgramDrafter:
                     self._pending = (len(context), self.last_match_len, tokens)
                 else:
                     self._shadow = (len(context), self.last_match_len, cont[:SHADOW_TOKENS])
-        return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural)
+        survival = tuple(self.last_survival[: len(tokens)]) if len(self.last_survival) >= len(tokens) else None
+        return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural,
+                     survival=survival if tokens else None)
 
     def draft_source(self) -> DraftSource:
         """Its drafts copy this conversation."""

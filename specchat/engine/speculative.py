@@ -40,6 +40,7 @@ from specchat.engine.calibration import (
     calibrate_verify_cost,
     draft_cost_ratios,
     load_cached_verify_cost,
+    rescale_cached_verify_cost,
     verify_cost_for,
 )
 from specchat.engine.calibration_cache import CalibrationCache
@@ -114,6 +115,8 @@ class SpeculativeDecoder:
         self.calibration_cache = calibration_cache
         #: where the cost model's v(K) came from: nothing yet, this file's cached calibration, or timed here
         self.verify_source: VerifySource = "prior"
+        #: the cached calibration was re-anchored at this session's single-row time (once, before its first use)
+        self._rescaled = False
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
         self.can_speculate = not target.is_recurrent
         if calibration_cache is not None and self.can_speculate:  # start warm: v(K) known before the first turn
@@ -192,7 +195,8 @@ class SpeculativeDecoder:
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
-            logits, decodes = self._verify(last, d, greedy=st.sampling.temperature <= 0)
+            greedy = st.sampling.temperature <= 0
+            logits, decodes = self._verify(last, d, survival=self._survival(drafter, draft, len(d)) if greedy else None)
             t_verify = sum(ms for _, ms in decodes)
             # 3. accept
             a, final = accept(logits, d, draft.q, st.sampling, rng)
@@ -245,6 +249,8 @@ class SpeculativeDecoder:
         cm = self.cost_model
         speculating = st.speculative and self.can_speculate and self.drafter is not None
         calibrate = speculating and st.auto_k and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
+        # a cached calibration is milliseconds of another hour: re-anchored at this one before its first use
+        rescale = speculating and not calibrate and self.verify_source == "cache" and not self._rescaled
         unit = speculating and not calibrate and cm.steps_since_single_row is None
         # c with the unit, and whenever auto-K is to choose without it (v(K) may come from the cache)
         draft = (unit or (speculating and st.auto_k)) and any(
@@ -260,10 +266,14 @@ class SpeculativeDecoder:
         last = int(context[-1])
         if calibrate:
             self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
+            self._rescaled = True  # timed now, or (from the cache) as good as the re-anchoring below
+        elif rescale and self.calibration_cache is not None:
+            self._rescaled = True
+            rescale_cached_verify_cost(target, cm, self.calibration_cache, last)
         elif unit:
             calibrate_verify_cost(target, cm, last, rows=(1,), reps=3)
             self.verify_source = "measured"
-        if calibrate or unit:
+        if calibrate or unit or rescale:
             self.verify = self._verify_curve()
         if draft:
             calibrate_draft_cost(cm, self.links, last, ratios)
@@ -272,15 +282,30 @@ class SpeculativeDecoder:
         yield PromptDone(prompt_n=len(context) - keep, prompt_ms=prompt_ms, cached_n=keep)
         return TurnCounters(prompt_n=len(context) - keep, prompt_ms=prompt_ms)
 
-    def _verify(self, last: int, draft: Sequence[int], *, greedy: bool) -> tuple[np.ndarray, list[tuple[int, float]]]:
+    def _survival(self, drafter: Drafter | None, draft: Draft, d: int) -> tuple[float, ...] | None:
+        """P(the first j of the ``d`` drafted tokens are all accepted), j = 1..d: the drafter's own estimate
+        (:attr:`Draft.survival`), else α̂^j with the cost model's α of this drafter (a model drafter)."""
+        if d == 0 or drafter is None:
+            return None
+        own = draft.survival
+        if own is not None and len(own) >= d:
+            return tuple(own[:d])
+        alpha = self.cost_model.alpha(drafter.name)
+        return tuple(alpha ** j for j in range(1, d + 1))
+
+    def _verify(self, last: int, draft: Sequence[int], *, survival: Sequence[float] | None
+                ) -> tuple[np.ndarray, list[tuple[int, float]]]:
         """Step 2: the target's logits on the rows ``[last, *draft]`` at ``n_past...``, decoded the cheapest way
         this CPU measured (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.plan`: one batch, or
         leading single rows where a small batch costs more than its rows one by one), with each decode's
-        (rows, ms). At temperature 0 a single row whose argmax refuses its draft token ends the verify there:
-        the rows after a rejection are never used (step 3 stops at the first), so they are not paid for. The
-        rows are the target's own either way - a single row is exactly what plain decoding computes."""
+        (rows, ms). At temperature 0 (``survival`` given: the drafter's P(first j accepted)) a decode whose rows'
+        argmax refuses a draft token ends the verify there: the rows after a rejection are never used (step 3
+        stops at the first), so they are not paid for, and the plan may cut a doubtful long draft into chunks
+        so that a copy breaking early pays for its first chunk only. The rows are the target's own either way -
+        a single row is exactly what plain decoding computes."""
         tokens = [last, *draft]
-        plan = self.cost_model.verify.plan(len(tokens)) if draft else (1,)
+        greedy = survival is not None
+        plan = self.cost_model.verify.plan(len(tokens), survival) if draft else (1,)
         decodes: list[tuple[int, float]] = []
         parts: list[np.ndarray] = []
         start = 0

@@ -129,12 +129,17 @@ class SuffixDrafter(NgramDrafter):
             return super().draft_length(match_len, available)
         n = min(available, len(probs))  # the index already stopped at min_token_prob and max_spec_factor
         table = self.verify_cost() if self.verify_cost is not None else None
+        survival = self.last_survival = []
+        copy = 1.0
         if table is None:
+            for i in range(n):
+                copy *= self.confidence(match_len + i)
+                survival.append(probs[i] * copy)
             return n
         expected, best, best_d = 1.0, self.min_gain, 0
-        copy = 1.0
         for i in range(min(n, len(table) - 1)):
             copy *= self.confidence(match_len + i)
+            survival.append(probs[i] * copy)
             expected += probs[i] * copy
             cost = table[i + 1]
             if cost > 0 and expected / cost > best:

@@ -257,3 +257,57 @@ def test_llama_cpp_runs_with_the_flash_attention_setting_it_was_given(bundled_mo
         pytest.skip(f"this CPU decodes row by row (AMX): the batch-vs-row logits cannot differ ({diffs})")
     assert diffs["on"] == 0.0, diffs  # the fused kernel: a row alike in any batch
     assert diffs["off"] > 0.0, diffs  # the unfused path: a batch's rows computed with other kernels
+
+
+def test_a_cached_calibration_is_re_anchored_at_this_moments_single_row_once(tiny_target, tmp_path, monkeypatch):
+    """The cache holds milliseconds of another hour. Before the first speculative round of a session that loaded
+    it, three single-row decodes are timed and every cached timing is scaled by their median over the cached
+    single row: the curve's shape (v(K)) is the cached one, its unit (t1) this moment's. Once per session; a
+    factor outside :data:`RESCALE_BOUNDS` (a timing gone wrong) leaves the cached timings as they are. The
+    timings here are the test's own (scratch decodes answered by a stub): the arithmetic, not this CPU's speed."""
+    from specchat.engine.calibration import RESCALE_BOUNDS, replay_timings, rescale_cached_verify_cost
+    from specchat.engine.telemetry import CostModel
+
+    target = tmp_path / "t.gguf"
+    target.symlink_to(tiny_target)
+    cache = CalibrationCache(tmp_path / "calibration")
+    slow_hour = [(r, 30.0 * (1 + 0.6 * (r - 1))) for r in CALIBRATION_ROWS for _ in range(2)]
+    m = Model(target, n_ctx=256, n_batch=N_BATCH, threads=1)
+    cache.save(CalibrationKey.for_model(m), slow_hour, m.weights)
+    now_ms = [10.0]
+    singles: list[int] = []
+    real = Model.time_scratch_decode
+
+    def stub(self, tokens):
+        if len(tokens) == 1:
+            singles.append(1)
+            return now_ms[0]
+        return real(self, tokens)
+
+    monkeypatch.setattr(Model, "time_scratch_decode", stub)
+    try:
+        unscaled = CostModel()
+        replay_timings(unscaled, slow_hour)
+        cm = CostModel()
+        assert rescale_cached_verify_cost(m, cm, cache, 1) == pytest.approx(1 / 3)
+        assert cm.target_ms() == pytest.approx(10.0) and unscaled.target_ms() == pytest.approx(30.0)
+        assert [cm.v(k) for k in range(65)] == pytest.approx([unscaled.v(k) for k in range(65)])
+        now_ms[0] = 30.0 * RESCALE_BOUNDS[1] * 2  # a timing gone wrong
+        assert rescale_cached_verify_cost(m, cm, cache, 1) is None and cm.target_ms() == pytest.approx(10.0)
+    finally:
+        m.close()
+
+    now_ms[0] = 10.0
+    dec = _cached_decoder(target, cache)
+    try:
+        assert dec.verify_source == "cache" and dec.cost_model.target_ms() == pytest.approx(30.0)
+        dec.controls.set_auto_k(True)
+        session = ChatSession(dec, n_predict=4)
+        singles.clear()
+        list(session.send(GREEDY_PROMPTS[0]))
+        assert len(singles) == 3  # re-anchored before the first round
+        singles.clear()
+        list(session.send(GREEDY_PROMPTS[1]))
+        assert singles == []  # once per session
+    finally:
+        dec.close()

@@ -12,6 +12,7 @@ from scipy import stats
 
 from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
+from specchat.engine.drafters import Draft
 from specchat.engine.events import Piece, Step
 from specchat.engine.model import Model
 from specchat.engine.sampling import warp
@@ -555,5 +556,60 @@ def test_a_verify_planned_as_single_rows_is_plain_decoding_and_ends_at_the_first
         assert all(n == 1 for n in sizes), [n for n in sizes if n != 1]  # every drafted verify here was 5 rows or fewer: single rows
         # each round decoded its kept tokens' rows and no more: a refusal ended it (a + 1 rows of d + 1)
         assert len(sizes) == sum(s.accepted + 1 for s in st)
+    finally:
+        dec.close()
+
+
+
+def test_a_long_doubtful_draft_is_verified_in_chunks_and_a_break_pays_only_its_chunks(bundled_model):
+    """The expected-cost verify plan on the real bundled model (:meth:`VerifyCost.chunked_plan`), with batch costs
+    that barely fall per row (as the AMD EPYC Zen 4 measured the bundled Q4_1 on one thread: 17 rows 12.7, 65 rows
+    44.4; pinned, whatever this CPU costs). A 40-token draft of plain decoding's own reply, wrong at its 7th token,
+    rated 0.95 per token by its drafter, is verified in chunks: the decodes stop at the chunk holding the wrong
+    token (its rows are never all decoded), the correction is the target's token, and the reply is plain
+    decoding's (each chunk's rows are the target's own logits; greedy)."""
+    dec = build_decoder(bundled_model, None, k=64, drafter="ngram")
+    try:
+        ctx = dec.target.tokenize(PROMPTS[0], add_bos=True)
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 64)
+        dec.reset()
+        cm = dec.cost_model
+        t1 = cm.target_ms()
+        assert t1
+        for _ in range(8):
+            for rows in (2, 3, 4, 5, 9, 17, 25, 33, 49, 65):
+                cm.verify.observe(rows, t1 * (0.68 * rows + 0.3))
+        cm.verify.observe = lambda rows, ms: None  # type: ignore[method-assign]  # pinned: whatever this CPU costs
+        reply = list(plain.tokens)
+        wrong = [*reply[:6], (reply[6] + 1) % dec.target.n_vocab, *reply[7:40]]
+        drafter = dec.drafters["ngram"]
+        rounds: list[list[int]] = []  # each round's decodes (rows)
+
+        def draft(context, k, sampling, rng):
+            rounds.append([])
+            if len(rounds) > 1:
+                return Draft()
+            return Draft(tokens=wrong[:k], survival=tuple(0.95**j for j in range(1, min(k, 40) + 1)))
+
+        drafter.draft = draft  # type: ignore[method-assign]
+        target = dec.target
+        real_decode = target.decode
+
+        def counting_decode(tokens, *, logits_last=1):
+            if logits_last and rounds:
+                rounds[-1].append(len(tokens))
+            return real_decode(tokens, logits_last=logits_last)
+
+        target.decode = counting_decode  # type: ignore[method-assign]
+        dec.controls.set_speculative(True)
+        spec, events = run_turn(dec, ctx, 64)
+        first = steps(events)[0]
+        assert (first.drafted, first.accepted) == (40, 6)
+        assert spec.tokens == plain.tokens
+        planned = cm.verify.plan(41, tuple(0.95**j for j in range(1, 41)))
+        assert len(planned) > 1
+        assert rounds[0] == list(planned[: len(rounds[0])]) and len(rounds[0]) < len(planned)
+        assert 7 <= sum(rounds[0]) < 41  # the chunks up to the wrong token, not the 41 rows
     finally:
         dec.close()

@@ -31,7 +31,7 @@ from specchat.engine.telemetry import (
     speedup_curve,
     verify_reason,
 )
-from specchat.engine.telemetry.verify_cost import SPLIT_MARGIN, VerifyCost
+from specchat.engine.telemetry.verify_cost import CHUNK_MARGIN, SPLIT_MARGIN, VerifyCost
 
 FLAT = [1.0] * (K_MAX + 1)
 
@@ -1104,6 +1104,54 @@ def test_a_flat_curve_is_one_batch_and_noise_does_not_split_it() -> None:
     assert all(vc.plan(n) == (n,) for n in range(2, 66)) and vc.single_rows_up_to() == 1
     assert vc.v(16) == pytest.approx(vc.batch_table()[16])
     assert _costs_of({2: 2.04, 3: 3.05}).plan(2) == (2,)
+
+
+#: the AMD EPYC Zen 4's Q4_1 as the bench measured it on 2026-12-03 (one thread): a batch's cost per row barely
+#: falls with its size (17 rows 12.7, 65 rows 44.4)
+_EPYC_Q4_1_BENCH = {2: 2.0, 3: 2.76, 4: 3.43, 5: 4.45, 9: 7.24, 17: 12.69, 25: 18.32, 33: 23.87, 49: 36.26, 65: 44.38}
+
+
+def _brute_expected(vc, plan, survival):
+    """The expected cost of ``plan`` by enumerating where the first rejection falls (the definition)."""
+    batch = [1.0, *vc.batch_table()[1:]]
+    d = len(survival)
+    p = [1.0, *survival]
+    total = 0.0
+    for first_rejected in range(1, d + 2):  # d + 1: every draft token accepted
+        prob = (p[first_rejected - 1] - (p[first_rejected] if first_rejected <= d else 0.0))
+        paid, start = 0.0, 0
+        for rows in plan:
+            paid += batch[rows - 1]
+            start += rows
+            if start >= first_rejected:  # this decode's rows judged the refused token: the verify ends here
+                break
+        total += prob * paid
+    return total
+
+
+def test_a_doubtful_long_draft_is_verified_in_chunks_where_a_batch_saves_little() -> None:
+    """At temperature 0 a rejection found in one decode ends the verify, so with the drafter's P(first j accepted)
+    the plan is the least expected cost (:meth:`VerifyCost.chunked_plan`). On the EPYC's Q4_1 a 64-token copy at
+    0.99 per token is cut into chunks (its expected cost falls by more than :data:`CHUNK_MARGIN`); a certain
+    copy (P ≥ 0.999) and any draft at temperature > 0 (no survival given) keep the one-batch plan; on the Xeon's
+    F16, where 65 rows cost 6.7 and 17 rows 2.6, a confident copy stays one batch. The planner's expected cost is
+    the definition's (every place the first rejection can fall)."""
+    vc = _costs_of(_EPYC_Q4_1_BENCH)
+    doubtful = [0.99**j for j in range(1, 65)]
+    plan = vc.plan(65, doubtful)
+    assert sum(plan) == 65 and len(plan) > 1
+    _, expected = vc.chunked_plan(65, doubtful)
+    assert expected == pytest.approx(vc.expected_cost(plan, doubtful))
+    assert expected == pytest.approx(_brute_expected(vc, plan, doubtful))
+    assert expected < (1 - CHUNK_MARGIN) * vc.expected_cost((65,), doubtful)
+    for other in ((65,), (17, 48), (1,) * 65, (33, 32)):
+        assert expected <= vc.expected_cost(other, doubtful) + 1e-9
+    assert vc.plan(65, [0.9995**j for j in range(1, 65)]) == vc.plan(65) == (65,)
+    flat = _costs_of({2: 1.14, 5: 1.5, 9: 1.85, 17: 2.63, 65: 6.66})
+    assert flat.plan(65, [0.999**j for j in range(1, 65)]) == (65,)
+    # a draft whose first token is a coin toss: its first decode is small
+    coin = [0.5 * 0.99**j for j in range(64)]
+    assert vc.plan(65, coin)[0] < 17
 
 
 def test_split_verify_timings_join_the_table_at_their_own_sizes() -> None:

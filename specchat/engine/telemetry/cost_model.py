@@ -305,6 +305,14 @@ class CostModel:
         self._curve_key = None
         self.verify.observe(rows, t_ms)
 
+    def replace_verify_timings(self, timings: Sequence[tuple[int, float]]) -> None:
+        """Forget every verify timing and take ``timings`` (rows, ms) instead: a cached calibration rescaled to
+        this moment's single-row time (:func:`specchat.engine.calibration.rescale_cached_verify_cost`)."""
+        self.verify.reset()
+        self._curve_key = None
+        for rows, ms in timings:
+            self.observe_verify(rows, ms)
+
     def observe(self, rnd: Round) -> None:
         """One round of the loop (:class:`~specchat.engine.events.Round`): a drafting round when the drafter was
         asked (K > 0; it may have proposed nothing, and that counts too), else a plain single-row decode. The

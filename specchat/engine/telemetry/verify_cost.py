@@ -28,6 +28,14 @@ NO_BATCH_SHARE = 0.5
 #: a verify plan starts with single rows only where that saves at least this share of the one batch's cost:
 #: a split is not taken on a timing's noise (the row medians of one machine moved 1-2 % between runs)
 SPLIT_MARGIN = 0.03
+#: a verify is cut into chunks only where that saves this share of its expected cost: the drafter's survival
+#: estimates are rough, and a chunk the copy did not need costs a decode's overhead (the replayed profiles,
+#: tests/engine/test_cost_profiles.py: at 3 % auto-K's worst case against the best fixed K fell from 0.943 to
+#: 0.921, the Xeon's Q8_0 code lost 6 %; at 10 % and 20 % the worst cases stay as they were and the fixed K gain)
+CHUNK_MARGIN = 0.10
+#: the chunk sizes (rows) a verify may be split into at temperature 0 (:meth:`VerifyCost.plan` with ``survival``),
+#: besides "the rest in one batch": powers of two and their halves, so the search is ~10 sizes per position
+CHUNK_ROWS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 
 
 def _rows_text(x: float) -> str:
@@ -100,6 +108,7 @@ class VerifyCost:
         self._slope = 0.0
         self._t1: float | None = None
         self._since_single = -1  # observations since the last single-row sample; -1 = never
+        self._measured = 1  # the largest batch (rows) with a timing when the plan was last made
 
     # -- observations ------------------------------------------------------------------------------
     def observe(self, rows: int, ms: float) -> None:
@@ -146,9 +155,14 @@ class VerifyCost:
             self._refresh()
         return self._batch_v_by_k
 
-    def plan(self, rows: int) -> tuple[int, ...]:
+    def plan(self, rows: int, survival: Sequence[float] | None = None) -> tuple[int, ...]:
         """The cheapest way measured to verify ``rows`` rows: the sizes of the decodes, in order - s single
         rows, then one batch of the rest (``(rows,)``: one batch; ``(1,) * rows``: row by row).
+
+        ``survival`` (temperature 0 only: a rejection found in one decode ends the verify there, so the decodes
+        after it are never paid for): ``survival[j - 1]`` = the drafter's estimate that its first j tokens are all
+        accepted. The plan is then the one of least *expected* cost (:meth:`chunked_plan`), when that saves
+        :data:`SPLIT_MARGIN` of the one above.
 
         The family is "s single rows, then one batch": cost(n) = min over s of s + v_batch(n − s − 1), found for
         every n in one pass as n + min over m ≤ n of (v_batch(m − 1) − m). It covers what CPUs measured: a
@@ -162,7 +176,62 @@ class VerifyCost:
         if self._dirty:
             self._refresh()
         s = self._singles[rows] if rows <= self.max_rows else 0
-        return (1,) * s + ((rows - s,) if rows > s else ())
+        base = (1,) * s + ((rows - s,) if rows > s else ())
+        if survival is None or rows > self._measured or not survival or survival[-1] >= 0.999:
+            return base
+        chunked, expected = self.chunked_plan(rows, survival)
+        if expected < (1.0 - CHUNK_MARGIN) * self.expected_cost(base, survival):
+            return chunked
+        return base
+
+    def _survival_at(self, survival: Sequence[float], j: int) -> float:
+        return 1.0 if j <= 0 else float(survival[min(j, len(survival)) - 1])
+
+    def expected_cost(self, plan: Sequence[int], survival: Sequence[float]) -> float:
+        """The expected cost (single rows) of verifying with ``plan`` at temperature 0: each decode is paid when
+        every draft token the decodes before it judged was accepted (row i judges draft token i + 1)."""
+        batch = self._batch_v_by_k
+        total, start = 0.0, 0
+        for rows in plan:
+            total += self._survival_at(survival, start) * (1.0 if rows == 1 else batch[rows - 1])  # batch[0] is v = 1
+            start += rows
+        return total
+
+    def chunked_plan(self, rows: int, survival: Sequence[float]) -> tuple[tuple[int, ...], float]:
+        """The verify of ``rows`` rows with the least expected cost at temperature 0, and that cost: decodes of
+        :data:`CHUNK_ROWS` rows (or the rest in one), each paid only when the drafts judged before it were all
+        accepted (dynamic programming over the row where each decode starts, from the end: E(s) = min over m of
+        v(m rows) + P(first s + m accepted | first s accepted) · E(s + m)).
+
+        Where a batch's cost per row barely falls with its size (the bundled Q4_1 on an AMD EPYC Zen 4, one
+        thread: 17 rows cost 12.7 rows, 65 rows 44) a long copy's verify is cut into chunks, and a copy that breaks
+        early pays for its first chunk only (the bench's copy-heavy reply: a 60-token draft kept 11 tokens and
+        paid ~42 rows, where a 17-row chunk costs ~13); where it falls steeply (F16 with its batched kernel) one
+        batch stays cheapest for a confident draft."""
+        batch = [1.0, *self._batch_v_by_k[1:]]  # [m - 1] = one decode of m rows
+        n = rows
+        surv = [self._survival_at(survival, j) for j in range(n + 1)]
+        cost = [0.0] * (n + 1)
+        step = [0] * (n + 1)
+        for s in range(n - 1, -1, -1):
+            p_s = surv[s]
+            best, best_m = batch[n - s - 1], n - s  # the rest in one batch: nothing after it
+            if p_s <= 0.0:
+                cost[s], step[s] = best, best_m
+                continue
+            for m in CHUNK_ROWS:
+                if s + m >= n:
+                    break
+                c = batch[m - 1] + surv[s + m] / p_s * cost[s + m]
+                if c < best:
+                    best, best_m = c, m
+            cost[s], step[s] = best, best_m
+        plan: list[int] = []
+        s = 0
+        while s < n:
+            plan.append(step[s])
+            s += step[s]
+        return tuple(plan), cost[0]
 
     def single_rows_up_to(self) -> int:
         """The largest verify (rows) the plan decodes row by row, 1 when every multi-row verify is one batch."""
@@ -257,6 +326,7 @@ class VerifyCost:
         extrapolation would never time the batch that could refute it (a fixed K's first 2-row verify at 2.7
         rows made every size look dear and the verify row by row for good)."""
         self._batch_v_by_k = v_rows[1:]
+        self._measured = measured
         plan_v = list(v_rows)
         singles = [0] * (self.max_rows + 1)
         best_m, best_g = 1, 0.0  # one row as a "batch" of one: g = v(1 row) − 1 = 0
@@ -288,4 +358,4 @@ def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
     return out
 
 
-__all__ = ["MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "SPLIT_MARGIN", "VerifyCost", "verify_reason"]
+__all__ = ["CHUNK_MARGIN", "CHUNK_ROWS", "MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "SPLIT_MARGIN", "VerifyCost", "verify_reason"]
