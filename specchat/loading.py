@@ -230,7 +230,8 @@ class LazyCorpus:
     lists ``ngram``): its :class:`~specchat.history.corpus.HistoryCorpus` starts the first time the drafter looks
     something up, so a session that never drafts with it neither reads nor tokenises the history (a first build
     tokenises at ~0.1 M tokens/s here: :mod:`specchat.history.corpus`). Until the build is done it drafts like
-    n-gram, as the eager one does."""
+    n-gram, as the eager one does; its progress reaches the app's sidebar from then on, as an eager one's does from
+    the load (:func:`specchat.history.index_progress.watch`)."""
 
     def __init__(self, start: Callable[[], Any]) -> None:
         self._start = start
@@ -246,6 +247,18 @@ class LazyCorpus:
             if self._corpus is None:
                 self._corpus = self._start()
         return self._corpus.index()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the first build is done, once started (:meth:`HistoryCorpus.wait`); not started: False."""
+        return self._corpus.wait(timeout) if self._corpus is not None else False
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Once started, :meth:`HistoryCorpus.settle`; not started: False."""
+        return self._corpus.settle(timeout) if self._corpus is not None else False
+
+    @property
+    def notices(self) -> list[str]:
+        return list(self._corpus.notices) if self._corpus is not None else []
 
     def close(self) -> None:
         if self._corpus is not None:

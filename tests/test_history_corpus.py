@@ -241,3 +241,130 @@ def test_an_unreadable_history_leaves_the_drafter_with_the_conversation_and_one_
     finally:
         corpus.close()
     assert (tmp_path / "history.sqlite3").read_bytes() == b"this is no SQLite database" * 100
+
+
+# -- progress (what the app's sidebar shows while the index is built) ----------------------------------------------
+
+
+class TokenizingClock:
+    """A clock that each message tokenised moves on by ``step`` s (as if tokenising took that long), so how often
+    a build reports is checked against the time it took without a real clock."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tokenize(self, text: str) -> list[int]:
+        self.now += self.step
+        return byte_tokens(text)
+
+
+def big_history(db: HistoryStore, n: int) -> None:
+    """``n`` messages in one conversation, written in one transaction (an import), each its own text."""
+    conv = save(db, "question 0", "reply 0")
+    data = db.export_json(conv)
+    first = data["messages"][0]
+    data["messages"] = [{**first, "role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " * 3}
+                        for i in range(n)]
+    db.delete(conv)
+    db.import_json(data)
+
+
+def test_a_first_build_reports_its_progress_a_few_times_a_second_then_ready_once(tmp_path, db):
+    """10,000 messages at 5 ms each (50 s, as a real first build of that size takes here): the messages tokenised so
+    far reach ``on_progress`` and the file's watchers at most 4 times a second plus its start and end, then one
+    "ready" with the index's size; ``status`` says the same. Fails if the build stops reporting, or reports every
+    message."""
+    from specchat.history import index_progress
+
+    big_history(db, 10_000)
+    clock = TokenizingClock(0.005)
+    heard, watched = [], []
+    unwatch = index_progress.watch(db.path, watched.append, lambda line: None)
+    corpus = start(tmp_path, tokenize=clock.tokenize, on_progress=heard.append, clock=clock)
+    try:
+        assert corpus.wait(60)
+        assert corpus.settle()
+    finally:
+        corpus.close()
+        unwatch()
+    assert watched == heard
+    phases = [p.phase for p in heard]
+    assert phases[0] == index_progress.LOADING and phases[-1] == index_progress.READY
+    assert phases.count(index_progress.READY) == 1
+    building = [p for p in heard if p.phase == index_progress.INDEXING]
+    assert building[0].done == 0 and building[-1].done == building[-1].total == 10_000
+    assert all(p.total == 10_000 for p in building)
+    assert [p.done for p in building] == sorted({p.done for p in building})  # moving forward, never twice
+    assert 20 <= len(building) <= 50 * 4 + 2  # 50 s of tokenising: a few a second, not 10,000
+    ready = heard[-1]
+    assert ready.done == 10_000 and ready.tokens == corpus.index().n_tokens > 0
+    assert corpus.status == ready.status == corpus.progress.status and "10,000 messages" in ready.status
+
+
+def test_a_loaded_index_reports_the_messages_it_tokenises_to_catch_up_and_each_saved_reply(tmp_path, db):
+    save(db, "add two numbers", REPLY)
+    corpus = start(tmp_path)
+    assert corpus.wait(10)
+    corpus.close()
+    for i in range(3):  # saved while no corpus listened
+        save(db, f"later {i}", f"a reply saved later {i}")
+    heard = []
+    corpus = start(tmp_path, on_progress=heard.append)
+    try:
+        assert corpus.wait(10) and corpus.notices == []
+        assert [(p.phase, p.done, p.total) for p in heard[:2]] == [("loading", 0, 0), ("loading", 0, 0)]
+        catching_up = [(p.done, p.total) for p in heard if p.phase == "indexing"]
+        assert catching_up[0] == (0, 6) and catching_up[-1] == (6, 6)  # the 6 new messages, not all 8
+        assert (heard[-1].phase, heard[-1].done) == ("ready", 8)
+        save(db, "one more", REPLY)  # a reply saved in the app: the sidebar's count follows
+        assert corpus.settle()
+        assert (heard[-1].phase, heard[-1].done) == ("ready", 10)
+    finally:
+        corpus.close()
+
+
+def test_a_progress_listener_that_raises_never_stops_the_corpus(tmp_path, db):
+    from specchat.history import index_progress
+
+    save(db, "add two numbers", REPLY)
+
+    def broken(*_):
+        raise RuntimeError("a bug in whoever listens")
+
+    unwatch = index_progress.watch(db.path, broken, broken)
+    corpus = start(tmp_path, on_progress=broken, notice=broken)
+    try:
+        assert corpus.wait(10) and corpus.progress.phase == "ready"
+        save(db, "more", "a reply saved after the listener broke " * 2)
+        assert found(corpus, "a reply saved after the listener broke " * 2) != []  # the thread still runs
+    finally:
+        corpus.close()
+        unwatch()
+
+
+def test_a_corrupt_index_is_one_notice_to_the_watchers_a_rebuild_they_see_and_the_history_intact(tmp_path, db):
+    from specchat.history import index_progress
+
+    for i in range(4):
+        save(db, f"question {i}", f"reply {i} " * 10)
+    before = db.corpus_messages()
+    path = index_path(tmp_path, "bytes")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PK\x03\x04 this is not the index it claims to be")
+    progress, notices = [], []
+    unwatch = index_progress.watch(db.path, progress.append, notices.append)
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10) and corpus.settle()
+    finally:
+        corpus.close()
+        unwatch()
+    assert len(notices) == 1 and "was rebuilt from the history" in notices[0] and notices == corpus.notices
+    assert [p.phase for p in progress][0] == "loading" and progress[-1].phase == "ready"
+    assert ("indexing", 8, 8) in [(p.phase, p.done, p.total) for p in progress]  # rebuilt, not loaded
+    assert progress[-1].done == 8
+    assert db.corpus_messages() == before  # the history is untouched

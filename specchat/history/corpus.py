@@ -19,6 +19,12 @@ step with the history database on a thread of its own (issue 23).
 * **Never in the way:** :meth:`HistoryCorpus.start` returns at once; until the build is done :meth:`index` is None and
   the drafter drafts from the conversation alone (like n-gram). The database is only read on the corpus's thread, on a
   connection of its own.
+* **Progress shown:** ``on_progress`` (and every :func:`specchat.history.index_progress.watch` of the database file:
+  the app's sidebar line) hears an :class:`~specchat.history.index_progress.IndexProgress` on the corpus's thread -
+  loading, the messages tokenised so far of a build, a rebuild or the start-up reconcile, ready - at most every
+  :data:`PROGRESS_EVERY_S` during a build (a first build of 10,000 messages takes ~50 s here: a few lines a second
+  show it moving without costing the UI a redraw per message), plus each change of phase and once at the end.
+  Notices go to ``notice`` and the watchers once each. A callback that raises is logged, never the corpus's end.
 * **Excluded** conversations (``exclude``) are never indexed.
 """
 
@@ -27,12 +33,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import zlib
 from collections.abc import Callable, Collection
 from pathlib import Path
 
 from specchat.engine.suffix import CorruptIndexError, SuffixIndex
-from specchat.history import changes
+from specchat.history import changes, index_progress
+from specchat.history.index_progress import INDEXING, LOADING, OFF, READY, STOPPED, IndexProgress
 from specchat.history.store import HistoryStore
 
 log = logging.getLogger(__name__)
@@ -40,6 +48,8 @@ log = logging.getLogger(__name__)
 #: where the indexes live, under the data dir
 SUFFIX_DIR = "suffix"
 _STOP = -1
+#: the least time between two progress reports of one build (seconds): at most 4 a second
+PROGRESS_EVERY_S = 0.25
 
 
 class _Stopped(Exception):
@@ -63,6 +73,8 @@ class HistoryCorpus:
     end-of-turn id, or None) is appended to every message, as a reply in the conversation ends with it, so a draft
     that copies a whole reply ends the turn too. ``notice`` hears the one line said when a saved index had to be
     rebuilt (default: logged at INFO, so nothing is printed over the app's screen; :attr:`notices` keeps them).
+    ``on_progress`` hears each :class:`~specchat.history.index_progress.IndexProgress` (see the module docstring;
+    ``clock`` times its throttle).
     """
 
     def __init__(
@@ -75,6 +87,8 @@ class HistoryCorpus:
         end_token: int | None = None,
         exclude: Collection[int] = (),
         notice: Callable[[str], None] | None = None,
+        on_progress: Callable[[IndexProgress], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db_path = Path(db_path)
         self.path = Path(path)
@@ -83,8 +97,12 @@ class HistoryCorpus:
         self.end_token = end_token
         self.exclude = frozenset(int(c) for c in exclude)
         self.notice = notice or (lambda line: log.info("%s", line))
-        #: what the corpus is doing, in words (for a status line)
+        self.on_progress = on_progress
+        self._clock = clock
+        self._last_report = float("-inf")
+        #: what the corpus is doing, in words (for a status line); :attr:`progress` says it in figures
         self.status = "not started"
+        self.progress = IndexProgress(LOADING, self.status)
         #: notices said so far (a rebuilt index, an unreadable history)
         self.notices: list[str] = []
         self._index: SuffixIndex | None = None
@@ -146,13 +164,13 @@ class HistoryCorpus:
     def _run(self) -> None:
         try:
             self._index = self._startup()
-            self.status = f"ready: {self._index.n_tokens:,} tokens of {len(self._index):,} messages"
+            self._report_ready(self._index)
         except _Stopped:
-            self.status = "stopped before the index was built"
+            self._report(STOPPED, "stopped before the index was built")
             return
         except Exception as exc:  # noqa: BLE001 - the drafter then drafts from the conversation alone
             self._say(f"the suffix drafter has no history to draft from: {exc}")
-            self.status = "off: the history could not be read"
+            self._report(OFF, "off: the history could not be read")
         finally:
             self._ready.set()
         while True:
@@ -166,7 +184,9 @@ class HistoryCorpus:
                 continue
             try:
                 with self._open() as store:
-                    self._reconcile(self._index, store.corpus_messages(conv_id) if store else [], group=conv_id)
+                    messages = store.corpus_messages(conv_id) if store else []
+                if self._reconcile(self._index, messages, group=conv_id):
+                    self._report_ready(self._index)  # the sidebar's count follows the saved replies
             except _Stopped:
                 return
             except Exception as exc:  # noqa: BLE001 - one bad conversation must not stop the corpus
@@ -174,7 +194,33 @@ class HistoryCorpus:
 
     def _say(self, line: str) -> None:
         self.notices.append(line)
-        self.notice(line)
+        for listener in (self.notice, lambda text: index_progress.say(self.db_path, text)):
+            try:
+                listener(line)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the corpus
+                log.exception("suffix corpus: a notice listener failed")
+
+    def _report(self, phase: str, status: str, done: int = 0, total: int = 0, tokens: int = 0) -> None:
+        """Keep :attr:`status` and :attr:`progress` in step and tell ``on_progress`` and the watchers."""
+        self.status = status
+        self.progress = progress = IndexProgress(phase, status, done, total, tokens)
+        self._last_report = self._clock()
+        if self.on_progress is not None:
+            try:
+                self.on_progress(progress)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the corpus
+                log.exception("suffix corpus: the progress listener failed")
+        index_progress.report(self.db_path, progress)
+
+    def _tick(self, done: int, total: int) -> None:
+        """``done`` of ``total`` messages tokenised: reported if :data:`PROGRESS_EVERY_S` has passed (and at the
+        first and the last, so a build's start and end are always seen)."""
+        if done in (0, total) or self._clock() - self._last_report >= PROGRESS_EVERY_S:
+            self._report(INDEXING, f"indexing {done:,}/{total:,} messages", done, total)
+
+    def _report_ready(self, index: SuffixIndex) -> None:
+        self._report(READY, f"ready: {index.n_tokens:,} tokens of {len(index):,} messages", len(index), len(index),
+                     index.n_tokens)
 
     def _open(self) -> _Reader:
         return _Reader(self.db_path)
@@ -182,7 +228,7 @@ class HistoryCorpus:
     def _startup(self) -> SuffixIndex:
         index: SuffixIndex | None = None
         if self.path.exists():
-            self.status = "loading the index"
+            self._report(LOADING, "loading the index")
             try:
                 index, meta = SuffixIndex.load(self.path)
                 if meta.get("fingerprint") != self.fingerprint:
@@ -190,19 +236,21 @@ class HistoryCorpus:
             except CorruptIndexError as exc:
                 self._say(f"the suffix index {self.path} was rebuilt from the history: {exc}")
                 index = None
-        self.status = "reading the history"
+        self._report(LOADING, "reading the history")
         with self._open() as store:
             messages = store.corpus_messages() if store else []
         if index is None:
-            self.status = f"indexing {len(messages):,} messages"
+            wanted = [(cid, mid, text) for cid, mid, text in messages if cid not in self.exclude]
             docs = []
-            for cid, mid, text in messages:
-                if cid not in self.exclude:
-                    docs.append(((cid, mid), self._tokens(text), checksum(text)))
+            for done, (cid, mid, text) in enumerate(wanted):
+                self._tick(done, len(wanted))
+                docs.append(((cid, mid), self._tokens(text), checksum(text)))
+            if wanted:
+                self._tick(len(wanted), len(wanted))
             index = SuffixIndex.build(docs)
             self._save(index)
             return index
-        if self._reconcile(index, messages, group=None):
+        if self._reconcile(index, messages, group=None, report=True):
             self._save(index)
         return index
 
@@ -212,8 +260,11 @@ class HistoryCorpus:
         tokens = self.tokenize(text)
         return [*tokens, self.end_token] if self.end_token is not None else tokens
 
-    def _reconcile(self, index: SuffixIndex, messages: list[tuple[int, int, str]], *, group: int | None) -> bool:
-        """Make ``index``'s documents (of conversation ``group``, or all) those of ``messages``; True if it changed."""
+    def _reconcile(
+        self, index: SuffixIndex, messages: list[tuple[int, int, str]], *, group: int | None, report: bool = False
+    ) -> bool:
+        """Make ``index``'s documents (of conversation ``group``, or all) those of ``messages``; True if it changed.
+        ``report``: the messages tokenised so far are progress (the start-up reconcile of a loaded index)."""
         want = {(cid, mid): text for cid, mid, text in messages if cid not in self.exclude}
         have = [k for k in index.keys() if group is None or (isinstance(k, tuple) and k[0] == group)]
         changed = False
@@ -222,10 +273,14 @@ class HistoryCorpus:
             if text is None or index.checksum(key) != checksum(text):
                 index.remove(key)
                 changed = True
-        for key, text in want.items():
-            if key not in index:
-                index.add(key, self._tokens(text), checksum(text))
-                changed = True
+        new = [(key, text) for key, text in want.items() if key not in index]
+        for done, (key, text) in enumerate(new):
+            if report:
+                self._tick(done, len(new))
+            index.add(key, self._tokens(text), checksum(text))
+            changed = True
+        if report and new:
+            self._tick(len(new), len(new))
         self._dirty |= changed
         return changed
 

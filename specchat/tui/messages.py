@@ -1,5 +1,5 @@
-"""Messages the engine thread posts to the UI (``post_message`` is thread-safe and non-blocking): loading's to
-the app, a turn's to the chat screen (:class:`specchat.tui.screens.chat.ChatScreen`).
+"""Messages the engine thread posts to the UI (``post_message`` is thread-safe and non-blocking): loading's (and the
+suffix corpus's thread's: the history index) to the app, a turn's to the chat screen (:class:`specchat.tui.screens.chat.ChatScreen`).
 
 The turn's pump (:func:`specchat.tui.generation.pump_turn`) posts at most ~15 :class:`PiecesBatch` and ~4 :class:`StatsUpdated` a second; stats
 messages coalesce (``can_replace``) so a busy UI only ever draws the newest numbers.
@@ -15,6 +15,7 @@ from specchat.engine.events import Piece, Turn
 
 if TYPE_CHECKING:
     from specchat.engine.protocol import ChatEngine
+    from specchat.history.index_progress import IndexProgress
     from specchat.tui.stats import StatsSnapshot
     from specchat.tui.widgets.chat import AssistantMessage
 
@@ -44,6 +45,26 @@ class EngineFailed(Message):
     def __init__(self, message: str) -> None:
         super().__init__()
         self.message = message
+
+
+class HistoryIndexProgress(Message):
+    """How the suffix drafter's history index is doing (posted from the corpus's thread:
+    :func:`specchat.history.index_progress.watch`); they coalesce, the newest is all the sidebar shows."""
+
+    def __init__(self, progress: IndexProgress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, HistoryIndexProgress)
+
+
+class HistoryIndexNotice(Message):
+    """A notice of the history index (a corrupt, stale or other tokenizer's index rebuilt; an unreadable history)."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
 
 
 class PiecesBatch(Message):

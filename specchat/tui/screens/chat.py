@@ -229,6 +229,7 @@ class ChatScreen(EverydayKeys, Screen[None]):
         self.sidebar.show_stats(self.stats.snapshot())
         self.sidebar.show_pair(None, None)
         self.sidebar.show_controls(None)
+        self.sidebar.show_history_index(None)  # the next engine's suffix corpus, if it has one, reports its own
 
     # -- sending -----------------------------------------------------------------------------------------
     def submit_prompt(self, text: str) -> bool:

@@ -21,6 +21,7 @@ from textual.widgets import Digits, ProgressBar, Static
 from specchat.engine.controls import ControlState
 from specchat.engine.events import Turn
 from specchat.engine.protocol import EngineInfo
+from specchat.history.index_progress import IndexProgress
 from specchat.tui.draft_source import Describe, source_line
 from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import StatsSnapshot
@@ -37,6 +38,7 @@ from specchat.tui.widgets.sidebar_text import (
     format_spark_acc,
     format_spark_tok,
     format_verify,
+    history_index_text,
     k_note,
     reply_window,
     status_line,
@@ -78,6 +80,7 @@ class Sidebar(VerticalScroll):
         yield Static("starting\u2026", id="status")
         yield ProgressBar(total=1.0, show_eta=False, id="load-progress")
         yield Static(id="pair")
+        yield Static(id="history-index", classes="note")
         yield Digits("", id="tok-s")
         yield Static(id="tok-s-label", classes="caption")
         yield Static(id="spark-tok-label", classes="caption")
@@ -104,6 +107,7 @@ class Sidebar(VerticalScroll):
         self._texts: dict[str, str] = {}
         self._statics: dict[str, Static] = {w.id: w for w in self.query(Static) if w.id}
         self.show_stats(self._snapshot)
+        self.show_history_index(None)
 
     def _put(self, widget_id: str, text: str, *, rewraps: bool = False) -> None:
         """Update one text only if it changed; lay out again only if its height can change.
@@ -168,6 +172,10 @@ class Sidebar(VerticalScroll):
             lines.append(info.note)
         self._put("pair", "\n".join(lines), rewraps=True)
         self._render_figures()
+
+    def show_history_index(self, progress: IndexProgress | None) -> None:
+        """The suffix drafter's history index under the pair (:func:`history_index_text`; hidden when none is used)."""
+        self._put_note("history-index", history_index_text(progress))
 
     # -- statistics --------------------------------------------------------------------------------------
     def show_controls(self, state: ControlState | None) -> None:

@@ -17,6 +17,9 @@ Under the break-even line, the "verify cost" block draws the v(K) curve that lin
 with the current K marked, and the engine's reason in words (issue 12). The live curve (the last round's
 ``cost.verify``) is preferred, else the engine's (``EngineInfo.verify``, from the cached calibration, so it
 shows before the first reply); an engine without one (a llama-server) says "not reported".
+
+Under the pair, the suffix drafter's history index (:func:`history_index_text`): how far its build is while it
+is loaded or built in the background (a first build of 10,000 messages takes ~50 s here), then its size.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from specchat.engine.controls import ControlState
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, K_MAX, NONE, chain_links, k_cap_note, kind_of
 from specchat.engine.events import CostEstimate, Figures, KStatus, VerifyCurve
 from specchat.engine.protocol import EngineInfo
+from specchat.history.index_progress import INDEXING, LOADING, OFF, READY, IndexProgress
 from specchat.tui.stats import WINDOW_S, StatsSnapshot
 from specchat.tui.verify_chart import verify_block
 
@@ -102,6 +106,33 @@ def format_verify(curve: VerifyCurve | None, info: EngineInfo | None, cap: int =
     if info.draft_timing and not info.can_speculate:
         return "verify cost v(K): not measured (this target cannot speculate)", "", ""
     return "verify cost v(K): not reported by this engine", "", ""
+
+
+def _count(n: int) -> str:
+    """A token count the width of a sidebar line: 5.0 M, 42.3 k, 512."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f} M"
+    if n >= 10_000:
+        return f"{n / 1e3:.1f} k"
+    return f"{n:,}"
+
+
+def history_index_text(progress: IndexProgress | None) -> str:
+    """The suffix drafter's history index in one line: ``history index: 3,200/10,000 messages`` while it is built,
+    ``history index: loading`` while the saved one loads and is checked against the history, ``history: 10,000
+    messages, 5.0 M tokens`` once ready; "" when no index is in use (none started, or stopped)."""
+    if progress is None:
+        return ""
+    if progress.phase == LOADING:
+        return "history index: loading"
+    if progress.phase == INDEXING:
+        return f"history index: {progress.done:,}/{progress.total:,} messages"
+    if progress.phase == READY:
+        noun = "message" if progress.done == 1 else "messages"
+        return f"history: {progress.done:,} {noun}, {_count(progress.tokens)} tokens"
+    if progress.phase == OFF:
+        return "history index: off (the history could not be read)"
+    return ""
 
 
 def _fmt(value: float | None, fmt: str, suffix: str = "") -> str:
