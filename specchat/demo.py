@@ -247,12 +247,16 @@ def choose_helps_pair(data_dir: Any, tuned: Iterable[Any], source_file: str,
 
 
 def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress: Progress | None = None,
-               n_predict: int | None = None) -> Any:
+               n_predict: int | None = None, cancelled: Callable[[], bool] = lambda: False) -> Any:
     """The session a scene races on: its pair loaded with ``load``; a scene with :attr:`Scene.earlier` tasks runs in
     the tour's own data dir (``<data dir>/tour-history``, its models found in the data dir as usual), whose history
     holds the model's greedy answers to them - saved the first time (:func:`specchat.bench.history_suite.seed_history`)
     and kept, with the list of tasks they answer, for the next tour; each answer as long as the scene's replies
-    (``n_predict``, else the scene's own)."""
+    (``n_predict``, else the scene's own).
+
+    The list (``earlier.txt``) is written only once every answer is saved: a save cut short - ``cancelled()`` saying
+    yes (:class:`~specchat.race.RaceCancelled`, within one round), Ctrl-C, an error, the process killed - leaves
+    none, so the next call wipes the directory and saves them afresh; the session is closed, never returned."""
     update = {**scene.pair.settings_update(), "server_url": None}
     if not scene.earlier:
         return load(settings.model_copy(update=update))
@@ -270,7 +274,7 @@ def load_scene(scene: Scene, settings: Any, load: Callable[[Any], Any], progress
         session.n_predict = n_predict or scene.n_predict
         try:
             seed_history(session, own / "history.sqlite3", list(scene.earlier),
-                         lambda i, n, what: say(f"{what} (once: the history scene's own history)"))
+                         lambda i, n, what: say(f"{what} (once: the history scene's own history)"), cancelled)
         except BaseException:
             session.close()
             raise

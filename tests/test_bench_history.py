@@ -64,3 +64,59 @@ def test_bad_history_flags_are_one_line_and_exit_2(capsys, argv, needle):
     rc = main(["bench", *argv, "--no-progress"])
     _out, err = capsys.readouterr()
     assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_seed_history_cancelled_mid_reply_saves_only_the_finished_conversations(tmp_path, bundled_model):
+    """Issue 23's Esc during the tour's seeding, at the engine: ``cancelled()`` turns true after the first round of
+    the second reply. Fails if the cancel waits for the reply (or the other replies) to end, if the reply cut short
+    is saved, if nothing says it was cancelled, or if the session's controls are left greedy with speculation off."""
+    from dataclasses import replace
+
+    from specchat.bench.history_suite import bench_settings, seed_history
+    from specchat.config import load_settings
+    from specchat.engine.events import Step, Turn
+    from specchat.history import HistoryStore
+    from specchat.loading import load_engine
+    from specchat.race import RaceCancelled
+
+    own = tmp_path / "own"
+    base = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1, "target": "bundled"})
+    session = load_engine(bench_settings(base, own))
+    try:
+        session.n_predict = 24
+        session.controls.set_speculative(True)  # what seeding turns off and must give back
+        session.controls.set_sampling(replace(session.controls.snapshot().sampling, temperature=0.7, top_k=33))
+        before = session.controls.snapshot()
+        replies: list[dict] = []  # per reply: the rounds (Steps) it yielded, its Turn
+        send = session.send
+
+        def counted_send(prompt: str):
+            reply = {"steps": 0, "turn": None, "prompt": prompt}
+            replies.append(reply)
+            for event in send(prompt):
+                if isinstance(event, Step):
+                    reply["steps"] += 1
+                elif isinstance(event, Turn):
+                    reply["turn"] = event
+                yield event
+
+        session.send = counted_send
+        prompts = earlier_tasks(3)
+        with pytest.raises(RaceCancelled):
+            seed_history(session, own / "history.sqlite3", prompts, lambda i, n, what: None,
+                         cancelled=lambda: len(replies) >= 2 and replies[1]["steps"] >= 1)
+        assert [r["prompt"] for r in replies] == prompts[:2]  # the third reply never started
+        first, second = (r["turn"] for r in replies)
+        assert first.stop_reason == "length" and first.n_steps == 24  # the first reply ran to its end
+        assert second.stop_reason == "stopped" and second.n_steps <= 2, second  # stopped within a round
+        with HistoryStore(own / "history.sqlite3") as store:
+            convs = store.list_conversations()
+            assert len(convs) == 1  # the finished conversation only, never the half one
+            _, messages = store.load(convs[0].id)
+        assert [(m.role, m.content) for m in messages if m.role != "system"] == [
+            ("user", prompts[0]), ("assistant", first.text)]
+        after = session.controls.snapshot()
+        assert after.sampling == before.sampling and after.speculative == before.speculative
+    finally:
+        session.close()

@@ -174,3 +174,130 @@ def test_specchat_demo_bad_input_is_one_line(capsys, isolated_config, args, mess
     assert main(["demo", *args]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+@pytest.mark.slow
+def test_a_cancelled_history_save_leaves_no_marker_and_the_next_load_saves_afresh(tmp_path, bundled_model):
+    """Issue 23: ``load_scene`` cancelled while saving the history scene's earlier conversations (as the tour's Esc
+    does) raises the race's cancellation, closes the session it loaded and writes no ``earlier.txt``; the next
+    call starts the saving again from the first conversation, and keeps only its own. Fails if a cut-short save
+    is taken as done (the marker), if the cancel is not raised, or if the half history survives."""
+    from specchat.engine.drafter_kinds import SUFFIX
+    from specchat.history import HistoryStore
+    from specchat.race import RaceCancelled
+
+    history = next(s for s in demo.SCENES if s.earlier)
+    # on the bundled Q4_1 (nothing to derive), two earlier conversations
+    scene = replace(history, pair=demo.Pair("bundled", SUFFIX, "bundled + suffix"), earlier=history.earlier[:2])
+    settings = load_settings(None, {"data_dir": str(tmp_path / "data"), "threads": 1})
+    own = tmp_path / "data" / demo.TOUR_HISTORY_DIR
+    closed: list[object] = []
+
+    def load(s):
+        session = load_engine(s)
+        close = session.close
+        session.close = lambda: (closed.append(session), close())[1]
+        return session
+
+    said: list[str] = []
+    with pytest.raises(RaceCancelled):
+        demo.load_scene(scene, settings, load, said.append, n_predict=12,
+                        cancelled=lambda: any("conversation 2/2" in m for m in said))
+    assert len(closed) == 1 and not (own / "earlier.txt").exists()
+    with HistoryStore(own / "history.sqlite3") as store:
+        assert len(store.list_conversations()) == 1  # the first one finished; the second was cut short, not saved
+
+    said.clear()
+    session = demo.load_scene(scene, settings, load, said.append, n_predict=12)
+    try:
+        assert [m.split(" (")[0] for m in said] == ["saving earlier conversation 1/2", "saving earlier conversation 2/2"]
+        assert (own / "earlier.txt").read_text(encoding="utf-8") == "\n".join(scene.earlier)
+        with HistoryStore(own / "history.sqlite3") as store:
+            convs = store.list_conversations()
+            assert len(convs) == 2 and {store.load(c.id)[1][-2].content for c in convs} == set(scene.earlier)
+    finally:
+        session.close()
+    said.clear()
+    demo.load_scene(scene, settings, load, said.append, n_predict=12).close()
+    assert said == []  # saved once: the third tour uses them as they are
+
+
+def _demo_child(data: Path, scene: int, n_predict: int):
+    """``specchat --data-dir DATA demo --headless --scene N`` in a fresh interpreter running this checkout's code
+    (``PYTHONPATH``: the editable install may point at another checkout), SIGINT at its default."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import specchat
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECCHAT_")}
+    env.update(XDG_CONFIG_HOME=str(data.parent / "cfg"), XDG_DATA_HOME=str(data.parent / "xdg"), SPECCHAT_THREADS="1",
+               PYTHONPATH=str(Path(specchat.__file__).resolve().parents[1]))
+    return subprocess.Popen(
+        [sys.executable, "-m", "specchat.cli", "--data-dir", str(data), "demo", "--headless", "--scene", str(scene),
+         "--n-predict", str(n_predict), "--threads", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=data.parent,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background runner may ignore SIGINT
+    )
+
+
+def _until_seeding(proc, what: str) -> bytes:
+    """stderr of ``proc`` until it has said (the whole line) it is saving its second earlier conversation (bounded:
+    a broken run); a signal sent before the line's end would land inside that print."""
+    import os
+    import re
+    import select
+    import time
+
+    seen = b""
+    deadline = time.monotonic() + 600  # the first run derives the demo models first
+    while not re.search(rb"saving earlier conversation 2/[^\n]*\n", seen):
+        assert time.monotonic() < deadline and proc.poll() is None, (what, proc.poll(), seen[-2000:])
+        ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+        if ready:
+            seen += os.read(proc.stderr.fileno(), 4096)
+    return seen
+
+
+@pytest.mark.slow
+def test_ctrl_c_or_a_kill_while_the_headless_tour_saves_its_history_leaves_no_marker(tmp_path, bundled_model):
+    """Issue 23, ``specchat demo --headless``: Ctrl-C while the history scene saves its earlier conversations exits
+    130 with the one-line "specchat: interrupted" (no traceback) and writes no ``earlier.txt``; so does a process
+    killed there (SIGKILL); the next run then saves all of them afresh and keeps only those."""
+    import signal
+
+    from specchat.history import HistoryStore
+
+    data = tmp_path / "data"
+    data.mkdir()
+    own = data / demo.TOUR_HISTORY_DIR
+    history = next(s for s in demo.SCENES if s.earlier)
+    scene = demo.SCENES.index(history) + 1
+
+    proc = _demo_child(data, scene, 48)
+    before = _until_seeding(proc, "Ctrl-C")
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    err = (before + err).decode("utf-8", "replace")
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.rstrip().splitlines()[-1] == "specchat: interrupted", err[-2000:]
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+    assert not (own / "earlier.txt").exists()
+
+    proc = _demo_child(data, scene, 48)
+    _until_seeding(proc, "SIGKILL")
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert not (own / "earlier.txt").exists()
+
+    proc = _demo_child(data, scene, 48)
+    out, err = proc.communicate(timeout=600)
+    err = err.decode("utf-8", "replace")
+    assert proc.returncode == 0, err[-2000:]
+    assert f"saving earlier conversation 1/{len(history.earlier)}" in err  # from the first one again
+    assert (own / "earlier.txt").read_text(encoding="utf-8") == "\n".join(history.earlier)
+    with HistoryStore(own / "history.sqlite3") as store:
+        assert len(store.list_conversations()) == len(history.earlier)  # none left over from the cut-short runs
+    assert b"the model has answered this kind of question before" in out

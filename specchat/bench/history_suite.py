@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specchat.errors import UserError
+from specchat.race import RaceCancelled
 
 #: the suite's name for ``--suite``
 HISTORY_SUITE = "history"
@@ -108,12 +109,19 @@ def bench_settings(settings: Any, history: BenchHistory | Path) -> Any:
                                        "data_dir": own_dir, "suffix": suffix})
 
 
-def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Callable[[int, int, str], None]) -> int:
+def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Callable[[int, int, str], None],
+                 cancelled: Callable[[], bool] = lambda: False) -> int:
     """Generate a reply to each of ``prompts`` with ``session`` (greedy, speculation off: plain decoding's text) and
     save each as a conversation in ``db_path``; wait until the suffix drafter's index holds them. The conversations
-    saved."""
+    saved.
+
+    ``cancelled()`` (the tour's Esc, the app quitting) is asked before each conversation and at each event of a
+    reply, so a cancel lands within one round, not after every reply is generated (seconds to minutes on this
+    CPU, issue 23): the reply in flight is asked to stop (``controls.request_stop``: at its next round boundary,
+    caches consistent) and :class:`~specchat.race.RaceCancelled` is raised, the session's controls restored. A
+    conversation is saved only once its reply is complete, so a cancel leaves the finished ones and never half of
+    one; a reply ended by any other stop request is a cancel too (its text is cut short)."""
     from specchat.engine.controls import SamplingParams
-    from specchat.engine.events import Turn
     from specchat.engine.protocol import Message
     from specchat.history import HistoryStore
 
@@ -126,12 +134,13 @@ def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Call
     try:
         with HistoryStore(db_path) as store:
             for i, prompt in enumerate(prompts):
+                if cancelled():
+                    raise RaceCancelled
                 progress(i, len(prompts), f"saving earlier conversation {i + 1}/{len(prompts)}")
                 session.reset()
-                turns = [e for e in session.send(prompt) if isinstance(e, Turn)]
-                turn = turns[-1] if turns else None
-                if turn is None or not turn.text.strip():
-                    continue
+                turn = _reply(session, prompt, cancelled)
+                if turn is None or turn.stop_reason == "error" or not turn.text.strip():
+                    continue  # no reply, or a remote one cut short by its server's failure: nothing whole to save
                 conv = store.create_conversation(title=f"earlier task {i + 1}")
                 store.append_message(conv, Message("user", prompt))
                 store.append_message(conv, Message("assistant", turn.text))
@@ -142,6 +151,22 @@ def seed_history(session: Any, db_path: Path, prompts: list[str], progress: Call
         session.reset()
     wait_for_index(session, settle=True)
     return saved
+
+
+def _reply(session: Any, prompt: str, cancelled: Callable[[], bool]) -> Any:
+    """The reply's :class:`~specchat.engine.events.Turn` (None if none came); a stop is asked for at the first event
+    after ``cancelled()`` says yes, and :class:`~specchat.race.RaceCancelled` raised once the reply has ended."""
+    from specchat.engine.events import Turn
+
+    turn = None
+    for event in session.send(prompt):
+        if isinstance(event, Turn):
+            turn = event
+        elif cancelled():
+            session.controls.request_stop()
+    if cancelled() or (turn is not None and turn.stop_reason == "stopped"):
+        raise RaceCancelled
+    return turn
 
 
 def _corpora(session: Any) -> list[Any]:

@@ -16,7 +16,9 @@ scene needs it (with the app's engine factory, :attr:`SpecChatApp.make_factory
 tour closes them on the engine thread (and so does the host's shutdown when the app quits with the tour open:
 :meth:`EngineHost.own <specchat.tui.engine_host.EngineHost.own>`). Esc cancels the derivation too, at its next
 step (a file's layer-skip, quantisation or load check: llama.cpp's quantiser itself cannot be interrupted), and
-nothing half-written is left. The chat's own models and conversation are not touched. Model drafters
+nothing half-written is left; and the history scene's first run, saving its earlier conversations (seconds to
+minutes here), within a round (:func:`specchat.demo.load_scene`): the conversations are saved afresh when the scene
+runs again, and a notification says so, since the tour may be closing. The chat's own models and conversation are not touched. Model drafters
 run with the fixed K their scene gives (auto-K would switch them off at once and no colour would show); the
 auto-K scenes then show auto-K's choice.
 """
@@ -36,6 +38,7 @@ from specchat.demo import (
     HELPS_PAIR, SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, load_scene, outcome_line, scenes_for,
 )
 from specchat.errors import UserError, describe_exception
+from specchat.race import RaceCancelled
 from specchat.tui.keys import TOUR_KEYS, screen_bindings
 from specchat.tui.screens.race_base import RaceEnded, RaceProgress, RaceViewScreen, progress_text
 from specchat.tui.widgets.race_view import LANE_TITLES
@@ -145,6 +148,8 @@ class TourScreen(RaceViewScreen):
         self._sessions: dict[Pair, Any] = {}
         self._recording: int | None = None  # the scene being recorded (the turn in flight prepares or records)
         self._after: Callable[[], None] | None = None  # what to do once the turn in flight has ended
+        #: the scene whose earlier conversations were being saved when it was cancelled (set on the engine thread)
+        self._unsaved: Scene | None = None
         self.error: str | None = None
 
     def compose_header(self) -> Iterable[Widget]:
@@ -186,15 +191,27 @@ class TourScreen(RaceViewScreen):
         self.view.show_status(f"{scene.pair.label}: getting ready\u2026 (Esc cancels)")
         self.start_recording(None, scene.prompt, scene.k, prepare=lambda: self._session(scene))
 
+    def _cancelled(self) -> bool:
+        """The work in flight is to stop: Esc or a move (:meth:`cancel_turn`), or the app quitting."""
+        return self._cancel.is_set() or (self.host is not None and self.host.closing)
+
     def _session(self, scene: Scene) -> Any:
-        """On the engine thread: the scene's pair, loaded the first time, with the scene's reply length."""
+        """On the engine thread: the scene's pair, loaded the first time, with the scene's reply length. A scene's
+        earlier conversations are saved here the first time (:func:`specchat.demo.load_scene`), cancellable within
+        a round; a cancelled save is said (:meth:`on_race_ended`) and its session closed, not kept."""
         session = self._sessions.get(scene.pair)
         if session is None:
             assert self.make_factory is not None and self.settings is not None
-            self.post_message(TourStatus(f"loading {scene.pair.label}\u2026"))
+            self.post_message(TourStatus(f"loading {scene.pair.label}\u2026 (Esc cancels)"))
             factory = self.make_factory
-            session = load_scene(scene, self.settings, lambda settings: factory(settings)(lambda fraction, what: None),
-                                 lambda text: self.post_message(TourStatus(text)), self.options.n_predict)
+            try:
+                session = load_scene(scene, self.settings,
+                                     lambda settings: factory(settings)(lambda fraction, what: None),
+                                     lambda text: self.post_message(TourStatus(f"{text} (Esc cancels)")),
+                                     self.options.n_predict, self._cancelled)
+            except RaceCancelled:
+                self._unsaved = scene  # read on the UI thread after the RaceEnded this cancel posts
+                raise
             self._sessions[scene.pair] = session
         session.n_predict = self.options.n_predict or scene.n_predict
         return session
@@ -205,12 +222,12 @@ class TourScreen(RaceViewScreen):
             self.error = "no engine in this session"
             return
         self.view.show_status("checking the demo models\u2026 (Esc cancels)")
-        settings, derive, scenes, host = self.settings, self.options.derive, self.scenes, self.host
+        settings, derive, scenes = self.settings, self.options.derive, self.scenes
         pick = self.options.pick
         self._cancel.clear()
 
         def progress(text: str) -> None:  # between the derivation's steps: where it can stop
-            if self._cancel.is_set() or host.closing:
+            if self._cancelled():
                 raise DerivationCancelled
             self.post_message(TourStatus(f"{text} (Esc cancels)"))
 
@@ -266,6 +283,15 @@ class TourScreen(RaceViewScreen):
                 self.query_one("#tour-expect", Static).update(Content(outcome_line(self.results[i])))
         elif message.error:
             self.view.show_status(f"the scene could not run: {message.error}")
+        elif message.cancelled:
+            unsaved, self._unsaved = self._unsaved, None
+            if unsaved is not None:  # told in a notification too: the tour may be closing or moving on
+                note = (f"the scene \u201c{unsaved.name}\u201d was cancelled before its {len(unsaved.earlier)} earlier "
+                        "conversations were all saved; they are saved afresh when it runs again")
+                self.view.show_status(note)
+                self.app.notify(f"Tour: {note}", timeout=10)
+            else:
+                self.view.show_status("the scene was cancelled")
         if self._then():
             return
         if message.race is not None and i == self.index:
