@@ -120,9 +120,11 @@ def test_controls_apply_at_the_next_step_of_the_same_reply(tiny_dec):
 def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
     """K is clamped to the drafter's kind cap (drafter_kinds.DRAFTER_KINDS), below K_MAX: a fixed K = 8 and
     auto-K (which warms a free drafter up at its cap) both draft at most 2 n-gram tokens a round, and the
-    reply is still plain decoding's. Auto-K drafts at all only where this CPU verifies 2 or 3 rows for less than
-    that many single rows (the engine's measured v; an AMD EPYC Zen 4 pays more for a small batch, and the
-    priced n-gram drafter then stays quiet: a draft verified row by row cannot gain)."""
+    reply is still plain decoding's. Auto-K's priced n-gram drafts only where a batch pays (on an AMD EPYC Zen 4
+    2 rows cost more than two single rows, and it then stays quiet), so its verify costs are pinned here to a
+    cheap batch (2 rows 1.1 single rows): whatever this CPU costs, it drafts. (Read from this CPU's own timings
+    the check was flaky where 2-3 rows cost just under their rows one by one: 2 of 8 runs under load, AMD EPYC
+    Zen 4, before and after the chunked verify - a draft priced at ~0.97 of its rows rarely beats a plain round.)"""
     dec = build_decoder(tiny_target, None, k=8, drafter="ngram")
     try:
         ngram = dec.drafters["ngram"]
@@ -131,15 +133,23 @@ def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
         dec.controls.set_speculative(False)
         plain, _ = run_turn(dec, ctx, 60)
         dec.reset()
+        cm = dec.cost_model
+        if auto_k:
+            from specchat.engine.calibration import CALIBRATION_ROWS
+
+            t1 = cm.target_ms()
+            assert t1
+            for _ in range(8):
+                for rows in sorted({2, 3, *CALIBRATION_ROWS}):
+                    cm.verify.observe(rows, t1 * (1.0 + 0.1 * (rows - 1)))
+            cm.verify.observe = lambda rows, ms: None  # type: ignore[method-assign]  # pinned
         dec.controls.set_speculative(True)
         dec.controls.set_auto_k(auto_k)
         spec, events = run_turn(dec, ctx, 60)
         st = steps(events)
         assert spec.tokens == plain.tokens
         assert all(s.k <= 2 and s.drafted <= 2 for s in st)
-        cm = dec.cost_model
-        if not auto_k or min(cm.verify.batch_table()[1] / 2, cm.verify.batch_table()[2] / 3) < 1.0:
-            assert any(s.drafted > 0 for s in st)
+        assert any(s.drafted > 0 for s in st)
     finally:
         dec.close()
 
