@@ -11,10 +11,10 @@ batched pieces and coalescing stats messages, never a per-token ``call_from_thre
 through ``engine.controls.request_stop()``; quitting waits for the host so no thread outlives the app.
 
 The suffix drafter's history index is built on a thread of its own, made inside the engine factory (a lazy one at
-its first draft): the app watches the history file it is built from (:func:`specchat.history.index_progress.watch`),
-and the corpus's thread posts :class:`~specchat.tui.messages.HistoryIndexProgress` (the sidebar's line) and
-:class:`~specchat.tui.messages.HistoryIndexNotice` (a warning notification, once per notice): nothing of the
-index is read on the UI thread but the finished value a message carries.
+its first draft): before the load the sidebar watches the history file it is built from
+(:meth:`~specchat.tui.widgets.sidebar.Sidebar.watch_history_index`), and the corpus's thread posts its progress
+(the sidebar's line) and notices (a warning notification, once per notice): nothing of the index is read on the UI
+thread but the finished value a message carries.
 
 Signals (``stop_signals=True``, as ``specchat`` runs it) quit the way ctrl+q does, the partial reply saved
 marked stopped, with exit code 128 + the signal number; a SIGHUP saves first and arms a watchdog, because a
@@ -34,14 +34,14 @@ from textual.app import App, SystemCommand
 from specchat.config import Settings
 from specchat.engine.protocol import ChatEngine
 from specchat.errors import UserError
-from specchat.history import HistoryStore, index_progress
+from specchat.history import HistoryStore
 from specchat.models.registry import resolve_pair
 from specchat.tui.commands import SpecChatCommands
 from specchat.tui.engine_host import EngineFactory, EngineHost
 from specchat.tui.heap import freeze_startup_heap
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS, app_bindings, first_key, resolve_keymap
 from specchat.tui.lifecycle import HANGUP_EXIT_S, StopSignals, is_hangup
-from specchat.tui.messages import EngineFailed, EngineReady, HistoryIndexNotice, HistoryIndexProgress, LoadProgress
+from specchat.tui.messages import EngineFailed, EngineReady, LoadProgress
 from specchat.tui.outcomes import Refusal
 from specchat.tui.priority import yield_cpu_to_engine
 from specchat.tui.recorder import Recorder
@@ -113,9 +113,7 @@ class SpecChatApp(App[None]):
         self._chat_screen: ChatScreen | None = None
         #: with --server and --server-b: which llama-server answers (specchat.tui.servers)
         self.servers = ServerSwitch(settings)
-        #: the history index's notices shown so far (each once a session: a rebuilt index is said once)
-        self._index_notices: set[str] = set()
-        self._unwatch_index: Callable[[], None] | None = None
+        self._unwatch_index: Callable[[], None] | None = None  # the sidebar's watch of the history's index
 
     def _spawn(self, work: Any, *, group: str, name: str, description: str) -> None:
         """The host's work runs as a Textual worker (quitting and tests wait for the app's workers)."""
@@ -187,11 +185,8 @@ class SpecChatApp(App[None]):
         if self._state_note:
             self.notify(f"UI state: {self._state_note}", severity="warning", timeout=10)
         await self.chat_screen.mounted.wait()
-        self._unwatch_index = index_progress.watch(  # before the load: the factory may start the corpus
-            self.settings.history_path(),
-            progress=lambda progress: self.post_message(HistoryIndexProgress(progress)),
-            notice=lambda line: self.post_message(HistoryIndexNotice(line)),
-        )
+        # before the load: the factory may start the suffix drafter's corpus
+        self._unwatch_index = self.chat_screen.sidebar.watch_history_index(self.settings.history_path())
         self._start_load(self.engine_factory)
         if self.tour is not None and self.tour.open_at_start:
             self.open_tour()
@@ -367,16 +362,6 @@ class SpecChatApp(App[None]):
         self.host.fail(message.message)
         if not self._ui_gone():
             self.chat_screen.engine_failed(message.message)
-
-    def on_history_index_progress(self, message: HistoryIndexProgress) -> None:
-        if not self._ui_gone():
-            self.chat_screen.sidebar.show_history_index(message.progress)
-
-    def on_history_index_notice(self, message: HistoryIndexNotice) -> None:
-        if self._ui_gone() or message.line in self._index_notices:
-            return
-        self._index_notices.add(message.line)
-        self.notify(message.line, title="History index", severity="warning", timeout=15)
 
     def switch_model(self, target: str, draft: str, label: str) -> None:
         """Load another pair (on the engine thread); the conversation carries over to it."""

@@ -21,8 +21,10 @@ from textual.widgets import Digits, ProgressBar, Static
 from specchat.engine.controls import ControlState
 from specchat.engine.events import Turn
 from specchat.engine.protocol import EngineInfo
+from specchat.history import index_progress
 from specchat.history.index_progress import IndexProgress
 from specchat.tui.draft_source import Describe, source_line
+from specchat.tui.messages import HistoryIndexNotice, HistoryIndexProgress
 from specchat.tui.sanitize import sanitize
 from specchat.tui.stats import StatsSnapshot
 from specchat.tui.widgets.ab_table import ABTable
@@ -57,6 +59,8 @@ class Sidebar(VerticalScroll):
         super().__init__(id=id)
         #: called after every change of what the sidebar shows (the app mirrors it in the status bar)
         self.on_change: Callable[[], None] | None = None
+        #: the history index's notices shown so far (each once a session: a rebuilt index is said once)
+        self._index_notices: set[str] = set()
         self.status_text = "starting\u2026"
         self._snapshot = StatsSnapshot()
         self._state: ControlState | None = None
@@ -176,6 +180,25 @@ class Sidebar(VerticalScroll):
     def show_history_index(self, progress: IndexProgress | None) -> None:
         """The suffix drafter's history index under the pair (:func:`history_index_text`; hidden when none is used)."""
         self._put_note("history-index", history_index_text(progress))
+
+    def watch_history_index(self, history: Path) -> Callable[[], None]:
+        """Hear the suffix index built from ``history`` (:func:`specchat.history.index_progress.watch`): the corpus's
+        thread posts its progress and notices to this widget (``post_message`` is thread-safe). The unsubscribe."""
+        return index_progress.watch(
+            history,
+            progress=lambda progress: self.post_message(HistoryIndexProgress(progress)),
+            notice=lambda line: self.post_message(HistoryIndexNotice(line)),
+        )
+
+    def on_history_index_progress(self, message: HistoryIndexProgress) -> None:
+        message.stop()
+        self.show_history_index(message.progress)
+
+    def on_history_index_notice(self, message: HistoryIndexNotice) -> None:
+        message.stop()
+        if message.line not in self._index_notices:
+            self._index_notices.add(message.line)
+            self.app.notify(message.line, title="History index", severity="warning", timeout=15)
 
     # -- statistics --------------------------------------------------------------------------------------
     def show_controls(self, state: ControlState | None) -> None:
