@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specchat.engine.calibration import CALIBRATION_ROWS
 from specchat.engine.calibration_cache import CalibrationCache
 from specchat.engine.chain import DrafterChain
 from specchat.engine.chat import ChatSession
@@ -17,10 +18,25 @@ from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.engine.suffix import SuffixIndex
 from specchat.engine.suffix_drafter import SuffixDrafter
+from specchat.engine.telemetry import CostModel
 
 
 #: a whole verify batch of the largest K in one decode, as the loader sizes it
 N_BATCH = K_MAX + 1
+
+
+def pin_cheap_batches(cost_model: CostModel, per_row: float = 0.1) -> None:
+    """Pin the verify costs to a cheap batch (each row past the first ``per_row`` of a single row, at this
+    moment's measured t1) and ignore every later timing: auto-K's priced free drafters propose only where a batch
+    pays, and on an AMD EPYC (Zen 4 and Zen 5) a batch of 2-4 rows of the bundled Q4_1 costs as much as its rows
+    one by one, so a test of what the loop does *when* it drafts must not rest on this CPU's costs. A larger
+    batch than the calibration's is timed too, so the decoder does not calibrate over the pin."""
+    t1 = cost_model.target_ms()
+    assert t1, "pin after a round timed the single row"
+    for _ in range(8):
+        for rows in sorted({2, 3, *CALIBRATION_ROWS}):
+            cost_model.verify.observe(rows, t1 * (1.0 + per_row * (rows - 1)))
+    cost_model.verify.observe = lambda rows, ms: None  # type: ignore[method-assign]
 
 
 def build_decoder(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from enginekit import build_decoder, pieces, run_turn, steps
+from enginekit import build_decoder, pieces, pin_cheap_batches, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafters import Draft
 from specchat.engine.events import Piece, Step
@@ -135,14 +135,7 @@ def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
         dec.reset()
         cm = dec.cost_model
         if auto_k:
-            from specchat.engine.calibration import CALIBRATION_ROWS
-
-            t1 = cm.target_ms()
-            assert t1
-            for _ in range(8):
-                for rows in sorted({2, 3, *CALIBRATION_ROWS}):
-                    cm.verify.observe(rows, t1 * (1.0 + 0.1 * (rows - 1)))
-            cm.verify.observe = lambda rows, ms: None  # type: ignore[method-assign]  # pinned
+            pin_cheap_batches(cm)
         dec.controls.set_speculative(True)
         dec.controls.set_auto_k(auto_k)
         spec, events = run_turn(dec, ctx, 60)
