@@ -43,6 +43,8 @@ MEASURE_ROWS: tuple[int, ...] = tuple(
 
 #: one timing: (rows of the batch, ms)
 Timing = tuple[int, float]
+#: the decode that opens each repetition of :func:`calibrate_verify_cost` uncounted (a single row: the cheapest)
+WARM_UP_ROWS = 1
 
 
 def calibrate_verify_cost(
@@ -54,9 +56,17 @@ def calibrate_verify_cost(
     Each batch is ``last`` repeated, decoded after the target's KV with logits on every row (as a verify
     batch asks) and removed again, so the KV is unchanged and every batch sees the same context length.
     A repetition stops at the first batch the context has no room for.
+
+    Each repetition starts with one single-row decode that is not counted (:data:`WARM_UP_ROWS`): the first
+    decode after another model ran is cold, and the single row - timed first, and the unit of every v - took
+    it all. ``specchat models tune`` interleaves six targets (AMD EPYC Zen 5, ``--threads 1``): the F16's single
+    row timed 21.6 ms there against 9 ms warm in one process, its 2-row batch 17 ms either way, so the tune
+    reported v(1) = 0.79 (clamped to 1.0) where it is 1.8, and the Q8_0's 12.8 ms against 6-7 ms; the cache it
+    warms then carried that shape into the app (the re-anchoring scales every timing alike).
     """
     out: list[Timing] = []
     for _ in range(reps):
+        target.time_scratch_decode([last] * WARM_UP_ROWS)  # not counted: the cold decode
         for r in rows:
             ms = target.time_scratch_decode([last] * r)
             if ms != ms:  # NaN: no room left in the context for this batch

@@ -311,3 +311,38 @@ def test_a_cached_calibration_is_re_anchored_at_this_moments_single_row_once(tin
         assert singles == []  # once per session
     finally:
         dec.close()
+
+
+def test_each_calibration_repetition_opens_with_an_uncounted_decode_so_a_cold_first_row_is_not_the_unit(
+        tiny_target, monkeypatch):
+    """The first decode after another model ran is cold (``specchat models tune`` interleaves six targets: on an
+    AMD EPYC Zen 5 the F16's single row timed 21.6 ms there, 9 ms warm, and v(1) read 0.79 for a true 1.8). Each
+    repetition of :func:`calibrate_verify_cost` decodes one row first and does not count it: here a stub target
+    answers the first decode after "another model" 2.5x slow, and t1 and v(K) are the warm ones. Fails without
+    the warm-up (the cold single row would be half the samples of the unit)."""
+    from specchat.engine.calibration import WARM_UP_ROWS, calibrate_verify_cost
+    from specchat.engine.telemetry import CostModel
+
+    cold = [True]
+
+    def stub(self, tokens):
+        ms = 10.0 * (1 + 0.5 * (len(tokens) - 1))
+        if cold[0]:
+            cold[0] = False
+            return 2.5 * ms
+        return ms
+
+    monkeypatch.setattr(Model, "time_scratch_decode", stub)
+    m = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1)
+    try:
+        cm = CostModel()
+        timings = []
+        for _ in range(2):  # the tune's order: one repetition per target, another model between them
+            cold[0] = True
+            timings += calibrate_verify_cost(m, cm, 1, CALIBRATION_ROWS, reps=1)
+        assert cm.target_ms() == pytest.approx(10.0)
+        assert cm.v(16) == pytest.approx(1 + 0.5 * 16)
+        assert len(timings) == 2 * len(CALIBRATION_ROWS) and WARM_UP_ROWS == 1  # the warm-up is not a timing
+        assert all(ms == pytest.approx(10.0 * (1 + 0.5 * (r - 1))) for r, ms in timings)
+    finally:
+        m.close()
