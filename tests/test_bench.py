@@ -24,7 +24,7 @@ from specchat.bench.runner import RECORD_FIELDS, BenchRunner, RunStats, make_pla
 from specchat.bench.suite import _COPY_CODE, load_suite
 from specchat.bench.summary import SummaryRow, summarize
 from specchat.cli import build_parser, main
-from specchat.engine.calibration import MEASURE_ROWS
+from specchat.engine.calibration import MEASURE_ROWS, WARM_UP_ROWS
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.telemetry import speedup_curve
 
@@ -231,9 +231,14 @@ def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_pat
     # draft_cost_ratios: draft and target single rows interleaved, then the verify batches feed the model
     ratios = sorted(d / t for d, (_, t) in zip(drafts, targets))
     cm = CostModel()
-    for rows, ms in targets[len(drafts) :]:
+    # each repetition: one uncounted warm-up decode (calibration.WARM_UP_ROWS), then (1 row, r rows) pairs
+    block = 1 + 2 * (len(MEASURE_ROWS) - 1)
+    verify = targets[len(drafts) :]
+    assert len(verify) % block == 0 and all(verify[i][0] == WARM_UP_ROWS for i in range(0, len(verify), block))
+    timed = [t for i, t in enumerate(verify) if i % block]
+    for rows, ms in timed:
         cm.observe_verify(rows, ms)
-    assert {rows for rows, _ in targets[len(drafts) :]} == set(MEASURE_ROWS)
+    assert {rows for rows, _ in timed} == set(MEASURE_ROWS)
     assert ar["target_ms_per_token"] == pytest.approx(cm.target_ms())
     assert [ar["v"][str(k)] for k in range(K_MAX + 1)] == pytest.approx([cm.v(k) for k in range(K_MAX + 1)])
     assert ar["c"] == pytest.approx(ratios[len(ratios) // 2])
