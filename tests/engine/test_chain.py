@@ -73,7 +73,7 @@ def test_with_auto_k_each_link_has_its_own_policy_and_a_model_that_cannot_pay_le
     not at every hand-over between links) while the n-gram link keeps drafting its copies; the text is plain
     decoding's. Fails if the links shared one auto-K state (each hand-over would reset it) or one cost entry.
     The verify costs are pinned to a cheap batch (:func:`enginekit.pin_cheap_batches`): on an AMD EPYC Zen 5 the
-    bundled Q4_1's 2-4 rows cost exactly their rows one by one and 17 rows 13, so the priced n-gram link proposed
+    bundled Q4_1's 2-4 rows cost at least their rows one by one (the verify goes row by row) and 17 rows 13, so the priced n-gram link proposed
     nothing in these 64 tokens (its prior confidence after a 10-token match, 0.89 per token, never paid) - right
     for that CPU, and not what this test is about."""
     dec = _chain_decoder(bundled_model, NgramDrafter(1, 4), auto_k=True)
