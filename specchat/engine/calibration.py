@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # only annotations: the bench imports this module before it l
 
 #: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX (the cost
 #: model interpolates between them). With K_MAX = 64 that is 1, 3, 5, 9, 17, 33, 65 rows, 133 rows a
-#: repetition (and its uncounted warm-up row, WARM_UP_ROWS): twice over 4.5 s for the bundled Q4_1 on one thread on this machine under load (median of
-#: 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
+#: repetition (and its uncounted warm-up row, WARM_UP_ROWS): twice over 4.5 s for the bundled Q4_1 on one
+#: thread on this machine under load (median of 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
 #: threads and CPU, not once per session. A 2-row batch is not timed here: the rounds time it (where it costs
 #: more than two rows, as on an AMD EPYC Zen 4, the verify plan then goes row by row); timing it up front moved
 #: the line the cost model fits through the other sizes, and the replayed profiles drafted more and kept no more
