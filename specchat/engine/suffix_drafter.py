@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, SUFFIX
-from specchat.engine.drafters import PRICED_MIN_GAIN, NgramDrafter
+from specchat.engine.drafters import NEGLIGIBLE_SURVIVAL, PRICED_MIN_GAIN, NgramDrafter
 from specchat.engine.events import DraftSource
 from specchat.engine.suffix import SuffixIndex
 
@@ -139,6 +139,8 @@ class SuffixDrafter(NgramDrafter):
         expected, best, best_d = 1.0, self.min_gain, 0
         for i in range(min(n, len(table) - 1)):
             copy *= self.confidence(match_len + i)
+            if probs[i] * copy < NEGLIGIBLE_SURVIVAL:
+                break  # the rest adds nothing a verify could pay for
             survival.append(probs[i] * copy)
             expected += probs[i] * copy
             cost = table[i + 1]
