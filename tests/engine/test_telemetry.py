@@ -691,6 +691,38 @@ def test_auto_k_warms_a_free_self_limiting_drafter_up_at_k_max() -> None:
     assert AutoK().choose(CostModel(), "model").k == 1
 
 
+def _free_drafter_off_after_a_broken_copy(cm: CostModel, auto: AutoK) -> None:
+    """Drive a free drafter through a copy (16 drafted, all kept) and then one 64-token draft that broke after 10
+    and cost three times its price, until the measured loss turns drafting off and the next probe is asked."""
+    for _ in range(4):
+        k = auto.choose(cm, "ngram", free=True).k
+        cm.observe_step("ngram", k, 16, 16, 0.0, 10.0 + 5.0 * 16, 17, natural=16)
+    k = auto.choose(cm, "ngram", free=True).k
+    cm.observe_step("ngram", k, 64, 10, 0.0, 3 * (10.0 + 5.0 * 64), 65, natural=64)
+    assert auto.choose(cm, "ngram", free=True).reason is KReason.MEASURED_LOSS
+    assert cm.cost_ratio("ngram") > 1.5  # the broken round made every price dearer
+    for _ in range(64):
+        cm.observe_plain(10.0)
+        if auto.choose(cm, "ngram", free=True).reason is KReason.PROBE:
+            return
+    raise AssertionError("no probe")
+
+
+@pytest.mark.parametrize(("kept", "reason"), [(4, KReason.PROBE_PAID), (1, KReason.PROBE_FAILED)])
+def test_a_probe_kept_whole_turns_a_free_drafter_back_on_whatever_its_own_round_cost(kept, reason) -> None:
+    """Measured on an AMD EPYC Zen 5 (bundled Q4_1, --threads 1, the bench's copy-heavy prompt): one 64-token draft
+    broke after 29 and cost 51 single rows, drafting went off, and the probes that followed were kept whole (4 of 4,
+    8 of 8) yet judged failed - a short batch there costs about its rows, and the broken round's cost ratio (1.5-1.8)
+    priced them dearer still - so the copy went on for 60 plain rounds. A probe kept whole says the copy goes on
+    (the drafter sizes its next drafts by the match it is in): drafting is back on. One with a refusal must still
+    pay for itself."""
+    cm = _linear_v_model()
+    auto = AutoK()
+    _free_drafter_off_after_a_broken_copy(cm, auto)
+    cm.observe_step("ngram", K_MAX, 4, kept, 0.0, 3 * (10.0 + 5.0 * 4), 5, natural=4)
+    assert auto.choose(cm, "ngram", free=True).reason is reason
+
+
 def test_every_auto_k_reason_is_reachable_and_consistent_with_its_k() -> None:
     """:class:`KReason` lists every rule of the policy, and each decision's K fits its reason: a text that
     turns predictable after 300 rounds (free drafts, each verify row 5 % dearer) and a draft costlier than

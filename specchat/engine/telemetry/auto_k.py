@@ -127,8 +127,10 @@ class AutoK:
     1.0-1.14 rows - do not stop a drafter whose long copies are still to come), drafting goes off
     (:attr:`KReason.MEASURED_LOSS`, an AMD EPYC's steep v where a few doubtful drafts lose more than the good
     ones gain); it probes at the cap every ``probe_min`` plain rounds (doubling while probes lose), a probe that
-    proposes nothing is retried on the next round at no cost, and one whose own round paid turns drafting back
-    on with a fresh measurement.
+    proposes nothing is retried on the next round at no cost, and one kept whole (the copy goes on: the drafter
+    sizes its next drafts by the match it is in; on an AMD EPYC a short batch costs about its rows, so a whole
+    probe of 4-8 tokens does not pay for itself there) or whose own round paid turns drafting back on with a
+    fresh measurement.
 
     ``k_max`` bounds every K; :meth:`choose` may lower it per drafter (its kind's cap).
     """
@@ -261,7 +263,8 @@ class AutoK:
                 return self._probe(cm, drafter)  # nothing was proposed: no cost, no evidence; again
             self._probe_pending = False
             drafted, accepted = cm.last_draft(drafter)
-            paid = (accepted + 1) / (cm.v(drafted) * cm.cost_ratio(drafter)) >= 1.0
+            # a probe kept whole says the copy goes on: the drafter sizes its next drafts by the match it is in
+            paid = accepted == drafted or (accepted + 1) / (cm.v(drafted) * cm.cost_ratio(drafter)) >= 1.0
             if paid:
                 self.k = self._cap
                 self._dwell = 0
