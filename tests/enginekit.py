@@ -50,8 +50,9 @@ def build_decoder(
     n_ctx: int = 1024,
     threads: int = 1,  # tiny models: one thread avoids OpenMP spin-waits on a busy 2-core box
     calibration_cache: CalibrationCache | None = None,
+    repack: bool | None = None,
 ) -> SpeculativeDecoder:
-    tgt = Model(target, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads)
+    tgt = Model(target, n_ctx=n_ctx, n_batch=N_BATCH, threads=threads, repack=repack)
     drafters = {"ngram": NgramDrafter(1, 4)}
     if drafter == "suffix":  # over an empty history index of its own (a test adds documents: its ``corpus``)
         drafters["suffix"] = SuffixDrafter(SuffixIndex())

@@ -19,6 +19,7 @@ import ctypes
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -81,6 +82,10 @@ def extra_buffer_types_safe() -> bool:
 
 class DecodeError(RuntimeError):
     """llama_decode failed (no KV slot, aborted, invalid batch)."""
+
+
+class ModelClosedError(RuntimeError):
+    """A model was used after :meth:`Model.close` freed it (a programming error, said in Python: never a segfault)."""
 
 
 class Model:
@@ -227,7 +232,7 @@ class Model:
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text of a token (as used by llama.cpp's compatibility rule 5)."""
-        raw = llama_cpp.llama_vocab_get_text(self.vocab, token)
+        raw = llama_cpp.llama_vocab_get_text(self._live_vocab(), token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
     # -- text <-> tokens ----------------------------------------------------------------------------
@@ -235,7 +240,7 @@ class Model:
         data = text.encode("utf-8")
         n_max = len(data) + 8
         arr = (llama_cpp.llama_token * n_max)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, n_max, add_bos, special)
+        n = llama_cpp.llama_tokenize(self._live_vocab(), data, len(data), arr, n_max, add_bos, special)
         if n < 0:
             arr = (llama_cpp.llama_token * (-n))()
             n = llama_cpp.llama_tokenize(self.vocab, data, len(data), arr, -n, add_bos, special)
@@ -250,7 +255,7 @@ class Model:
         if cached is not None:
             return cached
         buf = ctypes.create_string_buffer(64)
-        n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        n = llama_cpp.llama_token_to_piece(self._live_vocab(), token, buf, len(buf), 0, False)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
             n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
@@ -263,8 +268,17 @@ class Model:
         token of every continuation it looks up (its turn boundary), a ctypes call each time otherwise."""
         known = self._eog_cache.get(token)
         if known is None:
-            known = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+            known = self._eog_cache[token] = bool(llama_cpp.llama_vocab_is_eog(self._live_vocab(), token))
         return known
+
+    def _live_vocab(self) -> Any:
+        """The vocabulary, or :class:`ModelClosedError` once the model is freed: a bound method of a closed model (a
+        drafter's turn boundary outlives a target swapped under it) must fail in Python, not read freed memory
+        (a segfault, seen once in a clean-clone test run on an AMD EPYC Zen 5, when the freed pages were reused)."""
+        vocab = getattr(self, "vocab", None)
+        if vocab is None or self.model is None:
+            raise ModelClosedError(f"{self.path.name}: the model is closed")
+        return vocab
 
     # -- decoding -----------------------------------------------------------------------------------
     def decode(self, tokens: Sequence[int], *, logits_last: int = 1) -> np.ndarray | None:
@@ -277,6 +291,8 @@ class Model:
         n = len(tokens)
         if n == 0:
             return None
+        if self.ctx is None:
+            raise ModelClosedError(f"{self.path.name}: the model is closed")
         if logits_last > min(n, self.n_batch):
             raise ValueError("logits requested for more rows than one batch holds")
         if len(self.tokens) + n > self.n_ctx:
@@ -392,6 +408,7 @@ class Model:
         if getattr(self, "model", None):
             llama_cpp.llama_model_free(self.model)
             self.model = None
+        self.vocab = None  # owned by the model: every call that reads it checks (_live_vocab)
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:

@@ -88,9 +88,9 @@ def test_speculation_on_a_row_by_row_target_is_still_exact_and_costs_k_plus_1_ro
     from specchat.engine.chat import ChatSession
 
     prompt = next(p["prompt"] for p in DEFAULT_SUITE if p["name"] == "copy-heavy")
-    dec = build_decoder(bundled_model, None, drafter="ngram", k=64, n_ctx=2048)
-    dec.target.close()
-    dec.target = Model(bundled_model, n_ctx=2048, n_batch=N_BATCH, threads=1, repack=True)
+    # the decoder wires the n-gram's turn boundary to its target's is_eog: the target is built with it (a target
+    # swapped in afterwards left the drafter asking a freed vocabulary - a segfault once the pages were reused)
+    dec = build_decoder(bundled_model, None, drafter="ngram", k=64, n_ctx=2048, repack=True)
     dec.target.row_by_row = True  # as on this CPU; forced so the test means the same on any CPU
     session = ChatSession(dec, n_predict=80)
     try:
@@ -181,3 +181,26 @@ def test_repack_auto_gives_the_one_row_kernels_to_sessions_that_do_not_speculate
         assert s.decoder.target.repack is one_row
     finally:
         s.close()
+
+
+def test_a_closed_model_fails_in_python_and_never_reads_freed_memory(bundled_model):
+    """In a subprocess (a regression segfaults): every call that reads a closed model's vocabulary or context - the
+    n-gram's turn boundary (is_eog, bound to a target that was swapped out), a piece, tokenizing, a decode - raises
+    ModelClosedError; an id the memo already holds still answers (it reads no memory of the model's)."""
+    script = textwrap.dedent(f"""
+        from specchat.engine.model import Model, ModelClosedError
+        m = Model({str(bundled_model)!r}, n_ctx=256, n_batch=64, threads=1)
+        seen = m.is_eog(m.eos)
+        m.close()
+        failed = []
+        for call in (lambda: m.is_eog(5), lambda: m.piece(5), lambda: m.tokenize("hi"), lambda: m.decode([5]),
+                     lambda: m.token_text(5)):
+            try:
+                call()
+            except ModelClosedError:
+                failed.append(True)
+        print(len(failed), seen, m.is_eog(m.eos))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=str(REPO))
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    assert proc.stdout.split() == ["5", "True", "True"]
