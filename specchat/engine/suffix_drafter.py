@@ -7,7 +7,8 @@ learned per-match-length acceptance, its verify-cost pricing and its end-of-turn
 the global tree is a :class:`specchat.engine.suffix.SuffixIndex` over the history, built and kept up to date by
 :mod:`specchat.history.corpus` (the engine never opens the history itself).
 
-Each round both are looked up; the longer match wins, an equal one goes to the history when its first token's
+Each round both are looked up (the conversation's match exact or substituted, as the n-gram drafter chooses);
+the longer match wins, an equal one goes to the history when its first token's
 frequency beats the share of this conversation's occurrences that agree. A history draft's length follows
 SuffixDecoding: tokens whose frequency-estimated probability (the product of count ratios along the path) is at
 least ``min_token_prob``, at most ``max_spec_factor`` × match length + ``max_spec_offset`` (ArcticInference's
@@ -120,6 +121,7 @@ class SuffixDrafter(NgramDrafter):
             if cut is not None:
                 tokens, probs = tokens[: cut + 1], probs[: cut + 1]
         self.last_match_len, self.last_agreement = cand.match_len, 1.0  # the agreement is in the probabilities
+        self.last_substituted = False
         self.last_source, self.last_position, self._probs = "history", cand.position, probs
         return tokens
 

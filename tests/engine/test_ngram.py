@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from enginekit import build_decoder, run_turn, steps
+from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.drafters import Draft, NgramDrafter
@@ -108,3 +108,102 @@ def test_ngram_speculation_stays_exact_on_a_copy(tiny_target):
         assert all(s.drafted <= K_MAX for s in steps(events))
     finally:
         dec.close()
+
+
+def _row(i: int) -> list[int]:
+    """A record of a list, as token ids: ``{"id": i, "revenue": ...},`` with only the number changing."""
+    return [50, 51, 52, i, 53, 54, 55, 56]
+
+
+CHEAP = [1.0 + 0.05 * k for k in range(65)]  # a verify table where a batch costs little more than one row
+
+
+def test_ngram_goes_on_past_the_changed_token_of_a_repeated_record():
+    """The next record of a list has a new number: no exact match ends in it, but the text before it matched the
+    previous record, so the draft is what followed the number there (a substituted match)."""
+    d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
+    ctx = _row(1) + _row(2) + [50, 51, 52, 3]
+    assert d.lookup(ctx, 4) == [53, 54, 55, 56]
+    assert d.last_substituted and d.last_match_len == 7  # the 2nd record back to its start, the number not counted
+    draft = d.draft(ctx, 8, SP, RNG)
+    assert draft.tokens == [53, 54, 55, 56, 50, 51, 52, 3][: len(draft.tokens)] and draft.tokens
+    # the same number again is an exact match, longer than the substituted one: the exact match wins
+    same = _row(1) + _row(2) + [50, 51, 52, 2]
+    assert d.lookup(same, 4) == [53, 54, 55, 56] and not d.last_substituted
+
+
+def test_a_substituted_match_needs_three_tokens_before_the_change():
+    d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
+    assert d.lookup([60, 61, 1, 70, 71, 72, 60, 61, 2], 4) == []  # only 2 tokens matched before the change
+    assert d.lookup([59, 60, 61, 1, 70, 71, 72, 59, 60, 61, 2], 4) == [70, 71, 72, 59]
+    assert d.last_substituted
+
+
+def test_substituted_matches_learn_their_own_acceptance_and_stop_when_refused():
+    """A text where a change is an insertion, not a substitution: substituted drafts keep being refused, so the
+    drafter stops proposing them, and what it learned about exact matches is untouched."""
+    d = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + 0.3 * k for k in range(65)])  # a token must be 30 % likely
+    ctx = _row(1) + _row(2) + [50, 51, 52, 3]
+    exact_before = d.confidence(7, substituted=False)
+    sub_before = d.confidence(7, substituted=True)
+    assert sub_before < exact_before  # it starts from a share of the exact prior
+    for _ in range(12):
+        if not d.draft(ctx, 8, SP, RNG).tokens:
+            break
+        d.rollback(ctx)  # refused at its first token
+    assert d.draft(ctx, 8, SP, RNG).tokens == []
+    assert d.confidence(7, substituted=True) < sub_before and d.confidence(7, substituted=False) == exact_before
+
+
+def test_the_match_that_loses_is_scored_as_a_shadow_in_its_own_table():
+    """Where the exact match wins, the substituted candidate is still scored against the text the target commits
+    next: a list whose records do go on past a changed number teaches the drafter so without proposing it."""
+    d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
+    before = d.confidence(3, substituted=True)
+    # a record with 9, another with 1, then [50, 51, 52, 9]: the exact match (the record with 9, 4 tokens back to the
+    # separator) beats the substituted one (the record with 1, 3 tokens)
+    text = [40, 50, 51, 52, 9, 53, 54, 55, 56, 41, 50, 51, 52, 1, 53, 54, 55, 56, 42, 50, 51, 52, 9]
+    assert d.draft(text, 8, SP, RNG).tokens[:1] == [53]
+    assert not d.last_substituted
+    d.draft(text + [53, 54, 55, 56], 8, SP, RNG)  # the record went on as both said: the shadow is scored now
+    assert d.confidence(3, substituted=True) > before
+
+
+def test_ngram_speculation_with_substituted_matches_stays_exact_on_a_list(bundled_model):
+    """The bundled SmolLM2 writing a list of records whose fields change from row to row (``{"id": 2, "name":
+    "user_ii", ...}``): the n-gram drafter proposes substituted matches (priced by a fixed cheap verify table, so
+    what it proposes does not rest on this CPU's costs), some are kept, and the greedy reply is exactly plain
+    decoding's. (Replayed offline at this table: 19 substituted drafts, 62 of their tokens kept.)"""
+    from specchat.engine.chat import ChatSession
+
+    prompt = ('Write a Python list of 10 dictionaries, each {"id": i, "name": "user_i", "active": True}, '
+              'for i from 1 to 10.')
+    dec = build_decoder(bundled_model, None, drafter="ngram", k=16, n_ctx=1024)
+    session = ChatSession(dec, n_predict=160)
+    ngram = dec.drafters["ngram"]
+    proposed: list[bool] = []
+    real_draft = ngram.draft
+
+    def recording_draft(context, k, sampling, rng):
+        out = real_draft(context, k, sampling, rng)
+        if out.tokens:
+            proposed.append(ngram.last_substituted)
+        return out
+
+    try:
+        dec.controls.set_speculative(False)
+        plain = [p.token for p in pieces(session.send(prompt))]
+        session.reset()
+        ngram.verify_cost = lambda: [1.0 + 0.1 * k for k in range(65)]
+        ngram.draft = recording_draft
+        dec.controls.set_speculative(True)
+        events = list(session.send(prompt))
+        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
+        drafting = [s for s in steps(events) if s.drafted]
+        assert len(drafting) == len(proposed)
+        substituted = [s for s, sub in zip(drafting, proposed, strict=True) if sub]
+        assert substituted, "no substituted match was proposed"
+        assert sum(s.accepted for s in substituted) >= 10, "substituted drafts were hardly ever kept"
+    finally:
+        ngram.draft = real_draft
+        session.close()
