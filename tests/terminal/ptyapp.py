@@ -133,8 +133,11 @@ class PtyApp:
         self.child.setwinsize(rows, cols)  # the child gets SIGWINCH
 
     # -- output -------------------------------------------------------------------------------------
-    def pump(self, timeout: float = 0.0) -> bool:
-        """Feed whatever the app has written (waiting up to ``timeout`` for the first byte); True if any."""
+    def pump(self, timeout: float = 0.0, until: Callable[[], bool] | None = None) -> bool:
+        """Feed whatever the app has written (waiting up to ``timeout`` for the first byte); True if any. With
+        ``until``, stop as soon as it holds after a chunk: a test that fell behind the app (the project's CI on
+        a loaded 2-core AMD EPYC) would otherwise feed seconds of frames at once and never see a state that
+        lasted only those seconds - a whole 400-token reply went by without "generating" ever being on screen."""
         got = False
         wait = timeout
         while True:
@@ -148,6 +151,8 @@ class PtyApp:
             self.stream.feed(chunk)
             got = True
             wait = 0
+            if until is not None and until():
+                return got
 
     def settle(self, quiet: float = 0.3, timeout: float = 30.0) -> str:
         """Feed output until the app has written nothing for ``quiet`` seconds (a frame, or a scroll animation,
@@ -181,7 +186,7 @@ class PtyApp:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ScreenTimeout(f"no {what or condition!r} within {timeout:.0f} s; the screen:\n{screen}")
-            self.pump(min(left, 0.05))
+            self.pump(min(left, 0.05), until=lambda: check(self.text()))
 
     def wait_ready(self, timeout: float = 120.0) -> str:
         """Until the model is loaded: the sidebar's "ready \u00b7 loaded in" or the status bar's "\u00b7 ready"
