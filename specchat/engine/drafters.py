@@ -243,13 +243,14 @@ class NgramDrafter:
     may as well be an insertion after which the copy does not go on), needs ``MIN_SUBSTITUTED_MATCH`` tokens
     matched before the change, and wins over the exact match when its best draft is worth more (the expected
     tokens per unit of verify cost when priced, the expected tokens otherwise); the other one is scored as a
-    shadow in its own table. Replayed with the recorded verify costs of three CPUs (``tests/data/cpu-profiles``,
-    bundled SmolLM2's greedy replies): on the bench's history workload (20 saved replies of one task, a function
-    over records with an example list whose rows differ in one number) the n-gram drafter's tokens per unit of
-    verify cost rose 1.14 to 1.27 (AMD EPYC Zen 5, F16) and 1.12 to 1.18 (Xeon, Q4_1), the suffix drafter's 1.30
-    to 1.48 and 1.20 to 1.33; on the default suite the geometric mean over prompts, formats and CPUs moved
-    +0.2 %, from -1.8 % (Xeon F16, copy-heavy: a 64-token match broken by an insertion) to +7.6 % (Zen 4 F16,
-    code).
+    shadow in its own table. Replayed with the recorded verify costs of three CPUs (``tests/data/cpu-profiles``)
+    on the bundled SmolLM2's greedy replies to the bench's history tasks (21 functions over records, each
+    measured against an index of the other 20, leave-one-out), the tokens per unit of verify cost moved by a
+    geometric mean of +0.1 % to +3.5 % per CPU and format (suffix drafter; from -5 % to +24 % per reply, the
+    gains where an example list's rows differ in one number), the n-gram drafter's by -0.1 % to +3.4 %; on the
+    default suite +0.2 % over prompts, formats and CPUs, from -1.8 % (Xeon F16, copy-heavy: a 64-token match
+    broken by an insertion) to +7.6 % (Zen 4 F16, code). The bench's history task on this AMD EPYC Zen 5
+    (bundled Q4_1, fixed K 16): mean accepted length 1.87 to 2.13 (n-gram), 2.43 to 2.78 (suffix).
 
     **Boundaries.** A continuation stops after the first end-of-turn token of the text it copies (``boundary``,
     the target's ``is_eog``, set by the engine): what follows it is the next message's chat template and
