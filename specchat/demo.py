@@ -185,8 +185,8 @@ def scenes_for(helps: Pair, scenes: Sequence[Scene] = SCENES) -> tuple[Scene, ..
 
 def tuned_helps_pair(tuned: Iterable[Any], source_file: str) -> Pair | None:
     """The helps pair from a saved ``specchat models tune`` result of ``source_file`` (the bundled model): its
-    copy-heavy choice, with n-gram drafting and the flash-attention setting tune measured it with. None when
-    no result is saved for that file, or its choice is a file that is gone."""
+    copy-heavy choice, with n-gram drafting and the flash-attention and repack settings tune measured it with.
+    None when no result is saved for that file, or its choice is a file that is gone."""
     for result in tuned:
         if result.source != source_file:
             continue
@@ -197,6 +197,8 @@ def tuned_helps_pair(tuned: Iterable[Any], source_file: str) -> Pair | None:
         if variant is None or not Path(variant.path).is_file():
             continue
         extra = (("flash_attn", variant.flash_attn),) if variant.flash_attn not in ("", "auto") else ()
+        if variant.repack == "off":  # measured without llama.cpp's extra buffer types: run it so
+            extra += (("repack", "off"),)
         return Pair(variant.path, NGRAM, f"SmolLM2 {choice.label} + n-gram", extra)
     return None
 

@@ -120,6 +120,11 @@ def test_a_saved_tune_result_picks_the_helps_pair(tmp_path):
     assert pair == demo.Pair(str(f16), NGRAM, "SmolLM2 F16 fa-off + n-gram", (("flash_attn", "off"),))
     assert pair.settings_update() == {"target": str(f16), "draft": NGRAM, "flash_attn": "off"}
     assert demo.tuned_helps_pair([result("other.gguf", str(f16))], BUNDLED_FILE) is None
+    # a copy tune measured without llama.cpp's repacked layouts runs so
+    off = result(BUNDLED_FILE, str(f16))
+    off.variants[0].repack = "off"
+    assert demo.tuned_helps_pair([off], BUNDLED_FILE).settings_update() == {
+        "target": str(f16), "draft": NGRAM, "flash_attn": "off", "repack": "off"}
     assert demo.tuned_helps_pair([result(BUNDLED_FILE, str(tmp_path / "gone.gguf"))], BUNDLED_FILE) is None
     chosen, why = demo.choose_helps_pair(tmp_path, [result(BUNDLED_FILE, str(f16))], BUNDLED_FILE, measure=None)
     assert chosen == pair and "this CPU's copy-heavy pick" in why

@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight formats to measure besides the source (default: F16,Q8_0, those with more bits than it)")
     p_tune.add_argument("--flash-attn", metavar="LIST", dest="flash_attn", default="auto,off",
                         help="flash-attention settings to measure every format with (default: auto,off)")
+    p_tune.add_argument("--repack", metavar="LIST", default="auto,off",
+                        help="repack settings to measure every batched format with: llama.cpp's repacked weight "
+                        "layouts (auto) and without them (off); default: auto,off")
     p_tune.add_argument("--threads", type=int, metavar="N", help="threads for single rows (default: settings.threads)")
     p_tune.add_argument("--runs", type=int, default=2, metavar="N", help="runs per (format, workload, mode); default 2")
     p_tune.add_argument("--n-predict", type=int, dest="n_predict", default=128, metavar="N",

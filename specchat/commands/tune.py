@@ -31,10 +31,11 @@ def _check(args: argparse.Namespace) -> None:
 
 def run_tune(args: argparse.Namespace) -> int:
     _check(args)
-    from specchat.models.formats import DEFAULT_FORMATS, changes_output, parse_flash_attn, parse_formats
+    from specchat.models.formats import DEFAULT_FORMATS, changes_output, parse_flash_attn, parse_formats, parse_repack
 
     asked = parse_formats(args.formats) if args.formats is not None else None
     flash_attn = parse_flash_attn(getattr(args, "flash_attn", None) or "auto")
+    repack = parse_repack(args.repack if getattr(args, "repack", None) is not None else "auto")
     from specchat.config import load_settings
 
     overrides: dict[str, Any] = location_overrides(args)
@@ -55,7 +56,7 @@ def run_tune(args: argparse.Namespace) -> int:
     progress = ProgressLine(sys.stderr, enabled=show)
     sessions: dict[str, Any] = {}
     try:
-        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions, flash_attn)
+        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions, flash_attn, repack)
     except KeyboardInterrupt:
         progress.close()
         print("specchat: interrupted: nothing saved", file=sys.stderr)
@@ -135,7 +136,7 @@ def _predict_modes(
 
 
 def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
-          progress: Any, sessions: dict[str, Any], flash_attn: list[str]) -> Any:
+          progress: Any, sessions: dict[str, Any], flash_attn: list[str], repack: list[str]) -> Any:
     from specchat.bench.runner import BenchRunner
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
@@ -151,7 +152,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     assert mdir is not None
     say = lambda msg: progress(0, 1, msg)  # noqa: E731
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
-                            threads=settings.threads, progress=say, flash_attn=flash_attn)
+                            threads=settings.threads, progress=say, flash_attn=flash_attn, repack=repack)
     for v in variants:
         # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
         s = settings.model_copy(

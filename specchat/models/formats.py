@@ -96,6 +96,24 @@ def parse_flash_attn(text: str, flag: str = "--flash-attn") -> list[str]:
     return list(dict.fromkeys(names))
 
 
+#: the ``repack`` settings ``models tune --repack`` measures a batched variant with: llama.cpp's default (its extra
+#: buffer types: repacked weight layouts) and without them
+REPACK_SETTINGS: tuple[str, ...] = ("auto", "off")
+
+
+def parse_repack(text: str, flag: str = "--repack") -> list[str]:
+    """``"auto,off"`` -> ``["auto", "off"]`` (lower case, in order, unique); each a ``repack`` setting that keeps
+    the batched kernels (``on`` is the one-row AMX variants' own, chosen by the CPU)."""
+    names = [p.strip().lower() for p in str(text).split(",") if p.strip()]
+    if not names:
+        raise UserError(f"{flag} is empty: give repack settings, e.g. {flag} auto,off")
+    for name in names:
+        if name not in REPACK_SETTINGS:
+            raise UserError(f"{flag} {text}: {name!r} is not a repack setting to measure; "
+                            f"choose from {', '.join(REPACK_SETTINGS)}")
+    return list(dict.fromkeys(names))
+
+
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One target to measure: a file, its weight format, and the kernels it is loaded with."""
@@ -114,6 +132,8 @@ class Variant:
     one_row: bool = False
     #: the ``flash_attn`` setting to load it with (see :data:`specchat.engine.model.FLASH_ATTN_MEASURED`)
     flash_attn: str = "auto"
+    #: a copy loaded without llama.cpp's extra buffer types (``repack = "off"``) where they are its default
+    repack_off: bool = False
 
     @property
     def note(self) -> str:
@@ -128,6 +148,8 @@ class Variant:
             parts.append("flash attention off: faster past a short context; a verified reply may differ from plain decoding at near-ties")
         elif self.flash_attn != "auto":
             parts.append(f"flash attention {self.flash_attn}")
+        if self.repack_off:
+            parts.append("without llama.cpp's repacked weight layouts (repack off): the same output, other kernels")
         if not parts:
             parts.append("the source file" if self.source else "re-encoded: the source's weights")
         return "; ".join(parts)
@@ -142,13 +164,18 @@ def variants_for(
     threads: int = 1,
     progress: Callable[[str], None] | None = None,
     flash_attn: Sequence[str] = ("auto",),
+    repack: Sequence[str] = ("auto",),
 ) -> list[Variant]:
     """The source, then each of ``formats`` (derived into ``models_dir`` with ``models derive --quant``'s
     machinery when the file is not there yet; the source's own format is the source), then the one-row-kernel
     variants (for a CPU whose AMX batch kernels crash, :func:`specchat.engine.model.extra_buffer_types_safe`
     False): of the source (``one_row="source"``) or of every file (``"all"``) whose format has AMX kernels.
     Each is loaded with ``flash_attn[0]``; every further setting in ``flash_attn`` adds a copy of them all,
-    labelled e.g. ``Q8_0 fa-off``, whose file is never the comparisons' unit."""
+    labelled e.g. ``Q8_0 fa-off``, whose file is never the comparisons' unit. With ``"off"`` in ``repack``, each
+    batched variant loaded at llama.cpp's default kernels (its extra buffer types) also gets a copy without them,
+    ``Q4_1 repack-off``, at ``flash_attn[0]``: on the AMD EPYCs here (Zen 4 and Zen 5, ``--threads 1``) plain
+    decoding of the bundled Q4_1 ran 4-8 % faster without them (``scripts/baseline_parity.py``), so whether the
+    default pays is a measurement, not a CPU name."""
     from specchat.models.derive import default_name, derive
 
     from specchat.engine.model import extra_buffer_types_safe
@@ -179,9 +206,13 @@ def variants_for(
         ]
     settings = list(dict.fromkeys(flash_attn)) or ["auto"]
     base = [dataclasses.replace(v, flash_attn=settings[0]) for v in out]
+    plain_kernels = [
+        dataclasses.replace(v, label=f"{v.label} repack-off", repack="off", source=False, repack_off=True)
+        for v in base if "off" in repack and v.repack == "auto" and not v.one_row
+    ]
     return base + [
         dataclasses.replace(v, label=f"{v.label} fa-{fa}", flash_attn=fa, source=False) for fa in settings[1:] for v in base
-    ]
+    ] + plain_kernels
 
 
 __all__ = [

@@ -123,9 +123,14 @@ def test_tune_measures_local_files_even_with_a_llama_server_configured(capsys, i
                              "--threads", "1", "--reps", "1", "--no-runs", "--no-progress")
     assert code == 0, err
     (result,) = load_results(data)
-    # flash attention as llama.cpp chooses, then off (tune measures both by default)
-    assert [v.label for v in result.variants] == ["F32", "F32 fa-off"] and result.variants[0].t1_ms
-    assert [v.flash_attn for v in result.variants] == ["auto", "off"] and result.variants[1].t1_ms
+    # flash attention as llama.cpp chooses, then off, and where llama.cpp's extra buffer types are its default
+    # also without them (tune measures all of these by default)
+    from specchat.engine.model import extra_buffer_types_safe
+
+    repack_off = ["F32 repack-off"] if extra_buffer_types_safe() else []
+    assert [v.label for v in result.variants] == ["F32", "F32 fa-off", *repack_off] and result.variants[0].t1_ms
+    assert [v.flash_attn for v in result.variants] == ["auto", "off", *["auto"] * len(repack_off)]
+    assert all(v.t1_ms for v in result.variants)
 
 
 def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_config: Path, tmp_path: Path,
@@ -139,7 +144,7 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
     data = tmp_path / "data"
     code, out, err = run_cli(capsys, "models", "tune", str(tiny_target), "--data-dir", str(data), "--formats", "Q8_0",
                              "--threads", "1", "--runs", "1", "--n-predict", "6", "--reps", "1", "--no-progress",
-                             "--flash-attn", "auto")
+                             "--flash-attn", "auto", "--repack", "auto")
     assert code == 0, err
     (result,) = load_results(data)
     labels = [v.label for v in result.variants]
@@ -179,13 +184,19 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
     report = json.loads(out)
     labels = [v["label"] for v in report["variants"]]
     one_row = [] if extra_buffer_types_safe() else ["Q4_1 one-row", "Q8_0 one-row"]
-    assert labels == ["Q4_1", "Q8_0", *one_row]
+    # where llama.cpp's extra buffer types are its default (they batch safely), each format also without them
+    repack_off = ["Q4_1 repack-off", "Q8_0 repack-off"] if extra_buffer_types_safe() else []
+    assert labels == ["Q4_1", "Q8_0", *one_row, *repack_off]
     assert (data / "models" / SMOLLM2_Q8_FILE).is_symlink()  # reused, not derived again
     by = {v["label"]: v for v in report["variants"]}
     assert by["Q8_0"]["reason"].startswith("Q8_0: ") and by["Q4_1"]["reason"].startswith("Q4_1: ")
     assert not by["Q8_0"]["lossy"] and by["Q8_0"]["note"] == "re-encoded: the source's weights"
     for label in one_row:
         assert "one row at a time" in by[label]["reason"] and by[label]["split_gain"] is None
+    for label in repack_off:
+        v = by[label]
+        assert v["repack"] == "off" and not v["source"] and "repack off" in v["note"] and v["t1_ms"] > 0
+        assert v["path"] == by[label.removesuffix(" repack-off")]["path"]  # the same file, other kernels
     # no runs: plain decoding is predicted from the one-row times; what the drafter carries is unknown
     (choice,) = report["choices"]
     assert (choice["workload"], choice["mode"], choice["measured"]) == ("plain chat", "plain", False)
@@ -215,3 +226,34 @@ def test_a_flash_attention_copy_keeps_its_variants_warnings() -> None:
     one_row = Variant("Q4_1 one-row fa-off", Path("m.gguf"), "Q4_1", "on", one_row=True, flash_attn="off").note
     assert "changes the model's output" in lossy and "near-ties" in lossy
     assert "one-row AMX kernels" in one_row and "near-ties" in one_row
+
+
+def test_repack_off_copies_of_the_batched_variants_and_their_config_line(tmp_path: Path, monkeypatch) -> None:
+    """``--repack auto,off`` adds, for each variant loaded at llama.cpp's default kernels, a copy without its
+    extra buffer types (the same file); where those crash in batches (one-row AMX CPUs) every variant is already
+    loaded without them and no copy is made. A recommended copy's config line says ``repack = "off"``."""
+    import specchat.engine.model as model_mod
+    from specchat.bench.tune import Choice, settings_for
+    from specchat.models.bundled import bundled_model_path
+    from specchat.models.formats import parse_repack, variants_for
+
+    src = bundled_model_path()
+    monkeypatch.setattr(model_mod, "extra_buffer_types_safe", lambda: True)
+    vs = variants_for(src, [], tmp_path, repack=parse_repack("auto,off"), flash_attn=["auto", "off"])
+    assert [(v.label, v.repack, v.flash_attn, v.source) for v in vs] == [
+        ("Q4_1", "auto", "auto", True), ("Q4_1 fa-off", "auto", "off", False), ("Q4_1 repack-off", "off", "auto", False),
+    ]
+    assert vs[2].path == src and "repack off" in vs[2].note
+    assert [v.label for v in variants_for(src, [], tmp_path)] == ["Q4_1"]  # only asked for: the default is one setting
+    monkeypatch.setattr(model_mod, "extra_buffer_types_safe", lambda: False)
+    assert [v.label for v in variants_for(src, [], tmp_path, repack=["auto", "off"])] == ["Q4_1"]
+    v = VariantResult(label="Q4_1 repack-off", file=src.name, path=str(src), weights="Q4_1", repack="off", source=False,
+                      lossy=False, one_row=False, note="")
+    c = Choice(workload="plain chat", label=v.label, mode="plain", tok_s=1.0, x_source=1.05, measured=True, why="")
+    assert settings_for(c, v, "ngram", None) == 'target = "bundled", draft = "none", repack = "off"'
+
+
+@pytest.mark.parametrize("text", ["", "on", "auto,fast"])
+def test_a_bad_repack_list_is_one_line(capsys, isolated_config: Path, tmp_path: Path, text: str) -> None:
+    code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(tmp_path), "--repack", text, "--no-progress")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--repack" in err
