@@ -367,11 +367,12 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
     and predicted, × the source's baseline) and the recommendation per workload with its config lines."""
     lines = [f"specchat models tune: {result.source}, threads {result.threads}, drafter {result.drafter}", ""]
     ks = [k for k in SHOWN_K if any(str(k) in v.v for v in result.variants)]
-    head = f"  {'variant':<14} {'1 row':>8} " + " ".join(f"{'v(' + str(k) + ')':>6}" for k in ks) + "  file"
+    w = max([14, *(len(v.label) for v in result.variants)])  # "Q4_1 repack-off fa-off" is longer than "Q4_1"
+    head = f"  {'variant':<{w}} {'1 row':>8} " + " ".join(f"{'v(' + str(k) + ')':>6}" for k in ks) + "  file"
     lines += ["Verify cost: v(K) = t(K+1 rows) / t(1 row), the engine's fit of the interleaved timings", head]
     for v in result.variants:
         lines.append(
-            f"  {v.label:<14} {_f(v.t1_ms, '.1f') + ' ms':>8} " + " ".join(f"{_f(v.v.get(str(k)), '.2f'):>6}" for k in ks)
+            f"  {v.label:<{w}} {_f(v.t1_ms, '.1f') + ' ms':>8} " + " ".join(f"{_f(v.v.get(str(k)), '.2f'):>6}" for k in ks)
             + f"  {v.file} ({v.note})"
         )
     lines += [f"  {v.reason}" for v in result.variants if v.reason]
@@ -399,7 +400,7 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
                     cells.append(f"{name} {_f(m.tok_s, '.1f')} tok/s ({_f(m.x_source, '.2f')}×; predicted "
                                  f"{_f(m.predicted_tok_s, '.1f')}{acc})")
                 if cells:
-                    lines.append(f"    {v.label:<14} " + "; ".join(cells))
+                    lines.append(f"    {v.label:<{w}} " + "; ".join(cells))
     if result.choices:
         lines += ["", "Recommended:"]
         for c in result.choices:

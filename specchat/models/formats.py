@@ -149,7 +149,7 @@ class Variant:
         elif self.flash_attn != "auto":
             parts.append(f"flash attention {self.flash_attn}")
         if self.repack_off:
-            parts.append("without llama.cpp's repacked weight layouts (repack off): the same output, other kernels")
+            parts.append("repack off: without llama.cpp's repacked weight layouts, the same output by other kernels")
         if not parts:
             parts.append("the source file" if self.source else "re-encoded: the source's weights")
         return "; ".join(parts)
