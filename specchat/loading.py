@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
+from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
 from specchat.engine.chat import ChatSession
 from specchat.engine.chain import DrafterChain
 from specchat.engine.compat import VocabSummary, require_compatible
@@ -35,6 +35,7 @@ from specchat.engine.model import Model, extra_buffer_types_safe
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
+from specchat.models.tune_results import load_results, measured_repack
 
 if TYPE_CHECKING:
     from specchat.config import Settings
@@ -71,11 +72,13 @@ def connect_server_b(settings: Settings, progress: Progress | None = None) -> Re
         raise ServerError(f"server B: {exc}") from None
 
 
-def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
+def repack_for(setting: str, weights: str, speculates: bool, measured: str | None = None) -> bool | None:
     """Whether to load a target with llama.cpp's extra buffer types, for the ``repack`` setting.
 
     ``"on"``/``"off"`` say so. ``"auto"`` (None: llama.cpp's default, on) wherever multi-row batches of the
-    extra buffer types are safe; on a CPU where they crash (:func:`specchat.engine.model.extra_buffer_types_safe`) the target
+    extra buffer types are safe - unless ``measured`` is ``"off"``: a ``specchat models tune`` of this file on this
+    CPU at these threads found it faster without them (:func:`specchat.models.tune_results.measured_repack`; the
+    AMD EPYCs here decode the bundled Q4_1 4-10 % faster so); on a CPU where they crash (:func:`specchat.engine.model.extra_buffer_types_safe`) the target
     then decodes one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), which only pays when
     nothing is verified in batches and the format has the fast one-row AMX kernels: on for a session that
     does not speculate (``speculates`` False: ``draft = "none"``, or a fixed K = 0) with weights in
@@ -86,7 +89,7 @@ def repack_for(setting: str, weights: str, speculates: bool) -> bool | None:
     if setting == "off":
         return False
     if extra_buffer_types_safe():
-        return None
+        return False if measured == "off" else None
     return (not speculates) and weights.upper() in AMX_FORMATS
 
 
@@ -162,9 +165,13 @@ def _load_target(settings: Settings, path: Path, n_batch: int, speculates: bool,
     """The target model, its file validated first (``report``: its share of the loading progress)."""
     report(0.0, f"loading {path.name}")
     weights = read_gguf_info(path).quantization  # validates the file before anything is loaded
+    measured = None
+    if settings.repack == "auto":  # a tune of this file on this CPU may have measured llama.cpp's default against off
+        measured = measured_repack(load_results(settings.effective_data_dir()), path, cpu=cpu_identity(),
+                                   threads=settings.threads, flash_attn=settings.flash_attn, speculates=speculates)
     return Model(
         path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=settings.threads_batch,
-        repack=repack_for(settings.repack, weights, speculates=speculates),
+        repack=repack_for(settings.repack, weights, speculates=speculates, measured=measured),
         flash_attn=flash_attn_for(settings.flash_attn), progress=lambda f: report(f, f"loading {path.name}"),
     )
 

@@ -11,7 +11,7 @@ import pytest
 from enginekit import assert_identical_or_a_near_tie
 
 from specchat import demo
-from specchat.bench.tune import Choice, TuneResult, VariantResult
+from specchat.models.tune_results import Choice, TuneResult, VariantResult
 from specchat.cli import main
 from specchat.commands.tui import pick_helps_pair
 from specchat.engine.cost_profile import CostProfile

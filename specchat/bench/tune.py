@@ -26,29 +26,23 @@ pays. Tune measures instead of guessing, in the bench's way (interleaved, median
    (within :data:`TIE_MARGIN`) going to the source (no re-encoding needed), and re-quantised variants only
    recommended when the user asked for them, flagged.
 
-Results are saved as ``<data dir>/tune/<source file name>.json`` (:func:`save_result`); ``specchat models list``
-shows them.
+Results are saved as ``<data dir>/tune/<source file name>.json`` (:mod:`specchat.models.tune_results`);
+``specchat models list`` shows them, and the loader follows their measured ``repack`` for ``repack = "auto"``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specchat.engine.calibration import CALIBRATION_ROWS
+from specchat.models.tune_results import PLAIN_CHAT, TIE_MARGIN, Choice, Mode, TuneResult, VariantResult, _speed
 
-#: the directory under the data dir
-TUNE_DIR = "tune"
 #: the workloads and the bench suite prompt each is measured on
-WORKLOADS: dict[str, str] = {"plain chat": "prose", "copy-heavy": "copy-heavy"}
-#: a variant must beat the source by more than this to be recommended over it (timing noise on a shared CPU)
-TIE_MARGIN = 0.03
+WORKLOADS: dict[str, str] = {PLAIN_CHAT: "prose", "copy-heavy": "copy-heavy"}
 #: a thread split must make a 17-row verify batch at least this much cheaper to be recommended
 SPLIT_GAIN = 0.10
 #: the K whose verify cost the summary quotes
@@ -59,83 +53,6 @@ TUNE_ROWS: tuple[int, ...] = tuple(sorted({2, *CALIBRATION_ROWS}))
 #: a one-row-kernel target decodes a batch as that many single rows (v(K) = K + 1 by construction): timing up
 #: to 17 rows shows it, the fit's line carries it on
 ONE_ROW_ROWS: tuple[int, ...] = tuple(r for r in TUNE_ROWS if r <= 17)
-
-
-@dataclass(slots=True)
-class Mode:
-    """One way of running a variant on a workload, measured."""
-
-    tok_s: float | None = None  # median tok/s of the runs
-    x_source: float | None = None  # median of tok/s / the round's source baseline tok/s
-    runs: int = 0
-    alpha: float | None = None  # per-position acceptance of the drafter in these runs
-    mean_k: float | None = None
-    predicted_tok_s: float | None = None  # the cost model's prediction for this mode
-
-
-@dataclass(slots=True)
-class VariantResult:
-    """Everything tune measured for one variant."""
-
-    label: str
-    file: str
-    path: str
-    weights: str
-    repack: str
-    source: bool
-    lossy: bool
-    one_row: bool
-    note: str
-    flash_attn: str = "auto"
-    t1_ms: float | None = None  # single-row decode, median
-    v: dict[str, float] = field(default_factory=dict)  # K -> v(K) at the timed sizes
-    reason: str = ""
-    #: the same with the batch on ``split_threads_batch`` threads (None: not measured)
-    split_v: dict[str, float] | None = None
-    split_gain: float | None = None  # 1 − t(17 rows, split) / t(17 rows, no split)
-    modes: dict[str, dict[str, Mode]] = field(default_factory=dict)  # workload -> "plain"/"auto" -> Mode
-
-    def best(self, workload: str) -> tuple[str, Mode] | None:
-        """The faster measured mode on ``workload`` (by measured tok/s, else predicted), or None."""
-        ms = [(name, m) for name, m in self.modes.get(workload, {}).items() if _speed(m) is not None]
-        return max(ms, key=lambda nm: _speed(nm[1]) or 0.0) if ms else None
-
-
-def _speed(m: Mode) -> float | None:
-    return m.tok_s if m.tok_s is not None else m.predicted_tok_s
-
-
-@dataclass(slots=True)
-class Choice:
-    """The recommended variant and mode for one workload."""
-
-    workload: str
-    label: str
-    mode: str  # "plain" (speculation off) or "auto" (the drafter with auto-K)
-    tok_s: float
-    x_source: float | None
-    measured: bool  # from runs (else from the prediction)
-    why: str
-
-
-@dataclass(slots=True)
-class TuneResult:
-    """A tune run: where, how, what was measured, and what it recommends."""
-
-    source: str
-    source_path: str
-    threads: int
-    split_threads_batch: int | None
-    drafter: str
-    cpu: str
-    measured_at: float
-    variants: list[VariantResult]
-    choices: list[Choice] = field(default_factory=list)
-    split_recommended: bool = False
-    notes: list[str] = field(default_factory=list)
-
-    def variant(self, label: str) -> VariantResult:
-        return next(v for v in self.variants if v.label == label)
 
 
 # -- the decision ------------------------------------------------------------------------------------------
@@ -186,51 +103,6 @@ def _is_bundled(path: Path) -> bool:
         return path.resolve() == bundled_model_path().resolve()
     except Exception:
         return False
-
-
-# -- saving ------------------------------------------------------------------------------------------------
-
-
-def tune_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / TUNE_DIR
-
-
-def save_result(data_dir: Path, result: TuneResult) -> Path:
-    """Write ``result`` to ``<data dir>/tune/<source file name>.json`` (atomically); returns the path."""
-    from specchat.errors import UserError
-
-    d = tune_dir(data_dir)
-    path = d / f"{result.source}.json"
-    tmp = d / f".{result.source}.json.tmp"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(asdict(result), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UserError(f"cannot save the tune results in {d}: {exc.strerror or exc}; check the data dir") from None
-    return path
-
-
-def load_results(data_dir: Path) -> list[TuneResult]:
-    """Every readable saved result (``specchat models list``), newest first."""
-    d = tune_dir(data_dir)
-    out: list[TuneResult] = []
-    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
-        try:
-            out.append(_from_json(json.loads(p.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError, KeyError):
-            continue
-    return sorted(out, key=lambda r: -r.measured_at)
-
-
-def _from_json(d: dict[str, Any]) -> TuneResult:
-    variants = []
-    for v in d["variants"]:
-        modes = {w: {name: Mode(**m) for name, m in ms.items()} for w, ms in v.pop("modes", {}).items()}
-        variants.append(VariantResult(**v, modes=modes))
-    choices = [Choice(**c) for c in d.pop("choices", [])]
-    d.pop("variants")
-    return TuneResult(**d, variants=variants, choices=choices)
 
 
 # -- measuring ---------------------------------------------------------------------------------------------
@@ -350,8 +222,7 @@ def now() -> float:
 
 
 __all__ = [
-    "TIE_MARGIN", "TUNE_DIR", "WORKLOADS", "Choice", "Mode", "TuneResult", "VariantResult", "load_results",
-    "measure_verify_costs", "predict", "recommend", "save_result", "settings_for", "summarize_runs", "tune_dir",
+    "WORKLOADS", "measure_verify_costs", "predict", "recommend", "settings_for", "summarize_runs",
 ]
 
 

@@ -272,7 +272,7 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
 
 
 def _tune_results(data_dir: Path) -> list[Any]:
-    from specchat.bench.tune import load_results
+    from specchat.models.tune_results import load_results
 
     return load_results(data_dir)
 

@@ -188,7 +188,7 @@ def pick_helps_pair(settings: Any, progress: Callable[[str], None]) -> Any:
     """The tour's choice of this machine's helps pair (:func:`specchat.demo.choose_helps_pair`): a saved tune
     result of the bundled model, else the candidates' verify costs timed with the engine's calibration
     (:func:`specchat.loading.measure_verify_cost`, cached per file). Imported when it runs, on the engine thread."""
-    from specchat.bench.tune import load_results  # numpy: on the engine thread when the tour runs
+    from specchat.models.tune_results import load_results
     from specchat.demo import choose_helps_pair
     from specchat.loading import measure_verify_cost  # llama_cpp: on the engine thread when the tour runs
     from specchat.models.bundled import BUNDLED_FILE

@@ -65,7 +65,8 @@ def run_tune(args: argparse.Namespace) -> int:
         progress.close()
         for session in sessions.values():
             session.close()
-    from specchat.bench.tune import format_result, save_result
+    from specchat.bench.tune import format_result
+    from specchat.models.tune_results import save_result
 
     path = save_result(data_dir, result)
     if args.json:
@@ -154,9 +155,12 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
                             threads=settings.threads, progress=say, flash_attn=flash_attn, repack=repack)
     for v in variants:
-        # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them
+        # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them; "auto"
+        # is loaded as "on", llama.cpp's default where it batches safely, which the app's "auto" follows only until
+        # a tune (this one's result, next time) measured the file without it faster
+        repack = "on" if v.repack == "auto" and extra_buffer_types_safe() else v.repack
         s = settings.model_copy(
-            update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn, "server_url": None}
+            update={"target": str(v.path), "repack": repack, "flash_attn": v.flash_attn, "server_url": None}
         )
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
                                         auto_k=False)

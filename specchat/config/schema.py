@@ -215,7 +215,8 @@ class Settings(BaseSettings):
         None, ge=1, le=MAX_THREADS, description="CPU threads for multi-row batches (prompt, verify); unset = threads"
     )
     repack: Repack = Field(
-        "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay), on, off"
+        "auto", description="llama.cpp's repacked/AMX weight layouts: auto (on where they pay, or as 'models tune' "
+        "measured this file here), on, off"
     )
     flash_attn: FlashAttn = Field(
         "auto", description="llama.cpp's flash attention: auto (llama.cpp's choice), on, off (faster on a CPU past a short context)"

@@ -119,6 +119,21 @@ def test_repack_auto_uses_one_row_kernels_only_where_they_pay(monkeypatch, setti
     assert repack_for(setting, weights, speculates) is want
 
 
+@pytest.mark.parametrize(
+    "setting, safe, measured, want",
+    [
+        ("auto", True, "off", False),  # a tune of the file here found it faster without the extra buffer types
+        ("auto", True, "auto", None),  # ... or not: llama.cpp's default
+        ("auto", True, None, None),  # nothing measured
+        ("on", True, "off", True),  # a setting the user chose is never overridden
+        ("auto", False, "off", False),  # the one-row CPUs decide by their kernels, as before
+    ],
+)
+def test_repack_auto_follows_a_measured_tune(monkeypatch, setting, safe, measured, want):
+    monkeypatch.setattr(loading, "extra_buffer_types_safe", lambda: safe)
+    assert repack_for(setting, "Q4_1", True, measured=measured) is want
+
+
 def test_extra_buffer_types_follow_what_this_build_uses_on_this_cpu():
     assert extra_buffer_types_safe() == ("AMX_INT8 = 1" not in system_info())
     assert {"Q4_0", "Q4_1", "Q8_0"} <= AMX_FORMATS and "F16" not in AMX_FORMATS

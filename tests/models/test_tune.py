@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from specchat.models.presets import SMOLLM2_Q8_FILE
-from specchat.bench.tune import Mode, TuneResult, VariantResult, load_results, recommend, save_result
+from specchat.bench.tune import recommend
+from specchat.models.tune_results import Mode, TuneResult, VariantResult, load_results, save_result
 
 from .clirun import run_cli
 
@@ -208,7 +209,8 @@ def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: 
 def test_a_flash_attention_off_choice_is_written_as_its_config_line() -> None:
     """The recommendation's config lines select the variant's flash-attention setting when it is not llama.cpp's
     choice (without it, the user would run the file with the setting tune did not recommend)."""
-    from specchat.bench.tune import Choice, VariantResult, settings_for
+    from specchat.bench.tune import settings_for
+    from specchat.models.tune_results import Choice, VariantResult
 
     v = VariantResult(label="Q8_0 fa-off", file="m.Q8_0.gguf", path="/x/m.Q8_0.gguf", weights="Q8_0", repack="off",
                       source=False, lossy=False, one_row=False, note="", flash_attn="off")
@@ -233,7 +235,8 @@ def test_repack_off_copies_of_the_batched_variants_and_their_config_line(tmp_pat
     extra buffer types (the same file); where those crash in batches (one-row AMX CPUs) every variant is already
     loaded without them and no copy is made. A recommended copy's config line says ``repack = "off"``."""
     import specchat.engine.model as model_mod
-    from specchat.bench.tune import Choice, settings_for
+    from specchat.bench.tune import settings_for
+    from specchat.models.tune_results import Choice
     from specchat.models.bundled import bundled_model_path
     from specchat.models.formats import parse_repack, variants_for
 
@@ -257,3 +260,67 @@ def test_repack_off_copies_of_the_batched_variants_and_their_config_line(tmp_pat
 def test_a_bad_repack_list_is_one_line(capsys, isolated_config: Path, tmp_path: Path, text: str) -> None:
     code, out, err = run_cli(capsys, "models", "tune", "--data-dir", str(tmp_path), "--repack", text, "--no-progress")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--repack" in err
+
+
+def _repack_result(cpu: str, threads: int, path: str, auto_tok_s: float, off_tok_s: float, *,
+                   measured_at: float = 1.0, flash_attn: str = "auto") -> TuneResult:
+    def variant(label: str, repack: str, tok_s: float) -> VariantResult:
+        return VariantResult(label=label, file=Path(path).name, path=path, weights="Q4_1", repack=repack,
+                             source=repack == "auto", lossy=False, one_row=False, note="", flash_attn=flash_attn,
+                             modes={"plain chat": {"plain": Mode(tok_s=tok_s), "auto": Mode(tok_s=tok_s * 0.99)}})
+
+    return TuneResult(source=Path(path).name, source_path=path, threads=threads, split_threads_batch=None,
+                      drafter="ngram", cpu=cpu, measured_at=measured_at,
+                      variants=[variant("Q4_1", "auto", auto_tok_s), variant("Q4_1 repack-off", "off", off_tok_s)])
+
+
+def test_measured_repack_follows_the_newest_tune_of_the_file_on_this_cpu_and_threads(tmp_path: Path) -> None:
+    """The AMD EPYC Zen 5 here, ``models tune --threads 1``: the bundled Q4_1 at 108.0 tok/s with llama.cpp's
+    repacked layouts and 119.2 without. Only a result of the same file, CPU, threads and flash-attention setting
+    counts, the newest first, and "off" must win by more than the tie margin."""
+    from specchat.models.tune_results import measured_repack
+
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    here = dict(cpu="EPYC", threads=1, flash_attn="auto", speculates=True)
+    assert measured_repack([_repack_result("EPYC", 1, str(f), 108.0, 119.2)], f, **here) == "off"
+    assert measured_repack([_repack_result("EPYC", 1, str(f), 108.0, 110.0)], f, **here) == "auto"  # within 3 %
+    assert measured_repack([_repack_result("Xeon", 1, str(f), 108.0, 119.2)], f, **here) is None
+    assert measured_repack([_repack_result("EPYC", 2, str(f), 108.0, 119.2)], f, **here) is None
+    assert measured_repack([_repack_result("EPYC", 1, str(tmp_path / "other.gguf"), 108.0, 119.2)], f, **here) is None
+    assert measured_repack([_repack_result("EPYC", 1, str(f), 108.0, 119.2, flash_attn="off")], f, **here) is None
+    newest_first = [_repack_result("EPYC", 1, str(f), 120.0, 110.0, measured_at=2.0),
+                    _repack_result("EPYC", 1, str(f), 108.0, 119.2, measured_at=1.0)]
+    assert measured_repack(newest_first, f, **here) == "auto"
+    for r in newest_first:  # saved and read back, newest first
+        save_result(tmp_path, dataclasses.replace(r, source=f"{r.measured_at}.gguf"))
+    assert measured_repack(load_results(tmp_path), f, **here) == "auto"
+
+
+def test_the_loader_follows_a_saved_tune_that_measured_the_file_faster_without_repack(isolated_config: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The real bundled model loaded with ``repack = "auto"``: where llama.cpp's extra buffer types are its default,
+    a saved tune of this file on this CPU at these threads that measured it faster without them loads it without
+    them; with no result, or with ``repack = "on"``, llama.cpp's default stays."""
+    from specchat.config import load_settings
+    from specchat.engine.calibration_cache import cpu_identity
+    from specchat.engine.model import extra_buffer_types_safe
+    from specchat.loading import load_engine
+    from specchat.models.bundled import bundled_model_path
+
+    if not extra_buffer_types_safe():
+        pytest.skip("a one-row AMX CPU: repack auto is decided by its kernels (test_kernels), not by a tune")
+    data = tmp_path / "data"
+    settings = load_settings(None, {"data_dir": str(data), "threads": 1, "draft": "ngram"})
+
+    def loaded_repack(s) -> bool:
+        session = load_engine(s)
+        try:
+            return session.decoder.target.repack
+        finally:
+            session.close()
+
+    assert loaded_repack(settings) is True  # nothing measured: llama.cpp's default
+    save_result(data, _repack_result(cpu_identity(), 1, str(bundled_model_path()), 108.0, 119.2))
+    assert loaded_repack(settings) is False
+    assert loaded_repack(settings.model_copy(update={"repack": "on"})) is True
