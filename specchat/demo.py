@@ -197,8 +197,9 @@ def tuned_helps_pair(tuned: Iterable[Any], source_file: str) -> Pair | None:
         if variant is None or not Path(variant.path).is_file():
             continue
         extra = (("flash_attn", variant.flash_attn),) if variant.flash_attn not in ("", "auto") else ()
-        if variant.repack == "off":  # measured without llama.cpp's extra buffer types: run it so
-            extra += (("repack", "off"),)
+        # the kernels it was measured with: "auto" was llama.cpp's default (tune loads it as "on"), which the app's
+        # own "auto" would not keep where a tune measured the file faster without them on plain chat
+        extra += (("repack", "on" if variant.repack == "auto" else variant.repack),)
         return Pair(variant.path, NGRAM, f"SmolLM2 {choice.label} + n-gram", extra)
     return None
 

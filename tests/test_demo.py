@@ -117,8 +117,8 @@ def test_a_saved_tune_result_picks_the_helps_pair(tmp_path):
                           measured_at=0.0, variants=[variant], choices=[choice])
 
     pair = demo.tuned_helps_pair([result(BUNDLED_FILE, str(f16))], BUNDLED_FILE)
-    assert pair == demo.Pair(str(f16), NGRAM, "SmolLM2 F16 fa-off + n-gram", (("flash_attn", "off"),))
-    assert pair.settings_update() == {"target": str(f16), "draft": NGRAM, "flash_attn": "off"}
+    assert pair == demo.Pair(str(f16), NGRAM, "SmolLM2 F16 fa-off + n-gram", (("flash_attn", "off"), ("repack", "on")))
+    assert pair.settings_update() == {"target": str(f16), "draft": NGRAM, "flash_attn": "off", "repack": "on"}
     assert demo.tuned_helps_pair([result("other.gguf", str(f16))], BUNDLED_FILE) is None
     # a copy tune measured without llama.cpp's repacked layouts runs so
     off = result(BUNDLED_FILE, str(f16))
