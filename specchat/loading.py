@@ -35,7 +35,7 @@ from specchat.engine.model import Model, extra_buffer_types_safe
 from specchat.engine.speculative import SpeculativeDecoder
 from specchat.errors import UserError
 from specchat.models.registry import resolve_pair
-from specchat.models.tune_results import load_results, measured_repack
+from specchat.models.tune_results import load_results, repack_measure
 
 if TYPE_CHECKING:
     from specchat.config import Settings
@@ -77,7 +77,7 @@ def repack_for(setting: str, weights: str, speculates: bool, measured: str | Non
 
     ``"on"``/``"off"`` say so. ``"auto"`` (None: llama.cpp's default, on) wherever multi-row batches of the
     extra buffer types are safe - unless ``measured`` is ``"off"``: a ``specchat models tune`` of this file on this
-    CPU at these threads found it faster without them (:func:`specchat.models.tune_results.measured_repack`; the
+    CPU at these threads found it faster without them (:func:`specchat.models.tune_results.repack_measure`; the
     AMD EPYCs here decode the bundled Q4_1 4-10 % faster so); on a CPU where they crash (:func:`specchat.engine.model.extra_buffer_types_safe`) the target
     then decodes one row at a time (:attr:`specchat.engine.model.Model.row_by_row`), which only pays when
     nothing is verified in batches and the format has the fast one-row AMX kernels: on for a session that
@@ -126,7 +126,8 @@ def load_engine(
     auto = settings.auto_k if auto_k is None else auto_k
     # a session speculates unless it has no drafter, or K = 0 is fixed (0 = plain decoding)
     speculates = pair.drafter != NONE and (auto or settings.k > 0)
-    target = _load_target(settings, pair.target, n_batch, speculates, lambda f, what: report(f * share, what))
+    target, kernels = _load_target(settings, pair.target, n_batch, speculates,
+                                   lambda f, what: report(f * share, what))
     drafters: dict[str, Drafter] = {NGRAM: NgramDrafter(settings.ngram.min_n, settings.ngram.max_n)}
     if not target.is_recurrent:  # offered beside any drafter (the app's drafter menu); its history read once chosen
         drafters[SUFFIX] = suffix_drafter(settings, target, lazy=pair.drafter != SUFFIX)
@@ -158,22 +159,28 @@ def load_engine(
         n_predict=settings.n_predict,
         seed=settings.sampling.seed,
         draft_label=selected or NONE,
+        kernels=kernels,
     )
 
 
-def _load_target(settings: Settings, path: Path, n_batch: int, speculates: bool, report: Progress) -> Model:
-    """The target model, its file validated first (``report``: its share of the loading progress)."""
+def _load_target(settings: Settings, path: Path, n_batch: int, speculates: bool,
+                 report: Progress) -> tuple[Model, str]:
+    """The target model, its file validated first (``report``: its share of the loading progress), and the
+    sidebar's line on its kernels when a saved tune decided them (:meth:`RepackMeasure.words
+    <specchat.models.tune_results.RepackMeasure.words>`, else "")."""
     report(0.0, f"loading {path.name}")
     weights = read_gguf_info(path).quantization  # validates the file before anything is loaded
-    measured = None
-    if settings.repack == "auto":  # a tune of this file on this CPU may have measured llama.cpp's default against off
-        measured = measured_repack(load_results(settings.effective_data_dir()), path, cpu=cpu_identity(),
-                                   threads=settings.threads, flash_attn=settings.flash_attn, speculates=speculates)
-    return Model(
+    measure = None
+    if settings.repack == "auto" and extra_buffer_types_safe():  # a tune may have measured llama.cpp's default
+        measure = repack_measure(load_results(settings.effective_data_dir()), path, cpu=cpu_identity(),
+                                 threads=settings.threads, flash_attn=settings.flash_attn, speculates=speculates)
+    model = Model(
         path, n_ctx=settings.n_ctx, n_batch=n_batch, threads=settings.threads, threads_batch=settings.threads_batch,
-        repack=repack_for(settings.repack, weights, speculates=speculates, measured=measured),
+        repack=repack_for(settings.repack, weights, speculates=speculates,
+                          measured=measure.setting if measure else None),
         flash_attn=flash_attn_for(settings.flash_attn), progress=lambda f: report(f, f"loading {path.name}"),
     )
+    return model, measure.words() if measure else ""
 
 
 def _load_draft_model(

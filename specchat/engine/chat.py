@@ -111,8 +111,11 @@ class ChatSession(Conversation):
         n_predict: int = 512,
         seed: int | None = None,
         draft_label: str = "",
+        kernels: str = "",
     ) -> None:
         super().__init__(system_prompt=system_prompt, n_predict=n_predict)
+        #: how the target's weights were laid out, when a measurement chose it (:attr:`EngineInfo.kernels`)
+        self.kernels = kernels
         self.decoder = decoder
         self.controls: Controls = decoder.controls
         self.template = ChatTemplate(decoder.target)
@@ -143,6 +146,7 @@ class ChatSession(Conversation):
             verify=d.verify if d.can_speculate else None,
             weights=d.target.weights,
             chat_template=self.template.has_template,
+            kernels=self.kernels,
         )
 
     def reset(self, system_prompt: str | None = None) -> None:

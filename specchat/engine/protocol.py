@@ -83,6 +83,9 @@ class EngineInfo:
     #: False: the engine cannot time its drafter (a llama-server reports no draft time; its Steps say 0 ms), so
     #: it has no draft cost and no cost model; a UI says "not reported" instead of showing 0
     draft_timing: bool = True
+    #: the target's kernels when a measurement chose them, in words: "repack off: models tune, plain chat with
+    #: auto-K, 105 tok/s on, 117 off" (``repack = "auto"`` following a saved ``specchat models tune``); "" otherwise
+    kernels: str = ""
 
 
 @runtime_checkable

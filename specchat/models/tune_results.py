@@ -1,7 +1,7 @@
 """Saved ``specchat models tune`` results (:mod:`specchat.bench.tune` measures them): what each variant of a target
 measured on this CPU and what the tune recommends per workload. Written by the tune, read by ``specchat models
 list``, the tour's helps pair and the loader, whose ``repack = "auto"`` follows a result that measured the target
-file both with llama.cpp's extra buffer types and without them (:func:`measured_repack`). Only the standard
+file both with llama.cpp's extra buffer types and without them (:func:`repack_measure`). Only the standard
 library: the loader reads them before any model is loaded.
 """
 
@@ -142,14 +142,34 @@ def _from_json(d: dict[str, Any]) -> TuneResult:
     return TuneResult(**d, variants=variants, choices=choices)
 
 
-def measured_repack(results: Iterable[TuneResult], path: Path, *, cpu: str, threads: int, flash_attn: str,
-                    speculates: bool) -> str | None:
-    """``"off"`` when the newest result measured on this CPU (``cpu``, :func:`specchat.engine.calibration_cache.
-    cpu_identity`) at these ``threads`` ran the file ``path`` at this ``flash_attn`` setting both with llama.cpp's
-    extra buffer types (``repack`` auto) and without them (off), and without them was faster on plain chat by more
-    than :data:`TIE_MARGIN` (in the mode the session runs: auto-K when it ``speculates``, else plain); ``"auto"``
-    when such a result says otherwise; None when there is none. On this AMD EPYC Zen 5, ``--threads 1``, the
-    bundled Q4_1 read 108.0 tok/s with them and 119.2 without (2026-12-03)."""
+@dataclass(frozen=True, slots=True)
+class RepackMeasure:
+    """What a saved tune measured of one file on plain chat, in the mode a session runs (``"auto"``: auto-K,
+    ``"plain"``: no speculation), with llama.cpp's extra buffer types and without them, and what ``repack =
+    "auto"`` makes of it (``setting``: ``"off"`` or ``"auto"``)."""
+
+    setting: str
+    mode: str
+    with_tok_s: float
+    without_tok_s: float
+
+    def words(self) -> str:
+        """The sidebar's line: ``repack off: models tune, plain chat with auto-K, 105 tok/s on, 117 off``."""
+        kept = "off" if self.setting == "off" else "on"
+        mode = " with auto-K" if self.mode == "auto" else ""
+        return (f"repack {kept}: models tune, plain chat{mode}, {self.with_tok_s:.0f} tok/s on, "
+                f"{self.without_tok_s:.0f} off")
+
+
+def repack_measure(results: Iterable[TuneResult], path: Path, *, cpu: str, threads: int, flash_attn: str,
+                   speculates: bool) -> RepackMeasure | None:
+    """What the newest result measured on this CPU (``cpu``, :func:`specchat.engine.calibration_cache.cpu_identity`)
+    at these ``threads`` says of the file ``path`` at this ``flash_attn`` setting, for ``repack = "auto"``; None when
+    no result ran it both with llama.cpp's extra buffer types (``repack`` auto) and without them (off). Its
+    ``setting`` is ``"off"`` when without them was faster on plain chat by more than :data:`TIE_MARGIN`, in the
+    mode the session runs (auto-K when it ``speculates``, else plain), else ``"auto"``; its ``words`` say so with
+    the figures, for the sidebar. On this AMD EPYC Zen 5, ``--threads 1``, the bundled Q4_1 read 108.0 tok/s with
+    them and 119.2 without (2026-12-03)."""
     want = Path(path).resolve()
     for result in results:  # newest first (load_results)
         if result.cpu != cpu or result.threads != threads:
@@ -158,11 +178,16 @@ def measured_repack(results: Iterable[TuneResult], path: Path, *, cpu: str, thre
         by = {v.repack: v for v in same}
         if "auto" not in by or "off" not in by:
             continue
-        speeds = [_mode_speed(by[r], "auto" if speculates else "plain") for r in ("auto", "off")]
-        if speeds[0] is None or speeds[1] is None:
+        mode = "auto" if speculates and all(_has_mode(by[r], "auto") for r in ("auto", "off")) else "plain"
+        on, off = (_mode_speed(by[r], mode) for r in ("auto", "off"))
+        if on is None or off is None:
             continue
-        return "off" if speeds[1] > (1.0 + TIE_MARGIN) * speeds[0] else "auto"
+        return RepackMeasure("off" if off > (1.0 + TIE_MARGIN) * on else "auto", mode, on, off)
     return None
+
+
+def _has_mode(v: VariantResult, mode: str) -> bool:
+    return v.modes.get(PLAIN_CHAT, {}).get(mode) is not None
 
 
 def _mode_speed(v: VariantResult, mode: str) -> float | None:

@@ -1,7 +1,7 @@
 """Auto-K's decisions under other CPUs' costs: recorded profiles replayed through the real loop (issue 20).
 
 Each CPU profile (``tests/data/cpu-profiles/``: an Intel Xeon with AMX, an AMD EPYC Zen 4 and an AMD EPYC Zen 5,
-both with AVX-512 and no AMX) holds what ``specchat models tune --threads 1`` measured there for the bundled SmolLM2 and
+both with AVX-512 and no AMX, and an AMD EPYC Zen 3 with AVX2 only) holds what ``specchat models tune --threads 1`` measured there for the bundled SmolLM2 and
 its re-encodings: the single-row time and v(K). The traces (``tests/data/traces-smollm2.json``) are the bundled
 model's greedy replies to the bench's default suite. :func:`specchat.engine.cost_profile.simulate` runs
 :class:`~specchat.engine.speculative.SpeculativeDecoder` - the real n-gram drafter, calibration, cost model and
@@ -39,8 +39,11 @@ VS_PLAIN = 0.96
 #: P(first j kept) is a product of per-position acceptances, overconfident where a copy ends (replayed over every
 #: profile: drafts of more than 32 tokens predicted kept whole 73 % of the time, kept 44 %); recalibrating it
 #: online (isotonic, per drafter) moved this case to 0.92-0.97 and others down as much (the EPYC Zen 4's Q4_1
-#: copy-heavy 0.97 -> 0.93), so it did not land
-KNOWN_WORST = {("amd-epyc-zen5", "Q4_1 fa-off", "copy-heavy"): 0.90}
+#: copy-heavy 0.97 -> 0.93), so it did not land. The AMD EPYC Zen 3's (AVX2 only) Q8_0 on the copy-heavy reply,
+#: 0.91 of fixed K 16: the same shape - drafts of 4, 5, 6, 10, 13, 16, 28 tokens all kept along the first block,
+#: then a 52-token draft kept none where the reply's edit begins (~25 single rows for one token, 230 ms of the
+#: 232 ms it trails K 16 by; K 16 lost 7 there)
+KNOWN_WORST = {("amd-epyc-zen5", "Q4_1 fa-off", "copy-heavy"): 0.90, ("amd-epyc-zen3", "Q8_0", "copy-heavy"): 0.90}
 #: the same when the calibration priced every verify at half what the rounds cost: the rounds correct the prices
 #: after MIN_MEASURED_ROUNDS, and the drafts made before that are paid for (worst: the EPYC's Q4_1 on
 #: copy-then-new, 0.919, where plain decoding is best and the early drafts of the copy cost twice their price)
@@ -55,7 +58,7 @@ CASES = [
 
 
 def test_the_profiles_cover_both_cpu_kinds_and_the_tuned_formats():
-    assert {"intel-xeon-amx", "amd-epyc-zen4", "amd-epyc-zen5"} <= set(PROFILES)
+    assert {"intel-xeon-amx", "amd-epyc-zen3", "amd-epyc-zen4", "amd-epyc-zen5"} <= set(PROFILES)
     for prof in PROFILES.values():
         assert {"Q4_1", "Q8_0", "F16"} <= {f.label for f in prof.formats}, prof.cpu
     assert {"code", "prose", "copy-heavy", "summary", "copy-then-new"} <= set(TRACES)

@@ -274,15 +274,25 @@ def _repack_result(cpu: str, threads: int, path: str, auto_tok_s: float, off_tok
                       variants=[variant("Q4_1", "auto", auto_tok_s), variant("Q4_1 repack-off", "off", off_tok_s)])
 
 
-def test_measured_repack_follows_the_newest_tune_of_the_file_on_this_cpu_and_threads(tmp_path: Path) -> None:
+def test_repack_measure_follows_the_newest_tune_of_the_file_on_this_cpu_and_threads(tmp_path: Path) -> None:
     """The AMD EPYC Zen 5 here, ``models tune --threads 1``: the bundled Q4_1 at 108.0 tok/s with llama.cpp's
     repacked layouts and 119.2 without. Only a result of the same file, CPU, threads and flash-attention setting
     counts, the newest first, and "off" must win by more than the tie margin."""
-    from specchat.models.tune_results import measured_repack
+    from specchat.models.tune_results import RepackMeasure, repack_measure
 
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF")
     here = dict(cpu="EPYC", threads=1, flash_attn="auto", speculates=True)
+
+    def measured_repack(results, path, **kw):
+        m = repack_measure(results, path, **kw)
+        return m.setting if m is not None else None
+
+    m = repack_measure([_repack_result("EPYC", 1, str(f), 108.0, 119.2)], f, **here)
+    assert m == RepackMeasure("off", "auto", 108.0 * 0.99, 119.2 * 0.99)  # the session's mode: auto-K
+    assert m.words() == "repack off: models tune, plain chat with auto-K, 107 tok/s on, 118 off"
+    plain = repack_measure([_repack_result("EPYC", 1, str(f), 108.0, 119.2)], f, **{**here, "speculates": False})
+    assert plain.words() == "repack off: models tune, plain chat, 108 tok/s on, 119 off"
     assert measured_repack([_repack_result("EPYC", 1, str(f), 108.0, 119.2)], f, **here) == "off"
     assert measured_repack([_repack_result("EPYC", 1, str(f), 108.0, 110.0)], f, **here) == "auto"  # within 3 %
     assert measured_repack([_repack_result("Xeon", 1, str(f), 108.0, 119.2)], f, **here) is None
@@ -313,14 +323,16 @@ def test_the_loader_follows_a_saved_tune_that_measured_the_file_faster_without_r
     data = tmp_path / "data"
     settings = load_settings(None, {"data_dir": str(data), "threads": 1, "draft": "ngram"})
 
-    def loaded_repack(s) -> bool:
+    def loaded_repack(s) -> tuple[bool, str]:
         session = load_engine(s)
         try:
-            return session.decoder.target.repack
+            return session.decoder.target.repack, session.info().kernels
         finally:
             session.close()
 
-    assert loaded_repack(settings) is True  # nothing measured: llama.cpp's default
+    assert loaded_repack(settings) == (True, "")  # nothing measured: llama.cpp's default, nothing to say
     save_result(data, _repack_result(cpu_identity(), 1, str(bundled_model_path()), 108.0, 119.2))
-    assert loaded_repack(settings) is False
-    assert loaded_repack(settings.model_copy(update={"repack": "on"})) is True
+    assert loaded_repack(settings) == (False, "repack off: models tune, plain chat with auto-K, 107 tok/s on, 118 off")
+    assert loaded_repack(settings.model_copy(update={"repack": "on"})) == (True, "")  # set, not measured
+    save_result(data, _repack_result(cpu_identity(), 1, str(bundled_model_path()), 119.2, 108.0, measured_at=2.0))
+    assert loaded_repack(settings) == (True, "repack on: models tune, plain chat with auto-K, 118 tok/s on, 107 off")

@@ -174,6 +174,8 @@ class Sidebar(VerticalScroll):
             lines.append("format  fallback '### Role:' (the model has no chat template)")
         if not info.can_speculate and info.note:
             lines.append(info.note)
+        if info.kernels:
+            lines.append(f"kernels {info.kernels}")
         self._put("pair", "\n".join(lines), rewraps=True)
         self._render_figures()
 
