@@ -31,7 +31,7 @@ from specchat.engine.telemetry import (
     speedup_curve,
     verify_reason,
 )
-from specchat.engine.telemetry.verify_cost import CHUNK_MARGIN, SPLIT_MARGIN, VerifyCost
+from specchat.engine.telemetry.verify_cost import BREAK_RISK_ROWS, CHUNK_MARGIN, SPLIT_MARGIN, VerifyCost
 
 FLAT = [1.0] * (K_MAX + 1)
 
@@ -1165,9 +1165,10 @@ def test_a_doubtful_long_draft_is_verified_in_chunks_where_a_batch_saves_little(
     """At temperature 0 a rejection found in one decode ends the verify, so with the drafter's P(first j accepted)
     the plan is the least expected cost (:meth:`VerifyCost.chunked_plan`). On the EPYC's Q4_1 a 64-token copy at
     0.99 per token is cut into chunks (its expected cost falls by more than :data:`CHUNK_MARGIN`); a certain
-    copy (P ≥ 0.999) and any draft at temperature > 0 (no survival given) keep the one-batch plan; on the Xeon's
-    F16, where 65 rows cost 6.7 and 17 rows 2.6, a confident copy stays one batch. The planner's expected cost is
-    the definition's (every place the first rejection can fall)."""
+    copy (P ≥ 0.999) is cut only where one decode would cost more than :data:`BREAK_RISK_ROWS` single rows
+    (:meth:`VerifyCost.bounded`), and any draft at temperature > 0 (no survival given) keeps the one-batch plan; on
+    the Xeon's F16, where 65 rows cost 6.7 and 17 rows 2.6, a confident copy stays one batch. The planner's
+    expected cost is the definition's (every place the first rejection can fall)."""
     vc = _costs_of(_EPYC_Q4_1_BENCH)
     doubtful = [0.99**j for j in range(1, 65)]
     plan = vc.plan(65, doubtful)
@@ -1178,12 +1179,34 @@ def test_a_doubtful_long_draft_is_verified_in_chunks_where_a_batch_saves_little(
     assert expected < (1 - CHUNK_MARGIN) * vc.expected_cost((65,), doubtful)
     for other in ((65,), (17, 48), (1,) * 65, (33, 32)):
         assert expected <= vc.expected_cost(other, doubtful) + 1e-9
-    assert vc.plan(65, [0.9995**j for j in range(1, 65)]) == vc.plan(65) == (65,)
+    assert vc.plan(65) == (65,)
+    certain = vc.plan(65, [0.9995**j for j in range(1, 65)])
+    assert certain == vc.bounded((65,)) and sum(certain) == 65 and len(certain) > 1
     flat = _costs_of({2: 1.14, 5: 1.5, 9: 1.85, 17: 2.63, 65: 6.66})
     assert flat.plan(65, [0.999**j for j in range(1, 65)]) == (65,)
     # a draft whose first token is a coin toss: its first decode is small
     coin = [0.5 * 0.99**j for j in range(64)]
     assert vc.plan(65, coin)[0] < 17
+
+
+def test_no_decode_of_a_greedy_verify_costs_more_than_the_break_risk_bound() -> None:
+    """At temperature 0 a verify is decoded in pieces that each cost at most :data:`BREAK_RISK_ROWS` single rows,
+    whatever the drafter's confidence (its P(first j kept) is overconfident where a copy ends: a 52-token draft
+    kept none in one 25-row batch on the AMD EPYC Zen 3's Q8_0): on the EPYC Zen 4's Q4_1 (17 rows 12.7, 25 rows
+    18.3) a 65-row verify is chunks of at most 18 rows, the rest last, single rows kept as they were; a draft at
+    temperature > 0 (no survival) and a cheap-batching format (the Xeon's F16, 65 rows 6.7) stay one batch."""
+    vc = _costs_of(_EPYC_Q4_1_BENCH)
+    batch = [1.0, *vc.batch_table()[1:]]
+    for survival in ([0.999**j for j in range(1, 65)], [0.99**j for j in range(1, 65)], [0.9**j for j in range(1, 65)]):
+        plan = vc.plan(65, survival)
+        assert sum(plan) == 65
+        assert all(batch[rows - 1] <= BREAK_RISK_ROWS for rows in plan), plan
+    assert vc.bounded((65,)) == (18, 18, 18, 11)
+    assert vc.bounded((1, 1, 40)) == (1, 1, 18, 18, 4)
+    assert vc.bounded((17,)) == (17,) and vc.bounded((1,)) == (1,)
+    assert vc.plan(65) == (65,)
+    flat = _costs_of({2: 1.14, 5: 1.5, 9: 1.85, 17: 2.63, 65: 6.66})
+    assert flat.plan(65, [0.999**j for j in range(1, 65)]) == (65,)
 
 
 def test_split_verify_timings_join_the_table_at_their_own_sizes() -> None:

@@ -33,6 +33,17 @@ SPLIT_MARGIN = 0.03
 #: tests/engine/test_cost_profiles.py: at 3 % auto-K's worst case against the best fixed K fell from 0.943 to
 #: 0.921, the Xeon's Q8_0 code lost 6 %; at 10 % and 20 % the worst cases stay as they were and the fixed K gain)
 CHUNK_MARGIN = 0.10
+#: at temperature 0 no decode of a verify costs more than this many single rows: a longer one is cut into chunks
+#: that each cost at most this (:meth:`VerifyCost.plan`), so a copy that breaks inside a long draft pays for one
+#: chunk, not the whole batch. The drafter's P(first j kept) is overconfident where a copy ends - replayed over
+#: every recorded profile, drafts of more than 32 tokens were predicted kept whole 73 % of the time and were kept
+#: 44 % - and that one miss decided the replays' worst cases: the AMD EPYC Zen 3's Q8_0 on the copy-heavy reply
+#: verified a 52-token draft in one 25-row batch and kept none (0.907 of fixed K 16), the Zen 5's Q4_1 with flash
+#: attention off a 56-token draft at 37 rows for 6 kept (0.902). With the bound (tests/engine/test_cost_profiles.py,
+#: 24 formats x 5 replies on four CPUs) auto-K's worst case against the best fixed K went from 0.902 to 0.952, its
+#: geometric mean over plain decoding from 1.377x to 1.382x, and no case lost more than 1.6 %; a bound of 10 rows
+#: cost a cheap-batching copy 10 % (the Zen 5's Q8_0), 16-22 rows left the worst cases at 0.92
+BREAK_RISK_ROWS = 14.0
 #: the chunk sizes (rows) a verify may be split into at temperature 0 (:meth:`VerifyCost.plan` with ``survival``),
 #: besides "the rest in one batch": powers of two and their halves, so the search is ~10 sizes per position
 CHUNK_ROWS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
@@ -162,7 +173,8 @@ class VerifyCost:
         ``survival`` (temperature 0 only: a rejection found in one decode ends the verify there, so the decodes
         after it are never paid for): ``survival[j - 1]`` = the drafter's estimate that its first j tokens are all
         accepted. The plan is then the one of least *expected* cost (:meth:`chunked_plan`), when that saves
-        :data:`SPLIT_MARGIN` of the one above.
+        :data:`CHUNK_MARGIN` of the one above, and no decode of it costs more than :data:`BREAK_RISK_ROWS`
+        single rows (:meth:`bounded`).
 
         The family is "s single rows, then one batch": cost(n) = min over s of s + v_batch(n − s − 1), found for
         every n in one pass as n + min over m ≤ n of (v_batch(m − 1) − m). It covers what CPUs measured: a
@@ -177,12 +189,27 @@ class VerifyCost:
             self._refresh()
         s = self._singles[rows] if rows <= self.max_rows else 0
         base = (1,) * s + ((rows - s,) if rows > s else ())
-        if survival is None or rows > self._measured or not survival or survival[-1] >= 0.999:
+        if survival is None:
             return base
+        if rows > self._measured or not survival or survival[-1] >= 0.999:
+            return self.bounded(base)
         chunked, expected = self.chunked_plan(rows, survival)
         if expected < (1.0 - CHUNK_MARGIN) * self.expected_cost(base, survival):
-            return chunked
-        return base
+            return self.bounded(chunked)
+        return self.bounded(base)
+
+    def bounded(self, plan: Sequence[int]) -> tuple[int, ...]:
+        """``plan`` with every decode that costs more than :data:`BREAK_RISK_ROWS` single rows cut into chunks of
+        the most rows that cost at most that (the rest last): what a break inside one can cost is bounded."""
+        batch = self._batch_v_by_k
+        m = max((r for r in range(1, len(batch) + 1) if r == 1 or batch[r - 1] <= BREAK_RISK_ROWS), default=1)
+        out: list[int] = []
+        for rows in plan:
+            while rows > m and batch[min(rows, len(batch)) - 1] > BREAK_RISK_ROWS:
+                out.append(m)
+                rows -= m
+            out.append(rows)
+        return tuple(out)
 
     def _survival_at(self, survival: Sequence[float], j: int) -> float:
         return 1.0 if j <= 0 else float(survival[min(j, len(survival)) - 1])
@@ -358,4 +385,4 @@ def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
     return out
 
 
-__all__ = ["CHUNK_MARGIN", "CHUNK_ROWS", "MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "SPLIT_MARGIN", "VerifyCost", "verify_reason"]
+__all__ = ["BREAK_RISK_ROWS", "CHUNK_MARGIN", "CHUNK_ROWS", "MAX_ROWS", "NO_BATCH_SHARE", "REASON_K", "SPLIT_MARGIN", "VerifyCost", "verify_reason"]
