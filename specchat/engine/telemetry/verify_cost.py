@@ -40,9 +40,13 @@ CHUNK_MARGIN = 0.10
 #: 44 % - and that one miss decided the replays' worst cases: the AMD EPYC Zen 3's Q8_0 on the copy-heavy reply
 #: verified a 52-token draft in one 25-row batch and kept none (0.907 of fixed K 16), the Zen 5's Q4_1 with flash
 #: attention off a 56-token draft at 37 rows for 6 kept (0.902). With the bound (tests/engine/test_cost_profiles.py,
-#: 24 formats x 5 replies on four CPUs) auto-K's worst case against the best fixed K went from 0.902 to 0.952, its
-#: geometric mean over plain decoding from 1.377x to 1.382x, and no case lost more than 1.6 %; a bound of 10 rows
-#: cost a cheap-batching copy 10 % (the Zen 5's Q8_0), 16-22 rows left the worst cases at 0.92
+#: 24 formats x 5 replies on four CPUs) auto-K's worst case against the best fixed K (as fixed K ran before the
+#: bound) went from 0.902 to 0.952, its geometric mean over plain decoding from 1.377x to 1.382x, and no case lost
+#: more than 1.6 %; a bound of 10 rows cost a cheap-batching copy 10 % (the Zen 5's Q8_0), 16-22 rows left the
+#: worst cases at 0.92. A fitted constant (12-14 rows did best on these replays), not a plateau. A fully kept long
+#: draft pays the pieces (65 rows of the Zen 3's Q4_1: 48.9 single rows as 18 + 18 + 18 + 11, 44.2 as one batch);
+#: the table the drafter prices by and the sidebar shows stays the one-batch plan's (pricing by the pieces did
+#: worse on the replays: worst case 0.937)
 BREAK_RISK_ROWS = 14.0
 #: the chunk sizes (rows) a verify may be split into at temperature 0 (:meth:`VerifyCost.plan` with ``survival``),
 #: besides "the rest in one batch": powers of two and their halves, so the search is ~10 sizes per position
@@ -120,6 +124,7 @@ class VerifyCost:
         self._t1: float | None = None
         self._since_single = -1  # observations since the last single-row sample; -1 = never
         self._measured = 1  # the largest batch (rows) with a timing when the plan was last made
+        self._bound_rows = self.max_rows  # the flat prior: every batch costs one row
 
     # -- observations ------------------------------------------------------------------------------
     def observe(self, rows: int, ms: float) -> None:
@@ -201,8 +206,9 @@ class VerifyCost:
     def bounded(self, plan: Sequence[int]) -> tuple[int, ...]:
         """``plan`` with every decode that costs more than :data:`BREAK_RISK_ROWS` single rows cut into chunks of
         the most rows that cost at most that (the rest last): what a break inside one can cost is bounded."""
-        batch = self._batch_v_by_k
-        m = max((r for r in range(1, len(batch) + 1) if r == 1 or batch[r - 1] <= BREAK_RISK_ROWS), default=1)
+        if self._dirty:
+            self._refresh()
+        batch, m = self._batch_v_by_k, self._bound_rows
         out: list[int] = []
         for rows in plan:
             while rows > m and batch[min(rows, len(batch)) - 1] > BREAK_RISK_ROWS:
@@ -354,6 +360,8 @@ class VerifyCost:
         rows made every size look dear and the verify row by row for good)."""
         self._batch_v_by_k = v_rows[1:]
         self._measured = measured
+        #: the most rows one decode of a greedy verify may have (:meth:`bounded`)
+        self._bound_rows = max(r for r in range(1, self.max_rows + 1) if r == 1 or v_rows[r] <= BREAK_RISK_ROWS)
         plan_v = list(v_rows)
         singles = [0] * (self.max_rows + 1)
         best_m, best_g = 1, 0.0  # one row as a "batch" of one: g = v(1 row) − 1 = 0
