@@ -1,8 +1,8 @@
 """Auto-K's decisions under other CPUs' costs: recorded profiles replayed through the real loop (issue 20).
 
 Each CPU profile (``tests/data/cpu-profiles/``: an Intel Xeon with AMX, an AMD EPYC Zen 4 and an AMD EPYC Zen 5,
-both with AVX-512 and no AMX, and an AMD EPYC Zen 3 with AVX2 only) holds what ``specchat models tune --threads 1`` measured there for the bundled SmolLM2 and
-its re-encodings: the single-row time and v(K). The traces (``tests/data/traces-smollm2.json``) are the bundled
+both with AVX-512 and no AMX, and an AMD EPYC Zen 3 with AVX2 only) holds what ``specchat models tune --threads 1``
+measured there for the bundled SmolLM2 and its re-encodings: the single-row time and v(K). The traces (``tests/data/traces-smollm2.json``) are the bundled
 model's greedy replies to the bench's default suite. :func:`specchat.engine.cost_profile.simulate` runs
 :class:`~specchat.engine.speculative.SpeculativeDecoder` - the real n-gram drafter, calibration, cost model and
 auto-K - over a trace on a virtual clock charged at the profile's costs, so these tests check the decisions
@@ -81,8 +81,8 @@ def _runs(cost, trace):
 
 @pytest.mark.parametrize(("cpu", "label", "prompt"), CASES)
 def test_auto_k_never_loses_to_plain_decoding_or_a_fixed_k(cpu, label, prompt):
-    """On every CPU kind, format and default prompt, auto-K stays within :data:`VS_BEST` of the best of plain decoding and every fixed K (8, 16, 64), and within
-    :data:`VS_PLAIN` of plain decoding, on the replayed costs."""
+    """On every CPU kind, format and default prompt, auto-K stays within :data:`VS_BEST` of the best of plain
+    decoding and every fixed K (8, 16, 64), and within :data:`VS_PLAIN` of plain decoding, on the replayed costs."""
     cost = PROFILES[cpu].format(label)
     plain, fixed, auto = _runs(cost, TRACES[prompt])
     best = max([plain, *fixed.values()], key=lambda r: r.tok_s)
