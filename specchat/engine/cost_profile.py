@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from specchat.engine.controls import Controls, ControlState, SamplingParams
-from specchat.engine.drafter_kinds import NGRAM
 from specchat.engine.drafters import Draft, NgramDrafter
 from specchat.engine.events import Step
 from specchat.engine.telemetry import CostModel, TurnCounters
@@ -285,23 +284,30 @@ class SimRun:
 
 
 def simulate(cost: FormatCost, trace: ReplyTrace, *, k: int | None, calibration: FormatCost | None = None,
-             n_predict: int | None = None, cost_model: CostModel | None = None) -> SimRun:
+             n_predict: int | None = None, cost_model: CostModel | None = None,
+             drafter: Callable[[Callable[[Sequence[int]], list[int]]], NgramDrafter] | None = None,
+             vocabulary: Iterable[int] = ()) -> SimRun:
     """Replay ``trace`` on ``cost``: the n-gram drafter at a fixed ``k`` (0 = plain decoding) or auto-K (``k=None``),
     through :class:`~specchat.engine.speculative.SpeculativeDecoder` on a :class:`VirtualClock`. ``identical``
-    says the loop emitted exactly the trace's tokens (greedy exactness, here by construction of the logits)."""
+    says the loop emitted exactly the trace's tokens (greedy exactness, here by construction of the logits).
+
+    ``drafter(compact)``: another drafter of the n-gram family in its place (the ``suffix`` drafter over a recorded
+    history), given the function that maps real token ids to the replay's compact ones; ``vocabulary``: the
+    further real ids it may draft (the history's), so that they have a compact id too."""
     from specchat.engine.speculative import SpeculativeDecoder  # the loop imports the telemetry this module feeds
 
-    ids = sorted({*trace.prompt, *trace.reply, trace.eos})
+    ids = sorted({*trace.prompt, *trace.reply, trace.eos, *vocabulary})
     compact = {t: i for i, t in enumerate(ids)}
     prompt = [compact[t] for t in trace.prompt]
     reply = [compact[t] for t in trace.reply]
     eos = compact[trace.eos]
     clock = VirtualClock()
     target = ProfileTarget([*prompt, *reply], eos, len(ids), cost, clock, calibration)
-    ngram = _LookupClock(NgramDrafter(1, 4), clock, cost.lookup_ms)
+    inner = drafter(lambda real: [compact[t] for t in real]) if drafter is not None else NgramDrafter(1, 4)
+    ngram = _LookupClock(inner, clock, cost.lookup_ms)
     auto = k is None
     controls = Controls(ControlState(k=k or 0, speculative=auto or k > 0, auto_k=auto, sampling=SamplingParams()))
-    dec = SpeculativeDecoder(target, {NGRAM: ngram}, controls, drafter=NGRAM,  # type: ignore[dict-item]
+    dec = SpeculativeDecoder(target, {inner.name: ngram}, controls, drafter=inner.name,  # type: ignore[dict-item]
                              cost_model=cost_model or CostModel(), clock=clock)  # type: ignore[arg-type]
     ngram._inner.verify_cost = dec._measured_v  # as the decoder wires an unwrapped n-gram drafter
     ngram._inner.boundary = target.is_eog

@@ -198,6 +198,9 @@ MIN_SUBSTITUTED_MATCH = 3
 #: well be an insertion, after which the copy does not go on (at the full prior the same replay lost 1.8 % on
 #: its geometric mean, 5.7 % on its worst prompt)
 SUBSTITUTED_PRIOR_SHARE = 0.5
+#: the kinds of match whose acceptance :class:`NgramDrafter` learns apart (an index into its tables; a subclass
+#: adds its own after these, :attr:`NgramDrafter.PRIOR_SHARES`)
+EXACT, SUBSTITUTED = 0, 1
 
 
 class NgramDrafter:
@@ -268,6 +271,8 @@ class NgramDrafter:
     k_cap = DRAFTER_KINDS[NGRAM].k_cap
     #: lower bounds of the match-length buckets
     BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+    #: per kind of match (:data:`EXACT`, :data:`SUBSTITUTED`, ...): the share of the prior its learned p(l) starts at
+    PRIOR_SHARES: tuple[float, ...] = (1.0, SUBSTITUTED_PRIOR_SHARE)
 
     def __init__(
         self,
@@ -310,18 +315,18 @@ class NgramDrafter:
         """Forget the text and what was learned about it."""
         self._reset_index()
         w = self.prior_weight
-        # per kind of match (exact, substituted): pseudo-counts of accepted positions, and of verified positions
-        self._acc = [[p * w * share for p in self._prior] for share in (1.0, SUBSTITUTED_PRIOR_SHARE)]
-        self._n = [[w] * len(self._prior) for _ in range(2)]
-        #: the proposed draft: (context length, match length, draft, substituted)
-        self._pending: tuple[int, int, list[int], bool] | None = None
+        # per kind of match (PRIOR_SHARES): pseudo-counts of accepted positions, and of verified positions
+        self._acc = [[p * w * share for p in self._prior] for share in self.PRIOR_SHARES]
+        self._n = [[w] * len(self._prior) for _ in self.PRIOR_SHARES]
+        #: the proposed draft: (context length, match length, draft, kind of match)
+        self._pending: tuple[int, int, list[int], int] | None = None
         #: continuations found but not proposed (too doubtful for their verify cost, or the other kind of match
         #: won), scored at the next lookup
-        self._shadows: list[tuple[int, int, list[int], bool]] = []
+        self._shadows: list[tuple[int, int, list[int], int]] = []
         #: match length of the latest lookup (0 = no match), for display and tests
         self.last_match_len = 0
-        #: whether the latest lookup's continuation is a substituted match's (see the class docstring)
-        self.last_substituted = False
+        #: the kind of the latest lookup's match (:data:`EXACT`, :data:`SUBSTITUTED`, ...; the class docstring)
+        self.last_kind = EXACT
         #: of the latest lookup's candidate occurrences, the share whose next token is the draft's first
         self.last_agreement = 1.0
         #: the latest :meth:`draft_length`'s P(first j accepted), j = 1.. (:attr:`Draft.survival`)
@@ -416,18 +421,23 @@ class NgramDrafter:
         of = self._bucket_of
         return of[match_len] if match_len < len(of) else len(self.BUCKETS) - 1
 
-    def confidence(self, match_len: int, substituted: bool | None = None) -> float:
-        """Current estimate of p(l): P(the next continuation token is accepted | match length l), for an exact or a
-        substituted match (None: the latest lookup's kind)."""
+    @property
+    def last_substituted(self) -> bool:
+        """Whether the latest lookup's continuation is a substituted match's."""
+        return self.last_kind == SUBSTITUTED
+
+    def confidence(self, match_len: int, kind: int | None = None) -> float:
+        """Current estimate of p(l): P(the next continuation token is accepted | match length l), for a match of
+        ``kind`` (None: the latest lookup's)."""
         b = self._bucket(match_len)
-        s = int(self.last_substituted if substituted is None else substituted)
+        s = self.last_kind if kind is None else kind
         return self._acc[s][b] / self._n[s][b]
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         """The continuation (up to k tokens) of the best suffix match, exact or substituted (the one whose best
         draft is worth more, the other kept as a shadow), or []."""
         e, self.last_match_len = self._match(context)
-        self.last_substituted = False
+        self.last_kind = EXACT
         if k <= 0:
             return []
         cont = self._continuation(e, k) if e >= 0 else []
@@ -436,20 +446,20 @@ class NgramDrafter:
         if not alt:
             return cont
         exact_len, agreement = self.last_match_len, self.last_agreement
-        exact_worth = self._length(exact_len, len(cont), agreement, False)[1] if cont else 0.0
-        if cont and exact_worth >= self._length(s_len, len(alt), 1.0, True)[1]:
-            self._shadows.append((len(context), s_len, alt[:SHADOW_TOKENS], True))
+        exact_worth = self._length(exact_len, len(cont), agreement, EXACT)[1] if cont else 0.0
+        if cont and exact_worth >= self._length(s_len, len(alt), 1.0, SUBSTITUTED)[1]:
+            self._shadows.append((len(context), s_len, alt[:SHADOW_TOKENS], SUBSTITUTED))
             return cont
         if cont:
-            self._shadows.append((len(context), exact_len, cont[:SHADOW_TOKENS], False))
-        self.last_match_len, self.last_agreement, self.last_substituted = s_len, 1.0, True
+            self._shadows.append((len(context), exact_len, cont[:SHADOW_TOKENS], EXACT))
+        self.last_match_len, self.last_agreement, self.last_kind = s_len, 1.0, SUBSTITUTED
         return alt
 
     def draft_length(self, match_len: int, available: int) -> int:
         """How many of ``available`` continuation tokens to propose for the latest lookup's match of ``match_len``."""
-        return self._length(match_len, available, self.last_agreement, self.last_substituted)[0]
+        return self._length(match_len, available, self.last_agreement, self.last_kind)[0]
 
-    def _length(self, match_len: int, available: int, agreement: float, substituted: bool) -> tuple[int, float]:
+    def _length(self, match_len: int, available: int, agreement: float, kind: int) -> tuple[int, float]:
         """(how many of ``available`` continuation tokens to propose, what that draft is worth): with the verify
         cost measured, the best expected tokens per unit of verify cost of any length; otherwise the expected
         tokens of the round (1 + P_1 + ... + P_d). Sets :attr:`last_survival`."""
@@ -459,7 +469,7 @@ class NgramDrafter:
         if table is None:  # not measured beyond one row: v = 1 would make any draft free
             d = 0
             for i in range(available):
-                p *= self.confidence(match_len + i, substituted)
+                p *= self.confidence(match_len + i, kind)
                 if p < self.min_confidence:
                     break
                 survival.append(p)
@@ -470,7 +480,7 @@ class NgramDrafter:
         worth = 0.0
         p = agreement  # earlier occurrences that went on otherwise: the copy may not go on here either
         for i in range(min(available, len(table) - 1)):
-            p *= self.confidence(match_len + i, substituted)
+            p *= self.confidence(match_len + i, kind)
             if p < NEGLIGIBLE_SURVIVAL:
                 break  # the rest adds nothing a verify could pay for
             survival.append(p)
@@ -498,10 +508,10 @@ class NgramDrafter:
                 natural = self.draft_length(self.last_match_len, len(cont))
                 tokens = list(cont[: min(k, natural)])
                 if tokens:
-                    self._pending = (len(context), self.last_match_len, tokens, self.last_substituted)
+                    self._pending = (len(context), self.last_match_len, tokens, self.last_kind)
                 else:
                     self._shadows.append((len(context), self.last_match_len, cont[:SHADOW_TOKENS],
-                                          self.last_substituted))
+                                          self.last_kind))
         survival = tuple(self.last_survival[: len(tokens)]) if len(self.last_survival) >= len(tokens) else None
         return Draft(tokens=tokens, q=None, t_ms=(time.perf_counter() - t0) * 1000.0, natural=natural,
                      survival=survival if tokens else None)
@@ -516,10 +526,10 @@ class NgramDrafter:
         if pending is not None:
             self._learn(*pending, committed, verified=True)
 
-    def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], substituted: bool, committed: Sequence[int],
+    def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], kind: int, committed: Sequence[int],
                *, verified: bool = False) -> None:
         """Count the outcome of ``tokens`` proposed after ``n_ctx`` context tokens for a match of ``match_len``
-        (exact or ``substituted``, each kind its own counts), as far as ``committed`` (the text the target kept)
+        (of ``kind``, each kind its own counts), as far as ``committed`` (the text the target kept)
         tells it: the accepted positions, then the first
         refusal; for a shadow (``verified`` False) positions not committed yet are unknown and not counted, for
         a verified draft the first position past what was kept was refused."""
@@ -530,8 +540,8 @@ class NgramDrafter:
         while a < len(got) and got[a] == tokens[a]:
             a += 1
         r = self._relax
-        w = self.prior_weight * (SUBSTITUTED_PRIOR_SHARE if substituted else 1.0)
-        acc, n = self._acc[int(substituted)], self._n[int(substituted)]
+        w = self.prior_weight * self.PRIOR_SHARES[kind]
+        acc, n = self._acc[kind], self._n[kind]
         for b, p0 in enumerate(self._prior):  # relax every bucket towards its prior (recent evidence counts)
             acc[b] = acc[b] * r + p0 * w * (1.0 - r)
             n[b] = n[b] * r + self.prior_weight * (1.0 - r)

@@ -77,6 +77,18 @@ class Candidate:
     position: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class Rename:
+    """Text of a corpus occurrence (``old``) that the context says otherwise (``new``) with the same words around
+    it: ``anchor`` agreeing tokens before, the resumed match after (:meth:`SuffixIndex.renames`); ``position``: where
+    ``old`` is in the corpus."""
+
+    old: tuple[int, ...]
+    new: tuple[int, ...]
+    anchor: int
+    position: int = -1
+
+
 _HIGH = np.uint64(0xFFFFFFFF00000000)
 _LOW = np.uint64(0xFFFFFFFF)
 
@@ -368,6 +380,67 @@ class SuffixIndex:
                 return self._walk(occ, best, limit, min_token_prob)
         return None
 
+    def renames(self, tokens: Sequence[int], start: int, *, max_gap: int = 4, anchor: int = 3,
+                max_anchor: int = 16) -> list[Rename]:
+        """What ``tokens`` says otherwise than the corpus: at every position q >= ``start`` where a match of
+        ``tokens[:q]``'s last n tokens (n the shortest order) resumes - the token before it differs - the earlier
+        text ``old`` (1..``max_gap`` tokens) of that corpus occurrence that ``tokens`` replaced with ``new``
+        (1..``max_gap`` tokens), both preceded by at least ``anchor`` agreeing tokens: a renamed field, a changed
+        word. The shortest gaps win per occurrence; one entry per (old, new), the longest anchor (up to
+        ``max_anchor``) kept. A position costs one hash, two ``searchsorted`` and one vectorised comparison."""
+        n = self.orders[-1]
+        found: dict[tuple[tuple[int, ...], tuple[int, ...]], Rename] = {}
+        toks = list(tokens)
+        with self._lock:
+            buf, o = self._buf, self._ord[n]
+            for q in range(max(start, n + anchor + 2), len(toks) + 1):
+                cand = self._candidates(o, _hash_query(toks[q - n : q]))
+                cand = cand[cand > n + 1]
+                if cand.size == 0:
+                    continue
+                gram = np.asarray(toks[q - n : q], dtype=np.int32)
+                keep = (buf[cand[:, None] - n + np.arange(n)[None, :]] == gram[None, :]).all(axis=1)
+                keep &= buf[cand - n - 1] != toks[q - n - 1]  # the match starts here: it has just resumed
+                for p in cand[keep].tolist():
+                    r = self._gap(toks, q - n, p - n, max_gap, anchor, max_anchor)
+                    if r is not None:
+                        got = found.get((r.old, r.new))
+                        if got is None or r.anchor > got.anchor:
+                            found[(r.old, r.new)] = r
+        return list(found.values())
+
+    def occurs(self, tokens: Sequence[int]) -> bool:
+        """Whether the live corpus holds ``tokens`` anywhere (one vectorised scan: milliseconds over millions of
+        tokens; the drafter asks once per renamed text)."""
+        if not tokens:
+            return True
+        with self._lock:
+            buf = self._buf[: self._n]
+            at = np.flatnonzero(buf[: max(0, len(buf) - len(tokens) + 1)] == tokens[0])
+            for j, t in enumerate(tokens[1:], 1):
+                at = at[buf[at + j] == t]
+            return bool(at.size)
+
+    def _gap(self, tail: list[int], a: int, b: int, max_gap: int, anchor: int, max_anchor: int) -> Rename | None:
+        """The shortest gaps (``tail[a - gx:a]`` against the corpus's ``[b - gy:b]``) behind which ``anchor`` or more
+        tokens agree again, or None."""
+        buf = self._buf
+        for total in range(2, 2 * max_gap + 1):
+            for gx in range(max(1, total - max_gap), min(max_gap, total - 1) + 1):
+                gy = total - gx
+                ea, eb = a - gx, b - gy  # the ends of the anchors
+                if ea < anchor or eb < anchor + 1:
+                    continue
+                new, old = tail[ea:a], buf[eb:b].tolist()
+                if SEP in old or new == old:
+                    continue
+                n = 0
+                while n < max_anchor and ea - n - 1 >= 0 and eb - n - 1 >= 0 and buf[eb - n - 1] == tail[ea - n - 1]:
+                    n += 1
+                if n >= anchor:
+                    return Rename(tuple(old), tuple(new), n, eb)
+        return None
+
     def _walk(self, occ: np.ndarray, match_len: int, limit: int, min_prob: float) -> Candidate:
         """The greedy path of most frequent next tokens after the occurrences ``occ`` (SuffixDecoding's
         frequency-scored speculation), probabilities multiplied along it."""
@@ -486,4 +559,4 @@ class SuffixIndex:
         return index, meta if isinstance(meta, dict) else {}
 
 
-__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "SuffixIndex"]
+__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "Rename", "SuffixIndex"]

@@ -21,12 +21,52 @@ l + i is accepted). Exact like every drafter: the target verifies.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, SUFFIX
-from specchat.engine.drafters import NEGLIGIBLE_SURVIVAL, PRICED_MIN_GAIN, NgramDrafter
+from specchat.engine.drafters import (
+    NEGLIGIBLE_SURVIVAL,
+    PRICED_MIN_GAIN,
+    SHADOW_TOKENS,
+    SUBSTITUTED,
+    SUBSTITUTED_PRIOR_SHARE,
+    NgramDrafter,
+)
 from specchat.engine.events import DraftSource
-from specchat.engine.suffix import SuffixIndex
+from specchat.engine.suffix import Candidate, SuffixIndex
+
+#: the kind of match a history continuation is (its own learned acceptance, after the n-gram drafter's kinds)
+HISTORY = SUBSTITUTED + 1
+#: its learned p(l) starts at this share of an exact match's prior: another conversation's text goes on as this one
+#: does less often than this conversation's own
+HISTORY_PRIOR_SHARE = 0.5
+#: the longest renamed text, in tokens, on either side (a field name, an identifier)
+MAX_RENAME = 4
+#: renames kept per conversation (the most trusted)
+MAX_RENAMES = 256
+#: a rename whose drafts held this rarely (Laplace-smoothed) is dropped
+MIN_RENAME_TRUST = 0.3
+#: context positions looked at for renames when a conversation arrives whole (a resumed one)
+RENAME_SCAN = 512
+
+
+@dataclass(slots=True)
+class _Rename:
+    """What the drafts through one rename did: the longest agreeing text before it when learned, when it was
+    learned (its order), and how often a draft held through it or failed in it."""
+
+    anchor: int
+    order: int
+    held: float = 0.0
+    failed: float = 0.0
+
+    def trust(self) -> float:
+        return (self.held + 1.0) / (self.held + self.failed + 2.0)
+
+    def rank(self) -> tuple[float, int, int]:
+        return (self.trust(), self.anchor, self.order)
+
 
 #: where the latest draft came from
 Source = Literal["none", "conversation", "history"]
@@ -39,6 +79,7 @@ class SuffixDrafter(NgramDrafter):
     kind = SUFFIX
     free = DRAFTER_KINDS[SUFFIX].free
     k_cap = DRAFTER_KINDS[SUFFIX].k_cap
+    PRIOR_SHARES = (*NgramDrafter.PRIOR_SHARES, HISTORY_PRIOR_SHARE)
 
     def __init__(
         self,
@@ -101,27 +142,158 @@ class SuffixDrafter(NgramDrafter):
             return DraftSource("history", self.name, conversation=key[0], message=key[1])
         return DraftSource("history", self.name)
 
+    def _reset_index(self) -> None:
+        super()._reset_index()  # another conversation: its renames are not this one's
+        #: (old, new) -> the rename's record (the module docstring's renames)
+        self._renames: dict[tuple[tuple[int, ...], tuple[int, ...]], _Rename] = {}
+        self._scanned = 0  # context positions looked at for renames
+        self._novel: dict[tuple[int, ...], bool] = {}  # renamed text -> the history never has it
+        self._applied: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []  # the draft's renamed spans
+
+    def _learn_renames(self, index: SuffixIndex, context: Sequence[int]) -> None:
+        """Look at the context's positions not seen yet (at most :data:`RENAME_SCAN` back: a long conversation
+        loaded at once) for matches with the history that resume after a change (:meth:`SuffixIndex.renames`)."""
+        start = max(self._scanned, len(context) - RENAME_SCAN)
+        self._scanned = len(context)
+        for r in index.renames(context, start, max_gap=MAX_RENAME):
+            if self.boundary is not None and any(self.boundary(t) for t in (*r.new, *r.old)):
+                continue
+            got = self._renames.get((r.old, r.new))
+            if got is None:
+                self._renames[(r.old, r.new)] = _Rename(r.anchor, len(self._renames))
+            else:
+                got.anchor = max(got.anchor, r.anchor)
+        if len(self._renames) > MAX_RENAMES:  # keep the most trusted
+            ranked = sorted(self._renames.items(), key=lambda kv: kv[1].rank(), reverse=True)
+            self._renames = dict(ranked[:MAX_RENAMES])
+
+    def _maps(self, index: SuffixIndex) -> tuple[dict[tuple[int, ...], tuple[int, ...]], dict[tuple[int, ...], tuple[int, ...]]]:
+        """(new -> old, old -> new), each text to its most trusted counterpart. The first only for new text the
+        history never has (a field name of this conversation's own): text it has (``average`` where another
+        conversation said ``largest``) is matched as it is, so the saved replies that say it stay reachable."""
+        back: dict[tuple[int, ...], tuple[tuple[int, ...], float]] = {}
+        forward: dict[tuple[int, ...], tuple[tuple[int, ...], float]] = {}
+        for (old, new), rec in self._renames.items():
+            rank = rec.rank()
+            if old not in forward or rank > forward[old][1]:
+                forward[old] = (new, rank)
+            novel = self._novel.get(new)
+            if novel is None:
+                novel = self._novel[new] = not index.occurs(new)
+            if novel and (new not in back or rank > back[new][1]):
+                back[new] = (old, rank)
+        return {k: v for k, (v, _r) in back.items()}, {k: v for k, (v, _r) in forward.items()}
+
+    @staticmethod
+    def _replace(tokens: Sequence[int], table: dict[tuple[int, ...], tuple[int, ...]],
+                 spans: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] | None = None) -> list[int]:
+        """``tokens`` with every occurrence of a key of ``table`` replaced by its value (left to right, the longest
+        key first); ``spans`` gets (output offset, length, key, value) of each replacement."""
+        if not table:
+            return list(tokens)
+        by_first: dict[int, list[tuple[int, ...]]] = {}
+        for key in sorted(table, key=len, reverse=True):
+            by_first.setdefault(key[0], []).append(key)
+        out: list[int] = []
+        i, n = 0, len(tokens)
+        while i < n:
+            for key in by_first.get(tokens[i], ()):
+                if tuple(tokens[i : i + len(key)]) == key:
+                    value = table[key]
+                    if spans is not None:
+                        spans.append((len(out), len(value), key, value))
+                    out.extend(value)
+                    i += len(key)
+                    break
+            else:
+                out.append(tokens[i])
+                i += 1
+        return out
+
+    def _history(self, index: SuffixIndex, context: Sequence[int], k: int) -> Candidate | None:
+        """The history's candidate for ``context``: the plain lookup's, or the one through this conversation's
+        renames when that matches longer (the context's new text put back as the saved text says it); either way
+        the continuation's saved text renamed as this conversation says it (:attr:`_applied` records where)."""
+        kw = {"max_spec_factor": self.max_spec_factor, "max_spec_offset": self.max_spec_offset,
+              "min_token_prob": self.min_token_prob}
+        self._learn_renames(index, context)
+        cand = index.lookup(context, k, **kw)  # type: ignore[arg-type]
+        if not self._renames:
+            return cand
+        back, forward = self._maps(index)
+        tail = context[-index.max_match - 2 * MAX_RENAME :]
+        at: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+        saved = self._replace(tail, back, at)
+        if at:
+            alt = index.lookup(saved, k, **kw)  # type: ignore[arg-type]
+            if alt is not None and alt.tokens and alt.match_len >= len(saved) - at[-1][0] and (
+                    cand is None or not cand.tokens or alt.match_len > cand.match_len):
+                cand = alt  # it matched back through a renamed span, and further than the plain lookup
+        if cand is None or not cand.tokens:
+            return cand
+        spans: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
+        tokens = self._replace(cand.tokens, forward, spans)
+        if not spans:
+            return cand
+        probs: list[float] = []
+        i = 0  # the saved continuation's position
+        for off, length, old, _new in spans:
+            while len(probs) < off:
+                probs.append(cand.probs[i])
+                i += 1
+            probs.extend([cand.probs[i]] * length)
+            i += len(old)
+        probs.extend(cand.probs[i : i + len(tokens) - len(probs)])
+        self._applied = [(off, length, old, new) for off, length, old, new in spans]
+        return Candidate(tokens[:k], probs[:k], cand.match_len, cand.occurrences, cand.position)
+
+    def rollback(self, committed: Sequence[int]) -> None:
+        pending, applied, self._applied = self._pending, self._applied, []
+        if pending is not None and applied:  # did the draft hold through the renamed text it proposed?
+            n_ctx, _l, tokens, _kind = pending
+            got = committed[n_ctx : n_ctx + len(tokens)]
+            kept = 0
+            while kept < len(got) and got[kept] == tokens[kept]:
+                kept += 1
+            for off, length, old, new in applied:
+                rec = self._renames.get((old, new))
+                if rec is None or off >= len(tokens) or off > kept:
+                    continue  # never reached: no evidence
+                if kept >= min(off + length, len(tokens)):
+                    rec.held += 1
+                else:
+                    rec.failed += 1
+                    if rec.trust() < MIN_RENAME_TRUST:
+                        del self._renames[(old, new)]  # it keeps failing: this conversation means something else
+        super().rollback(committed)
+
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         own = super().lookup(context, k)
         self._probs = None
+        self._applied = []
         self.last_source = "conversation" if own else "none"
         index = self.index() if k > 0 else None
         if index is None:
             return own
-        cand = index.lookup(context, k, max_spec_factor=self.max_spec_factor, max_spec_offset=self.max_spec_offset,
-                            min_token_prob=self.min_token_prob)
+        cand = self._history(index, context, k)
         if cand is None or not cand.tokens:
-            return own
-        longer = cand.match_len > self.last_match_len
-        if own and not longer and not (cand.match_len == self.last_match_len and cand.probs[0] > self.last_agreement):
+            self._applied = []
             return own
         tokens, probs = cand.tokens, cand.probs
         if self.boundary is not None:  # a saved message ends with its end-of-turn token: stop after it
             cut = next((i for i, t in enumerate(tokens) if self.boundary(t)), None)
             if cut is not None:
                 tokens, probs = tokens[: cut + 1], probs[: cut + 1]
-        self.last_match_len, self.last_agreement = cand.match_len, 1.0  # the agreement is in the probabilities
-        self.last_substituted = False
+        if own:  # the conversation's match against the history's: the draft worth more per unit of verify cost
+            own_worth = self._length(self.last_match_len, len(own), self.last_agreement, self.last_kind)[1]
+            mine = self._history_length(cand.match_len, len(tokens), probs)[1]
+            if own_worth >= mine:
+                self._shadows.append((len(context), cand.match_len, tokens[:SHADOW_TOKENS], HISTORY))
+                self._applied = []
+                return own
+            self._shadows.append((len(context), self.last_match_len, own[:SHADOW_TOKENS], self.last_kind))
+        self._applied = [a for a in self._applied if a[0] < len(tokens)]
+        self.last_match_len, self.last_agreement, self.last_kind = cand.match_len, 1.0, HISTORY
         self.last_source, self.last_position, self._probs = "history", cand.position, probs
         return tokens
 
@@ -129,26 +301,33 @@ class SuffixDrafter(NgramDrafter):
         probs = self._probs
         if probs is None:
             return super().draft_length(match_len, available)
+        return self._history_length(match_len, available, probs)[0]
+
+    def _history_length(self, match_len: int, available: int, probs: Sequence[float]) -> tuple[int, float]:
+        """(how many of a history continuation's tokens to propose, what that draft is worth), as
+        :meth:`NgramDrafter._length` with position i counted as probs[i] x the history matches' learned P(kept)."""
         n = min(available, len(probs))  # the index already stopped at min_token_prob and max_spec_factor
         table = self.verify_cost() if self.verify_cost is not None else None
         survival = self.last_survival = []
         copy = 1.0
         if table is None:
             for i in range(n):
-                copy *= self.confidence(match_len + i)
+                copy *= self.confidence(match_len + i, HISTORY)
                 survival.append(probs[i] * copy)
-            return n
-        expected, best, best_d = 1.0, self.min_gain, 0
+            return n, 1.0 + sum(survival)
+        expected, best, best_d, worth = 1.0, self.min_gain, 0, 0.0
         for i in range(min(n, len(table) - 1)):
-            copy *= self.confidence(match_len + i)
+            copy *= self.confidence(match_len + i, HISTORY)
             if probs[i] * copy < NEGLIGIBLE_SURVIVAL:
                 break  # the rest adds nothing a verify could pay for
             survival.append(probs[i] * copy)
             expected += probs[i] * copy
             cost = table[i + 1]
-            if cost > 0 and expected / cost > best:
-                best, best_d = expected / cost, i + 1
-        return best_d
+            if cost > 0:
+                worth = max(worth, expected / cost)
+                if expected / cost > best:
+                    best, best_d = expected / cost, i + 1
+        return best_d, worth
 
     def close(self) -> None:
         hook, self.on_close = self.on_close, None
