@@ -7,15 +7,25 @@ learned per-match-length acceptance, its verify-cost pricing and its end-of-turn
 the global tree is a :class:`specchat.engine.suffix.SuffixIndex` over the history, built and kept up to date by
 :mod:`specchat.history.corpus` (the engine never opens the history itself).
 
-Each round both are looked up (the conversation's match exact or substituted, as the n-gram drafter chooses);
-the longer match wins, an equal one goes to the history when its first token's
-frequency beats the share of this conversation's occurrences that agree. A history draft's length follows
+Each round both are looked up (the conversation's match exact or substituted, as the n-gram drafter chooses), and
+the draft worth more expected tokens per unit of verify cost is proposed; the other is scored as a shadow. A history
+continuation is its own kind of match (:data:`HISTORY`), with its own learned acceptance that starts at
+:data:`HISTORY_PRIOR_SHARE` of an exact match's prior. A history draft's length follows
 SuffixDecoding: tokens whose frequency-estimated probability (the product of count ratios along the path) is at
 least ``min_token_prob``, at most ``max_spec_factor`` × match length + ``max_spec_offset`` (ArcticInference's
 defaults: 0.1, 1.0, 0.0). When the engine prices drafts by the measured verify cost (an auto-K round, the same
 ``verify_cost`` hook as :class:`~specchat.engine.drafters.NgramDrafter`), the length is the one with the most
 expected tokens per unit of verify cost, position i counted as probs[i] × the learned P(a copy of match length
-l + i is accepted). Exact like every drafter: the target verifies.
+l + i is accepted).
+
+**Renames.** A repeated task rarely repeats its names: the saved reply said ``largest_value`` where this one says
+``average_value``, and an exact match breaks at every such token. Where the context's match with the history
+resumes after a short change (:meth:`SuffixIndex.renames`: at most :data:`MAX_RENAME` tokens on either side, at
+least 3 agreeing tokens before it), the drafter records the pair (old, new). A lookup then also tries the context
+with its new text put back as the saved text says it (only text the history never has, so saved replies that
+already say it stay reachable), and a continuation is renamed as this conversation says it. Each rename keeps how
+often drafts held through it; one that falls below :data:`MIN_RENAME_TRUST` is dropped, so a rename that was a
+coincidence stops costing verifies. Exact like every drafter: the target verifies.
 """
 
 from __future__ import annotations
@@ -30,7 +40,6 @@ from specchat.engine.drafters import (
     PRICED_MIN_GAIN,
     SHADOW_TOKENS,
     SUBSTITUTED,
-    SUBSTITUTED_PRIOR_SHARE,
     NgramDrafter,
 )
 from specchat.engine.events import DraftSource

@@ -8,7 +8,7 @@ import numpy as np
 from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
-from specchat.engine.drafters import Draft, NgramDrafter
+from specchat.engine.drafters import EXACT, SUBSTITUTED, Draft, NgramDrafter
 
 SP = SamplingParams()
 RNG = np.random.default_rng(0)
@@ -144,29 +144,29 @@ def test_substituted_matches_learn_their_own_acceptance_and_stop_when_refused():
     drafter stops proposing them, and what it learned about exact matches is untouched."""
     d = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + 0.3 * k for k in range(65)])  # a token must be 30 % likely
     ctx = _row(1) + _row(2) + [50, 51, 52, 3]
-    exact_before = d.confidence(7, 0)
-    sub_before = d.confidence(7, 1)
+    exact_before = d.confidence(7, EXACT)
+    sub_before = d.confidence(7, SUBSTITUTED)
     assert sub_before < exact_before  # it starts from a share of the exact prior
     for _ in range(12):
         if not d.draft(ctx, 8, SP, RNG).tokens:
             break
         d.rollback(ctx)  # refused at its first token
     assert d.draft(ctx, 8, SP, RNG).tokens == []
-    assert d.confidence(7, 1) < sub_before and d.confidence(7, 0) == exact_before
+    assert d.confidence(7, SUBSTITUTED) < sub_before and d.confidence(7, EXACT) == exact_before
 
 
 def test_the_match_that_loses_is_scored_as_a_shadow_in_its_own_table():
     """Where the exact match wins, the substituted candidate is still scored against the text the target commits
     next: a list whose records do go on past a changed number teaches the drafter so without proposing it."""
     d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
-    before = d.confidence(3, 1)
+    before = d.confidence(3, SUBSTITUTED)
     # a record with 9, another with 1, then [50, 51, 52, 9]: the exact match (the record with 9, 4 tokens back to the
     # separator) beats the substituted one (the record with 1, 3 tokens)
     text = [40, 50, 51, 52, 9, 53, 54, 55, 56, 41, 50, 51, 52, 1, 53, 54, 55, 56, 42, 50, 51, 52, 9]
     assert d.draft(text, 8, SP, RNG).tokens[:1] == [53]
     assert not d.last_substituted
     d.draft(text + [53, 54, 55, 56], 8, SP, RNG)  # the record went on as both said: the shadow is scored now
-    assert d.confidence(3, 1) > before
+    assert d.confidence(3, SUBSTITUTED) > before
 
 
 def test_ngram_speculation_with_substituted_matches_stays_exact_on_a_list(bundled_model):

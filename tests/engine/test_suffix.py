@@ -235,7 +235,99 @@ def test_the_decoder_prices_and_bounds_the_suffix_drafter_like_ngram(tiny_target
         dec.close()
 
 
+# -- renames: the history's text said otherwise -------------------------------------------------------------
+# a saved reply: "def largest ( xs ) : return max ( xs ) # largest of xs <end>", the names as ids 7 (largest) and
+# 8 (average) and the words around them as ids 100..
+SAVED = [98, 99, 100, 101, 102, 7, 103, 104, 105, 106, 107, 108, 7, 109, 110, 111, 112]
+RENAMED = [98, 99, 100, 101, 102, 8, 103, 104, 105, 106, 107, 108]  # the same task with another name
+
+
+def test_renames_finds_the_text_the_context_says_otherwise_where_the_match_resumes():
+    index = SuffixIndex.build([doc((1, 1), SAVED)])
+    found = index.renames(RENAMED, 0)
+    assert [(r.old, r.new) for r in found] == [((7,), (8,))]
+    assert found[0].anchor >= 3 and SAVED[found[0].position - 1] == 7
+    assert index.renames(SAVED[:12], 0) == []  # the same text: nothing renamed
+    assert index.renames([1, 2, 3, 4, 8, 103, 104, 105, 106, 107], 0) == []  # nothing agrees before the change
+    assert index.occurs([7, 103]) and not index.occurs([8, 103]) and index.occurs([])
+
+
+def test_the_drafter_copies_a_saved_reply_under_this_conversations_names():
+    """The history's continuation says ``largest`` (7) where this conversation said ``average`` (8): the draft is
+    the saved text renamed, matched back through the renamed span (longer than the plain match behind it)."""
+    index = SuffixIndex.build([doc((5, 11), SAVED)])
+    d = SuffixDrafter(index, max_spec_factor=2.0)
+    out = d.draft(RENAMED, 5, GREEDY, RNG)
+    assert out.tokens == [8, 109, 110, 111, 112] and d.last_source == "history"
+    assert d.last_match_len > 6  # through the rename, back to the start of the task
+    assert SuffixDrafter(index, max_spec_factor=2.0).lookup(SAVED[:12], 5) == [7, 109, 110, 111, 112]
+
+
+def test_a_rename_the_target_keeps_refusing_is_dropped():
+    """Each verify through a renamed span counts for the rename or against it; one that keeps failing (this
+    conversation means something else by the text) is forgotten, and the drafts say the saved text again."""
+    index = SuffixIndex.build([doc((5, 11), SAVED)])
+    d = SuffixDrafter(index, max_spec_factor=2.0)
+    context = list(RENAMED)
+    for _ in range(2):
+        assert d.draft(context, 5, GREEDY, RNG).tokens[0] == 8
+        d.rollback(context + [42])  # the target wrote something else at the renamed token
+    assert ((7,), (8,)) not in d._renames
+    assert d.draft(context, 5, GREEDY, RNG).tokens[:1] != [8]
+
+
+def test_a_rename_that_holds_is_kept():
+    index = SuffixIndex.build([doc((5, 11), SAVED)])
+    d = SuffixDrafter(index, max_spec_factor=2.0)
+    for _ in range(4):
+        draft = d.draft(RENAMED, 5, GREEDY, RNG).tokens
+        d.rollback(RENAMED + draft)  # all kept
+    assert d._renames[((7,), (8,))].held == 4 and d.draft(RENAMED, 5, GREEDY, RNG).tokens[0] == 8
+
+
+def test_another_conversation_forgets_this_ones_renames():
+    index = SuffixIndex.build([doc((5, 11), SAVED)])
+    d = SuffixDrafter(index, max_spec_factor=2.0)
+    d.draft(RENAMED, 5, GREEDY, RNG)
+    assert d._renames
+    d.reset()
+    assert not d._renames and d.lookup(SAVED[:12], 5)[:1] == [7]
+
+
 # -- exactness on the bundled model ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_suffix_copies_an_earlier_tasks_reply_under_the_new_names_on_the_bundled_model(bundled_model):
+    """The bench's history family on the real bundled model: the reply to ``average_price`` saved (its prompt and
+    reply, tokenised as the history corpus does), then ``largest_weight`` asked. The drafter learns what the new
+    task calls otherwise, copies the saved reply under the new names (drafts that held through a rename), and
+    the greedy ids are plain decoding's. Fixed K: no CPU's costs decide what is drafted."""
+    from enginekit import build_decoder, pieces
+
+    from specchat.bench.history_suite import task
+    from specchat.engine.chat import ChatSession
+
+    dec = build_decoder(bundled_model, drafter="suffix", k=16, n_ctx=2048)
+    try:
+        session = ChatSession(dec, n_predict=160)
+        dec.controls.set_speculative(False)
+        earlier = "".join(p.text for p in pieces(session.send(task(0))))
+        session.reset()
+        plain = [p.token for p in pieces(session.send(task(1)))]
+        target, end = dec.target, dec.target.eos
+        drafter = dec.drafters["suffix"]
+        drafter.corpus = SuffixIndex.build([((1, 1), [*target.tokenize(task(0)), end], 0),
+                                            ((1, 2), [*target.tokenize(earlier), end], 0)])
+        session.reset()
+        dec.controls.set_speculative(True)
+        events = list(session.send(task(1)))
+        assert [p.token for p in pieces(events) if p.kind != "rejected"] == plain
+        text = lambda ids: "".join(map(target.token_text, ids))  # noqa: E731
+        held = {(text(old), text(new)): r.held for (old, new), r in drafter._renames.items()}
+        assert sum(held.values()) > 0, held
+    finally:
+        dec.close()
+
+
 def _generate(capsys, data_dir: Path, prompt: str, *flags: str) -> dict:
     from specchat.cli import main
 
