@@ -36,6 +36,7 @@ a document's end: documents are kept apart, so a draft never runs from one saved
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import os
@@ -161,6 +162,21 @@ class _Order:
     keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # sorted
     pos: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # positions, in key order
     delta: dict[int, list[int]] = field(default_factory=dict)  # key -> positions added since the sort
+
+
+@functools.cache
+def _gap_tables(max_gap: int, anchor: int) -> tuple[tuple[tuple[int, int], ...], np.ndarray, np.ndarray, np.ndarray]:
+    """The (gx, gy) gap lengths :meth:`SuffixIndex.renames` tries, in its order (the shorter total first, then the
+    shorter gap in the context), and where each one's tokens are in the windows of ``max_gap + anchor`` tokens before
+    the corpus position (rows) and the context position (columns): the anchor's pairs, and the corpus gap's tokens
+    (padded with its last one, so a row has the same length)."""
+    w = max_gap + anchor
+    combos = tuple((gx, total - gx) for total in range(2, 2 * max_gap + 1)
+                   for gx in range(max(1, total - max_gap), min(max_gap, total - 1) + 1))
+    rows = np.array([[w - gy - anchor + t for t in range(anchor)] for _gx, gy in combos])
+    cols = np.array([[w - gx - anchor + t for t in range(anchor)] for gx, _gy in combos])
+    gaps = np.array([[w - gy + min(t, gy - 1) for t in range(max_gap)] for _gx, gy in combos])
+    return combos, rows, cols, gaps
 
 
 class SuffixIndex:
@@ -390,10 +406,12 @@ class SuffixIndex:
         ``max_anchor``) kept. A position costs one hash, two ``searchsorted`` and one vectorised comparison."""
         n = self.orders[-1]
         found: dict[tuple[tuple[int, ...], tuple[int, ...]], Rename] = {}
-        toks = list(tokens)
+        # only the window a position's gaps and anchors can reach is copied (the context is the whole conversation)
+        lo = max(0, start - n - max_gap - max_anchor - 1)
+        toks = list(tokens[lo:])
         with self._lock:
             buf, o = self._buf, self._ord[n]
-            for q in range(max(start, n + anchor + 2), len(toks) + 1):
+            for q in range(max(start - lo, n + anchor + 2), len(toks) + 1):
                 cand = self._candidates(o, _hash_query(toks[q - n : q]))
                 cand = cand[cand > n + 1]
                 if cand.size == 0:
@@ -401,9 +419,9 @@ class SuffixIndex:
                 gram = np.asarray(toks[q - n : q], dtype=np.int32)
                 keep = (buf[cand[:, None] - n + np.arange(n)[None, :]] == gram[None, :]).all(axis=1)
                 keep &= buf[cand - n - 1] != toks[q - n - 1]  # the match starts here: it has just resumed
-                for p in cand[keep].tolist():
-                    r = self._gap(toks, q - n, p - n, max_gap, anchor, max_anchor)
-                    if r is not None:
+                cand = cand[keep]
+                if cand.size:
+                    for r in self._gaps(toks, q - n, cand - n, max_gap, anchor, max_anchor):
                         got = found.get((r.old, r.new))
                         if got is None or r.anchor > got.anchor:
                             found[(r.old, r.new)] = r
@@ -421,25 +439,39 @@ class SuffixIndex:
                 at = at[buf[at + j] == t]
             return bool(at.size)
 
-    def _gap(self, tail: list[int], a: int, b: int, max_gap: int, anchor: int, max_anchor: int) -> Rename | None:
-        """The shortest gaps (``tail[a - gx:a]`` against the corpus's ``[b - gy:b]``) behind which ``anchor`` or more
-        tokens agree again, or None."""
+    def _gaps(self, tail: list[int], a: int, bs: np.ndarray, max_gap: int, anchor: int,
+              max_anchor: int) -> list[Rename]:
+        """For each corpus position in ``bs`` (where a match with ``tail[a:]`` starts), the shortest gaps
+        (``tail[a - gx:a]`` against the corpus's ``[b - gy:b]``, the shorter total first, then the shorter gx) behind
+        which ``anchor`` or more tokens agree again. One comparison of the ``max_gap + anchor`` tokens before each
+        position with those before ``a`` answers every (gx, gy) at once (its diagonals); only a position that has
+        such gaps walks its anchor further, in Python (a round looks at ~10 positions, few of which have one)."""
+        w = max_gap + anchor
+        if a <= anchor or bs.size == 0:
+            return []
         buf = self._buf
-        for total in range(2, 2 * max_gap + 1):
-            for gx in range(max(1, total - max_gap), min(max_gap, total - 1) + 1):
-                gy = total - gx
-                ea, eb = a - gx, b - gy  # the ends of the anchors
-                if ea < anchor or eb < anchor + 1:
-                    continue
-                new, old = tail[ea:a], buf[eb:b].tolist()
-                if SEP in old or new == old:
-                    continue
-                n = 0
-                while n < max_anchor and ea - n - 1 >= 0 and eb - n - 1 >= 0 and buf[eb - n - 1] == tail[ea - n - 1]:
-                    n += 1
-                if n >= anchor:
-                    return Rename(tuple(old), tuple(new), n, eb)
-        return None
+        # the corpus's w tokens before each position; before the corpus, its first token (a separator, which no
+        # context token equals, and a match starts n + 2 tokens in at the earliest: an anchor reaching past the start
+        # holds that separator)
+        before = buf[np.maximum(bs[:, None] + np.arange(-w, 0), 0)]
+        mine = np.asarray(tail[max(0, a - w) : a], dtype=np.int32)
+        if mine.size < w:  # the context is shorter: pad with a token no corpus position holds
+            mine = np.concatenate((np.full(w - mine.size, -2, dtype=np.int32), mine))
+        eq = before[:, :, None] == mine[None, None, :]  # eq[c, i, j]: corpus token i before equals context token j
+        combos, rows, cols, gaps = _gap_tables(max_gap, anchor)
+        ok = eq[:, rows, cols].all(axis=2)  # (positions, combos): the anchor agrees
+        ok &= ~(before[:, gaps] == SEP).any(axis=2)  # a gap never spans two documents
+        # (old and new never say the same: the match starts at a, so the tokens before a and b, their last, differ)
+        out: list[Rename] = []
+        for i in np.flatnonzero(ok.any(axis=1)).tolist():
+            gx, gy = combos[int(np.argmax(ok[i]))]
+            b = int(bs[i])
+            ea, eb = a - gx, b - gy
+            m = anchor
+            while m < max_anchor and ea - m - 1 >= 0 and eb - m - 1 >= 0 and buf[eb - m - 1] == tail[ea - m - 1]:
+                m += 1
+            out.append(Rename(tuple(buf[eb:b].tolist()), tuple(tail[ea:a]), m, eb))
+        return out
 
     def _walk(self, occ: np.ndarray, match_len: int, limit: int, min_prob: float) -> Candidate:
         """The greedy path of most frequent next tokens after the occurrences ``occ`` (SuffixDecoding's

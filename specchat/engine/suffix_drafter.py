@@ -60,6 +60,19 @@ MIN_RENAME_TRUST = 0.3
 RENAME_SCAN = 512
 
 
+class _Table:
+    """A renaming (text -> text) with its keys by first token, the longest first (:meth:`SuffixDrafter._replace`)."""
+
+    __slots__ = ("mapping", "by_first", "ends")
+
+    def __init__(self, mapping: dict[tuple[int, ...], tuple[int, ...]]) -> None:
+        self.mapping = mapping
+        self.ends = {key[-1] for key in mapping}  # the last tokens of the keys
+        self.by_first: dict[int, list[tuple[int, ...]]] = {}
+        for key in sorted(mapping, key=len, reverse=True):
+            self.by_first.setdefault(key[0], []).append(key)
+
+
 @dataclass(slots=True)
 class _Rename:
     """What the drafts through one rename did: the longest agreeing text before it when learned, when it was
@@ -158,6 +171,7 @@ class SuffixDrafter(NgramDrafter):
         self._scanned = 0  # context positions looked at for renames
         self._novel: dict[tuple[int, ...], bool] = {}  # renamed text -> the history never has it
         self._applied: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []  # the draft's renamed spans
+        self._tables: tuple[_Table, _Table] | None = None  # _maps' answer until a rename is learned, scored or dropped
 
     def _learn_renames(self, index: SuffixIndex, context: Sequence[int]) -> None:
         """Look at the context's positions not seen yet (at most :data:`RENAME_SCAN` back: a long conversation
@@ -167,6 +181,7 @@ class SuffixDrafter(NgramDrafter):
         for r in index.renames(context, start, max_gap=MAX_RENAME):
             if self.boundary is not None and any(self.boundary(t) for t in (*r.new, *r.old)):
                 continue
+            self._tables = None
             got = self._renames.get((r.old, r.new))
             if got is None:
                 self._renames[(r.old, r.new)] = _Rename(r.anchor, len(self._renames))
@@ -176,10 +191,16 @@ class SuffixDrafter(NgramDrafter):
             ranked = sorted(self._renames.items(), key=lambda kv: kv[1].rank(), reverse=True)
             self._renames = dict(ranked[:MAX_RENAMES])
 
-    def _maps(self, index: SuffixIndex) -> tuple[dict[tuple[int, ...], tuple[int, ...]], dict[tuple[int, ...], tuple[int, ...]]]:
+    def _maps(self, index: SuffixIndex) -> tuple[_Table, _Table]:
         """(new -> old, old -> new), each text to its most trusted counterpart. The first only for new text the
         history never has (a field name of this conversation's own): text it has (``average`` where another
-        conversation said ``largest``) is matched as it is, so the saved replies that say it stay reachable."""
+        conversation said ``largest``) is matched as it is, so the saved replies that say it stay reachable.
+        Kept until a rename is learned, scored or dropped (a round that changes none reads it as it was)."""
+        if self._tables is None:
+            self._tables = self._build_maps(index)
+        return self._tables
+
+    def _build_maps(self, index: SuffixIndex) -> tuple[_Table, _Table]:
         back: dict[tuple[int, ...], tuple[tuple[int, ...], float]] = {}
         forward: dict[tuple[int, ...], tuple[tuple[int, ...], float]] = {}
         for (old, new), rec in self._renames.items():
@@ -191,24 +212,22 @@ class SuffixDrafter(NgramDrafter):
                 novel = self._novel[new] = not index.occurs(new)
             if novel and (new not in back or rank > back[new][1]):
                 back[new] = (old, rank)
-        return {k: v for k, (v, _r) in back.items()}, {k: v for k, (v, _r) in forward.items()}
+        return _Table({k: v for k, (v, _r) in back.items()}), _Table({k: v for k, (v, _r) in forward.items()})
 
     @staticmethod
-    def _replace(tokens: Sequence[int], table: dict[tuple[int, ...], tuple[int, ...]],
+    def _replace(tokens: Sequence[int], table: _Table,
                  spans: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] | None = None) -> list[int]:
         """``tokens`` with every occurrence of a key of ``table`` replaced by its value (left to right, the longest
         key first); ``spans`` gets (output offset, length, key, value) of each replacement."""
-        if not table:
+        if not table.mapping:
             return list(tokens)
-        by_first: dict[int, list[tuple[int, ...]]] = {}
-        for key in sorted(table, key=len, reverse=True):
-            by_first.setdefault(key[0], []).append(key)
+        by_first, mapping = table.by_first, table.mapping
         out: list[int] = []
         i, n = 0, len(tokens)
         while i < n:
             for key in by_first.get(tokens[i], ()):
                 if tuple(tokens[i : i + len(key)]) == key:
-                    value = table[key]
+                    value = mapping[key]
                     if spans is not None:
                         spans.append((len(out), len(value), key, value))
                     out.extend(value)
@@ -231,9 +250,14 @@ class SuffixDrafter(NgramDrafter):
             return cand
         back, forward = self._maps(index)
         tail = context[-index.max_match - 2 * MAX_RENAME :]
+        # The text after the last renamed span is the same either way: a plain match that stops short of it says
+        # the lookup through it would stop at the same place (and lose), so it is not made. Where no new text ends
+        # within the plain match's reach (its length, or the shortest order), that last span cannot be there.
+        reach = max(cand.match_len if cand is not None else 0, index.orders[-1] - 1) + 1
         at: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
-        saved = self._replace(tail, back, at)
-        if at:
+        saved = self._replace(tail, back, at) if back.ends.intersection(tail[-reach:]) else tail
+        after = len(saved) - at[-1][0] - at[-1][1] if at else 0
+        if at and (after < index.orders[-1] or (cand is not None and cand.match_len >= after)):
             alt = index.lookup(saved, k, **kw)  # type: ignore[arg-type]
             if alt is not None and alt.tokens and alt.match_len >= len(saved) - at[-1][0] and (
                     cand is None or not cand.tokens or alt.match_len > cand.match_len):
@@ -268,6 +292,7 @@ class SuffixDrafter(NgramDrafter):
                 rec = self._renames.get((old, new))
                 if rec is None or off >= len(tokens) or off > kept:
                     continue  # never reached: no evidence
+                self._tables = None
                 if kept >= min(off + length, len(tokens)):
                     rec.held += 1
                 else:

@@ -252,6 +252,59 @@ def test_renames_finds_the_text_the_context_says_otherwise_where_the_match_resum
     assert index.occurs([7, 103]) and not index.occurs([8, 103]) and index.occurs([])
 
 
+def _renames_by_walking(index, tokens, start, max_gap, anchor, max_anchor=16):
+    """What ``SuffixIndex.renames`` answers, spelled out one position and one pair of gap lengths at a time (its
+    docstring as code, the reference its vectorised comparison is held to)."""
+    from specchat.engine.suffix import SEP
+
+    buf, n, found = index._buf[: index._n].tolist(), index.orders[-1], {}
+    for q in range(max(start, n + anchor + 2), len(tokens) + 1):
+        gram = tokens[q - n : q]
+        for p in range(n + 2, len(buf)):  # p: the corpus token after the n-gram (indexed n-grams have one)
+            if buf[p - n : p] != gram or buf[p] == SEP or buf[p - n - 1] == tokens[q - n - 1]:
+                continue  # not this n-gram, or the match does not start here
+            a, b = q - n, p - n
+            for total in range(2, 2 * max_gap + 1):
+                hit = None
+                for gx in range(max(1, total - max_gap), min(max_gap, total - 1) + 1):
+                    gy = total - gx
+                    ea, eb = a - gx, b - gy
+                    if ea < anchor or eb < anchor + 1:
+                        continue
+                    new, old = tokens[ea:a], buf[eb:b]
+                    if SEP in old or new == old:
+                        continue
+                    m = 0
+                    while m < max_anchor and ea - m - 1 >= 0 and eb - m - 1 >= 0 and buf[eb - m - 1] == tokens[ea - m - 1]:
+                        m += 1
+                    if m >= anchor:
+                        hit = (tuple(old), tuple(new), m)
+                        break
+                if hit is not None:
+                    if hit[2] > found.get(hit[:2], 0):
+                        found[hit[:2]] = hit[2]
+                    break
+    return found
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_renames_answers_as_the_walk_over_every_position_and_gap_does(seed):
+    """Random small vocabularies (so n-grams recur and changes abound): the same (old, new) pairs with the same
+    longest anchors as the reference walk, for several gap lengths and anchors, from the start and from a later
+    position (the window ``renames`` copies), over built and incrementally added documents."""
+    rng = np.random.default_rng(seed)
+    vocab = int(rng.integers(3, 12))
+    base = rng.integers(0, vocab, size=int(rng.integers(20, 90))).tolist()
+    mutate = lambda: [t if rng.random() > 0.15 else int(rng.integers(0, vocab + 3)) for t in base]  # noqa: E731
+    index = SuffixIndex.build([doc((j, 0), mutate()) for j in range(int(rng.integers(1, 3)))], orders=(4,))
+    index.add((9, 9), mutate())
+    context = mutate()
+    for max_gap, anchor in ((1, 3), (2, 1), (4, 3), (4, 1)):
+        for start in (0, len(context) // 2):
+            got = {(r.old, r.new): r.anchor for r in index.renames(context, start, max_gap=max_gap, anchor=anchor)}
+            assert got == _renames_by_walking(index, context, start, max_gap, anchor), (max_gap, anchor, start)
+
+
 def test_the_drafter_copies_a_saved_reply_under_this_conversations_names():
     """The history's continuation says ``largest`` (7) where this conversation said ``average`` (8): the draft is
     the saved text renamed, matched back through the renamed span (longer than the plain match behind it)."""
