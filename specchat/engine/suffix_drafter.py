@@ -25,7 +25,11 @@ least 3 agreeing tokens before it), the drafter records the pair (old, new). A l
 with its new text put back as the saved text says it (only text the history never has, so saved replies that
 already say it stay reachable), and a continuation is renamed as this conversation says it. Each rename keeps how
 often drafts held through it; one that falls below :data:`MIN_RENAME_TRUST` is dropped, so a rename that was a
-coincidence stops costing verifies. Exact like every drafter: the target verifies.
+coincidence stops costing verifies. What they buy and cost, on the bench's history task (the bundled model's greedy
+reply to ``average_revenue`` with 20 saved tasks of the family) replayed through the drafter alone: at K 16 its drafts
+keep 179 of the 256 tokens in 78 rounds with renames, 152 in 105 without (priced by the AMD EPYC Zen 4's measured
+v(K), 55 against 50); the scan and the lookups through renamed text cost ~0.14 ms a round more (the drafter ~0.23
+ms a round in all, n-gram 0.03; the same CPU, one core). Exact like every drafter: the target verifies.
 """
 
 from __future__ import annotations
