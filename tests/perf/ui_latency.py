@@ -158,8 +158,7 @@ class Session:
                 held += self.app.child.read_nonblocking(1 << 20, timeout=0.1)
             except pexpect.TIMEOUT:
                 pass
-        self.app.output += held
-        self.app.stream.feed(bytes(held))
+        self.app.feed(bytes(held))
         self.app.wait_for(lambda scr: bool(FINISHED.search(scr)), timeout=60, what="the reply on screen")
 
     def type_while(self, text: str, until, samples: list[float]) -> None:

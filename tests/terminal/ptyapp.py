@@ -7,6 +7,13 @@ exactly as given, one ``write()`` per :meth:`PtyApp.write` call (so ``"text\\r"`
 fast typist, tmux ``send-keys`` or a loaded machine); the output is fed to a ``pyte`` terminal emulator, and
 :meth:`PtyApp.wait_for` polls that screen until a condition holds.
 
+The emulated terminal supports synchronized output (DEC mode 2026), as kitty, WezTerm, foot, iTerm2 and Windows
+Terminal do: it answers the app's query for the mode, so Textual wraps every frame in ``ESC[?2026h`` ...
+``ESC[?2026l``, and a condition is checked only on whole frames (between an end and the next begin). A frame
+arrives in several reads of the pty (4 KiB at a time), so without this a check could read the top of a new frame
+over the bottom of the old one: the sidebar's "ready" drawn and its drafter line not yet (CI, 2026-12-05, on a
+loaded 2-core AMD EPYC).
+
 Nothing here sleeps a fixed time: waiting is "until the screen shows X", bounded by a timeout that only keeps
 a broken run from hanging (a timeout raises with the screen as it was). Used by the pty tests
 (``tests/terminal/``) and by the latency script (``tests/perf/ui_latency.py``).
@@ -24,6 +31,13 @@ from pathlib import Path
 
 import pexpect
 import pyte
+
+#: synchronized output (DEC private mode 2026): the app's query, the terminal's answer ("2": supported, now reset),
+#: and the frame's begin and end
+SYNC_QUERY = b"\x1b[?2026$p"
+SYNC_SUPPORTED = b"\x1b[?2026;2$y"
+SYNC_BEGIN = b"\x1b[?2026h"
+SYNC_END = b"\x1b[?2026l"
 
 #: keys as a terminal in its default mode sends them
 KEYS = {
@@ -110,6 +124,8 @@ class PtyApp:
         self.screen = pyte.Screen(cols, rows)
         self.stream = pyte.ByteStream(self.screen)
         self.output = bytearray()  # everything the app wrote, for a post-mortem
+        self.in_frame = False  # between a synchronized frame's begin and its end: the screen is half drawn
+        self._answered_sync_query = False
         self.child = pexpect.spawn(
             argv[0], argv[1:], env=isolated_env(self.root, env), dimensions=(rows, cols), cwd=str(self.root),
             echo=False,
@@ -147,12 +163,25 @@ class PtyApp:
                 return got
             except pexpect.EOF:
                 return got
-            self.output += chunk
-            self.stream.feed(chunk)
+            self.feed(chunk)
             got = True
             wait = 0
-            if until is not None and until():
+            if until is not None and not self.in_frame and until():
                 return got
+
+    def feed(self, chunk: bytes) -> None:
+        """Take ``chunk`` of the app's output: to the emulator, and to the synchronized-output bookkeeping (the
+        mode query answered once; :attr:`in_frame` as the last begin or end in the output so far says)."""
+        start = max(0, len(self.output) - len(SYNC_BEGIN))  # a sequence split across two reads is found whole
+        self.output += chunk
+        self.stream.feed(chunk)
+        seen = bytes(self.output[start:])
+        if not self._answered_sync_query and SYNC_QUERY in seen:
+            self._answered_sync_query = True
+            self.write(SYNC_SUPPORTED)
+        begin, end = seen.rfind(SYNC_BEGIN), seen.rfind(SYNC_END)
+        if begin != end:  # both -1: no news
+            self.in_frame = begin > end
 
     def settle(self, quiet: float = 0.3, timeout: float = 30.0) -> str:
         """Feed output until the app has written nothing for ``quiet`` seconds (a frame, or a scroll animation,
@@ -175,7 +204,7 @@ class PtyApp:
         deadline = time.monotonic() + timeout
         while True:
             screen = self.text()
-            if check(screen):
+            if not self.in_frame and check(screen):
                 return screen
             if not self.alive:
                 self.pump(0.1)

@@ -45,3 +45,18 @@ def test_the_status_bar_shows_no_number_before_a_reply_and_the_glossary_scrolls_
         app.press("escape")
         app.wait_for(lambda s: "Glossary" not in s and "Colours" not in s, timeout=30, what="the glossary closed")
         assert app.quit() == 0
+
+
+def test_the_screen_is_read_in_whole_frames(tmp_path):
+    """The emulated terminal answers the synchronized-output query, so the app draws each frame between a begin
+    and an end and a wait reads only whole frames (before, CI read the sidebar's "ready" over a half-drawn frame
+    whose drafter line was not there yet)."""
+    from ptyapp import SYNC_BEGIN, SYNC_END
+
+    db = tmp_path / "history.sqlite3"
+    with PtyApp(tmp_path, ["--db", str(db)], command=[sys.executable, str(FAKE_APP)], cols=80, rows=24) as app:
+        app.wait_ready(timeout=60)
+        assert not app.in_frame
+        assert app.output.count(SYNC_BEGIN) >= 1
+        assert app.output.rfind(SYNC_END) > app.output.rfind(SYNC_BEGIN)
+        assert app.quit() == 0
