@@ -620,3 +620,50 @@ def test_a_long_doubtful_draft_is_verified_in_chunks_and_a_break_pays_only_its_c
         assert 7 <= sum(rounds[0]) < 41  # the chunks up to the wrong token, not the 41 rows
     finally:
         dec.close()
+
+
+def test_a_verify_in_pieces_gathers_the_pieces_rows_in_one_array_reused_every_round(bundled_model):
+    """At temperature 0 a long verify is decoded in pieces (:meth:`VerifyCost.bounded`; costs pinned as the AMD EPYC
+    Zen 4 measured the bundled Q4_1, whatever this CPU costs). Its logits are exactly the pieces' rows, in order,
+    and they are gathered in one array the decoder keeps: a new one each round (the pieces concatenated) cost
+    30-90 ms a 60-row round on that CPU, in fresh pages."""
+    dec = build_decoder(bundled_model, None, k=64, drafter="ngram")
+    try:
+        ctx = dec.target.tokenize(PROMPTS[0], add_bos=True)
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 48)
+        cm = dec.cost_model
+        t1 = cm.target_ms()
+        assert t1
+        for _ in range(8):
+            for rows in (2, 3, 4, 5, 9, 17, 25, 33, 49, 65):
+                cm.verify.observe(rows, t1 * (0.68 * rows + 0.3))
+        cm.verify.observe = lambda rows, ms: None  # type: ignore[method-assign]
+        target = dec.target
+        target.clear()
+        target.decode(ctx[:-1], logits_last=0)
+        n_past = len(target.tokens)
+        draft = list(plain.tokens[:40])
+        sure = tuple(1.0 for _ in draft)
+        pieces: list[np.ndarray] = []
+        real_decode = target.decode
+
+        def keep_pieces(tokens, *, logits_last=1):
+            out = real_decode(tokens, logits_last=logits_last)
+            if out is not None:
+                pieces.append(out.copy())
+            return out
+
+        target.decode = keep_pieces  # type: ignore[method-assign]
+        gathered = []
+        for _ in range(2):
+            pieces.clear()
+            logits, decodes = dec._verify(ctx[-1], draft, survival=sure)
+            target.trim(n_past)
+            assert len(decodes) > 1 and sum(rows for rows, _ in decodes) == len(draft) + 1
+            assert np.array_equal(logits, np.concatenate(pieces))
+            assert logits.shape[0] == len(draft) + 1  # every row: the draft is sure, no piece ended it early
+            gathered.append(logits)
+        assert np.shares_memory(gathered[0], gathered[1])  # the same array, round after round
+    finally:
+        dec.close()
