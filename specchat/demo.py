@@ -17,7 +17,9 @@ length, the one sentence shown on screen and what the user should see. :data:`SC
 Model drafters run with a fixed K in scenes 3-4 so their colours show (auto-K would switch them off at once).
 The "helps" pair is one constant, :data:`HELPS_PAIR`: the preset ``smollm2-q8-ngram``, the bundled model
 re-encoded in Q8_0 (the same weights, with a batched verify kernel: :mod:`specchat.engine.kernels`) drafted by
-n-gram lookup.
+n-gram lookup - until this machine's pick replaces it (:func:`choose_helps_pair`: a saved tune's copy-heavy
+choice, else the file whose measured verify cost predicts the fastest copy), in the history scene too (the same
+file, the suffix drafter: :func:`scenes_for`).
 
 :func:`run_tour` plays scenes headless (``specchat demo --headless``): each scene is a race
 (:func:`specchat.race.record_race`: the same prompt with speculation off, then on), so every scene reports
@@ -79,8 +81,9 @@ HELPS_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", NGRAM, "SmolLM2 Q8_0 + n-g
 SELF_DRAFT_PAIR = Pair("bundled", "bundled", "bundled SmolLM2 drafting for itself")
 #: a layer-skip self-draft (12 of 30 blocks of the bundled model, ``specchat models derive --demo``)
 LAYER_SKIP_PAIR = Pair("preset:smollm2-layerskip", NGRAM, "bundled SmolLM2 + its layer-skip draft")
-#: the history scene's pair: the "helps" target file (the Q8_0 re-encoding, whose batched verify lets long copies pay)
-#: drafted by the suffix drafter, over the tour's own history (:func:`load_scene`)
+#: the history scene's pair: the "helps" target file (the Q8_0 re-encoding, whose batched verify lets long copies pay;
+#: this machine's pick replaces it as it does :data:`HELPS_PAIR`, :func:`history_pair`) drafted by the suffix drafter,
+#: over the tour's own history (:func:`load_scene`)
 HISTORY_PAIR = Pair(f"{PRESET_PREFIX}smollm2-q8-ngram", SUFFIX, "SmolLM2 Q8_0 + suffix")
 #: the earlier conversations the history scene saves first: few enough to be answered in seconds here (the bench's
 #: ``--suite history`` saves 20), the same kind of task as the scene's
@@ -179,8 +182,29 @@ COPY_ALPHA = 0.95
 
 
 def scenes_for(helps: Pair, scenes: Sequence[Scene] = SCENES) -> tuple[Scene, ...]:
-    """``scenes`` with :data:`HELPS_PAIR` replaced by ``helps`` (this machine's pick, :func:`pick_helps_pair`)."""
-    return tuple(replace(s, pair=helps) if s.pair == HELPS_PAIR else s for s in scenes)
+    """``scenes`` with :data:`HELPS_PAIR` replaced by ``helps`` (this machine's pick, :func:`pick_helps_pair`), and
+    :data:`HISTORY_PAIR`'s target by the same file and settings (:func:`history_pair`): the history scene copies too,
+    so the file whose verify batch is cheapest here is its file as well. With the Q8_0 file fixed, the scene read
+    0.79x on an AMD EPYC Zen 4 (v(6) = 4.7 single rows there), where the pick, F16, read 1.25x on the copy."""
+    history = history_pair(helps)
+    return tuple(
+        replace(s, pair=helps) if s.pair == HELPS_PAIR else replace(s, pair=history) if s.pair == HISTORY_PAIR else s
+        for s in scenes
+    )
+
+
+def uses_helps_file(scenes: Sequence[Scene]) -> bool:
+    """Whether any of ``scenes`` runs on the helps file (:data:`HELPS_PAIR`, or :data:`HISTORY_PAIR` with the suffix
+    drafter): then this machine's pick is worth making first (:func:`choose_helps_pair`)."""
+    return any(s.pair in (HELPS_PAIR, HISTORY_PAIR) for s in scenes)
+
+
+def history_pair(helps: Pair) -> Pair:
+    """The history scene's pair for the helps pair ``helps``: its target file and settings, drafted by the suffix
+    drafter (:data:`HISTORY_PAIR` for :data:`HELPS_PAIR`)."""
+    if helps == HELPS_PAIR:
+        return HISTORY_PAIR
+    return Pair(helps.target, SUFFIX, helps.label.replace("n-gram", "suffix"), helps.extra)
 
 
 def tuned_helps_pair(tuned: Iterable[Any], source_file: str) -> Pair | None:
@@ -385,7 +409,7 @@ def run_tour(
     say = progress or (lambda _msg: None)
     data_dir = settings.effective_data_dir() if hasattr(settings, "effective_data_dir") else None
     ensure_pairs(scenes, data_dir, derive=derive, threads=settings.threads, progress=say)
-    if pick is not None and any(s.pair == HELPS_PAIR for s in scenes):
+    if pick is not None and uses_helps_file(scenes):
         helps, why = pick(settings, say)
         say(why)
         scenes = scenes_for(helps, scenes)
@@ -409,8 +433,12 @@ def run_tour(
 
 def outcome_line(result: SceneResult) -> str:
     """The scene's "expected" sentence when its measured verdict agrees with it, else what this CPU measured
-    and why, in the exchange rate's terms: the tokens a drafting round kept against what the round cost in
-    single-row decodes (c·K for the draft plus v(K) for the verify, the cost model's last figures)."""
+    and why, in the exchange rate's terms: the tokens a drafting round emitted (those it kept and the target's own)
+    against what it cost in single-row decodes - as the runs measured it (:func:`drafting_round_cost`), so the
+    sentence can never contradict the verdict - and the price the cost model had put on it (c·K for the draft plus
+    v(K) for the verify, its last figures). The price alone once read "kept 4.0 for a round costing 3.8 ... does not
+    pay" under a measured 0.93x (SmolLM2 F16 + suffix on an AMD EPYC Zen 4): v at the mean draft length is not the
+    mean cost, and a lookup in every round is a cost too."""
     scene, race = result.scene, result.race
     v = verdict(race.ratio)
     if v in scene.expected or race.ratio is None:
@@ -418,17 +446,31 @@ def outcome_line(result: SceneResult) -> str:
     t = race.on.turn
     step = race.on.last_step
     ratio = f"{race.ratio:.2f}×"
-    if step is None or step.cost is None or not t.n_spec_steps:
+    spent = drafting_round_cost(race.off.turn, t)
+    if step is None or step.cost is None or not t.n_spec_steps or spent is None:
         return f"on this CPU it {v} ({ratio}) by the verdict's bar, with no round drafting: that difference is the runs' noise"
     cost = step.cost
     drafted = t.draft_n / t.n_spec_steps  # tokens drafted per drafting round
     d = max(1, round(drafted))
-    spent = cost.c * drafted + (cost.verify.at(d) if cost.verify is not None else cost.v)
-    what = "helps" if v == "helps" else "does not pay"
-    return (f"on this CPU it {v} ({ratio}): a drafting round drafted {drafted:.1f} tokens and kept "
-            f"{t.mean_len:.1f} for a round costing {spent:.1f} single-row decodes (v({d}) = "
-            f"{spent - cost.c * drafted:.1f} here, c = {cost.c:.2f} per drafted token), so drafting {what}: it "
-            f"pays only while the tokens kept exceed the round's cost")
+    priced = cost.c * drafted + (cost.verify.at(d) if cost.verify is not None else cost.v)
+    what = "helps" if spent < t.mean_len else "does not pay"
+    return (f"on this CPU it {v} ({ratio}): a drafting round drafted {drafted:.1f} tokens and emitted "
+            f"{t.mean_len:.1f} (those kept and the target's own) for {spent:.1f} single-row decodes of time as "
+            f"measured (priced at {priced:.1f}: v({d}) = {priced - cost.c * drafted:.1f} here, c = {cost.c:.2f} per "
+            f"drafted token), so drafting {what}: it pays only while the tokens emitted exceed the round's cost")
+
+
+def drafting_round_cost(off: Any, on: Any) -> float | None:
+    """What one drafting round of the run ``on`` cost, in single-row decodes of the run ``off`` (the same reply
+    without speculation, ``Turn``): the on-run's time minus its plain rounds at the off-run's time per token, over
+    its drafting rounds - everything drafting added (lookups in rounds that found nothing included). None without
+    a drafting round or a timed off-run. Below the rounds' mean length (tokens emitted per drafting round), the
+    on-run is faster than the off-run, and above it slower: the verdict's own arithmetic."""
+    if not on.n_spec_steps or not off.predicted_n or not off.predicted_ms:
+        return None
+    t1 = off.predicted_ms / off.predicted_n
+    plain_rounds = on.n_steps - on.n_spec_steps
+    return (on.predicted_ms - plain_rounds * t1) / t1 / on.n_spec_steps
 
 
 def _history_measured(result: SceneResult) -> str:
@@ -466,7 +508,7 @@ def format_results(results: Sequence[SceneResult]) -> str:
 
 
 __all__ = [
-    "COPY_ALPHA", "HELPS_PAIR", "HISTORY_PAIR", "load_scene", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
+    "COPY_ALPHA", "HELPS_PAIR", "HISTORY_PAIR", "drafting_round_cost", "history_pair", "load_scene", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
     "SceneResult", "ensure_pairs", "format_results", "missing_pairs", "outcome_line", "pairs", "pick_helps_pair",
-    "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "verdict",
+    "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "uses_helps_file", "verdict",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from enginekit import assert_identical_or_a_near_tie
@@ -82,7 +83,10 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
         forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
         assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×)")
         if r.race.on.turn.n_spec_steps:
-            assert "single-row decodes" in forced and "pays only while the tokens kept exceed the round's cost" in forced
+            assert "single-row decodes of time as measured (priced at " in forced
+            assert "pays only while the tokens emitted exceed the round's cost" in forced
+            if abs(r.race.ratio - 1.0) > 0.02:  # the sentence's arithmetic is the verdict's (an EOS may cut a round)
+                assert ("so drafting helps" if r.race.ratio > 1.0 else "so drafting does not pay") in forced
     figures = [r.figures() for r in results]
     for f, r in zip(figures, results):
         assert f["tokens"] > 0 and f["tok_s_off"] > 0 and f["tok_s_on"] > 0
@@ -131,6 +135,26 @@ def test_a_saved_tune_result_picks_the_helps_pair(tmp_path):
     assert demo.choose_helps_pair(tmp_path, [], BUNDLED_FILE, measure=None)[0] == demo.HELPS_PAIR
     scenes = demo.scenes_for(pair)
     assert [s.pair == pair for s in scenes] == [s.pair == demo.HELPS_PAIR for s in demo.SCENES]
+    # the history scene copies too: the same file and settings, drafted by the suffix drafter
+    history = demo.history_pair(pair)
+    assert history == demo.Pair(str(f16), "suffix", "SmolLM2 F16 fa-off + suffix", pair.extra)
+    assert [s.pair == history for s in scenes] == [s.pair == demo.HISTORY_PAIR for s in demo.SCENES]
+    assert demo.history_pair(demo.HELPS_PAIR) == demo.HISTORY_PAIR
+    only_history = [s for s in demo.SCENES if s.earlier]
+    assert demo.uses_helps_file(only_history) and not demo.uses_helps_file([demo.SCENES[2]])
+
+
+def test_the_outcome_sentence_is_the_verdicts_own_arithmetic():
+    """Where a scene's verdict is not the one it expected, its sentence gives what a drafting round cost as the runs
+    measured it (the on-run's time minus its plain rounds at the off-run's time per token), so "helps" / "does not
+    pay" always agrees with the verdict: below the mean length the on-run is the faster one."""
+    off = SimpleNamespace(predicted_n=100, predicted_ms=1000.0)  # 10 ms a token
+    faster = SimpleNamespace(n_steps=60, n_spec_steps=10, predicted_n=100, predicted_ms=800.0)
+    assert demo.drafting_round_cost(off, faster) == pytest.approx(3.0)  # (800 - 50 x 10) / 10 / 10 rounds
+    slower = SimpleNamespace(n_steps=60, n_spec_steps=10, predicted_n=100, predicted_ms=1100.0)
+    assert demo.drafting_round_cost(off, slower) == pytest.approx(6.0)  # a round emits 5 tokens: it does not pay
+    assert demo.drafting_round_cost(off, SimpleNamespace(n_steps=100, n_spec_steps=0, predicted_n=100,
+                                                         predicted_ms=990.0)) is None
 
 
 def test_the_pick_follows_the_measured_verify_cost():

@@ -35,7 +35,8 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from specchat.demo import (
-    HELPS_PAIR, SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, load_scene, outcome_line, scenes_for,
+    SCENES, Derive, Pair, Scene, SceneResult, ensure_pairs, load_scene, outcome_line, scenes_for,
+    uses_helps_file,
 )
 from specchat.errors import UserError, describe_exception
 from specchat.race import RaceCancelled
@@ -236,7 +237,7 @@ class TourScreen(RaceViewScreen):
             try:
                 ensure_pairs(scenes, settings.effective_data_dir(), derive=derive, threads=settings.threads,
                              progress=progress)
-                if pick is not None and any(s.pair == HELPS_PAIR for s in scenes):
+                if pick is not None and uses_helps_file(scenes):
                     helps, why = pick(settings, progress)
             except DerivationCancelled:
                 self.post_message(TourPrepared(turn_id, "", cancelled=True))
