@@ -361,6 +361,11 @@ def verdict(ratio: float | None) -> str:
     return "helps" if ratio >= 1.05 else "hurts" if ratio <= 0.95 else "neutral"
 
 
+def verdict_verb(v: str) -> str:
+    """The verdict ``v`` as a sentence's verb: "it helps", "it hurts", "it is neutral"."""
+    return f"it {v}" if v in ("helps", "hurts") else f"it is {v}"
+
+
 @dataclass(frozen=True, slots=True)
 class SceneResult:
     scene: Scene
@@ -448,13 +453,13 @@ def outcome_line(result: SceneResult) -> str:
     ratio = f"{race.ratio:.2f}×"
     spent = drafting_round_cost(race.off.turn, t)
     if step is None or step.cost is None or not t.n_spec_steps or spent is None:
-        return f"on this CPU it {v} ({ratio}) by the verdict's bar, with no round drafting: that difference is the runs' noise"
+        return f"on this CPU {verdict_verb(v)} ({ratio}) by the verdict's bar, with no round drafting: that difference is the runs' noise"
     cost = step.cost
     drafted = t.draft_n / t.n_spec_steps  # tokens drafted per drafting round
     d = max(1, round(drafted))
     priced = cost.c * drafted + (cost.verify.at(d) if cost.verify is not None else cost.v)
     what = "helps" if spent < t.mean_len else "does not pay"
-    return (f"on this CPU it {v} ({ratio}): a drafting round drafted {drafted:.1f} tokens and emitted "
+    return (f"on this CPU {verdict_verb(v)} ({ratio}): a drafting round drafted {drafted:.1f} tokens and emitted "
             f"{t.mean_len:.1f} (those kept and the target's own) for {spent:.1f} single-row decodes of time as "
             f"measured (priced at {priced:.1f}: v({d}) = {priced - cost.c * drafted:.1f} here, c = {cost.c:.2f} per "
             f"drafted token), so drafting {what}: it pays only while the tokens emitted exceed the round's cost")
@@ -510,5 +515,5 @@ def format_results(results: Sequence[SceneResult]) -> str:
 __all__ = [
     "COPY_ALPHA", "HELPS_PAIR", "HISTORY_PAIR", "drafting_round_cost", "history_pair", "load_scene", "choose_helps_pair", "helps_candidates", "LAYER_SKIP_PAIR", "SCENES", "SELF_DRAFT_PAIR", "Derive", "Pair", "Scene",
     "SceneResult", "ensure_pairs", "format_results", "missing_pairs", "outcome_line", "pairs", "pick_helps_pair",
-    "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "uses_helps_file", "verdict",
+    "predicted_copy_tok_s", "run_tour", "scenes_for", "tuned_helps_pair", "uses_helps_file", "verdict", "verdict_verb",
 ]

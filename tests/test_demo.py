@@ -79,9 +79,9 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
             assert line.startswith(f"expected: {r.scene.expect}; on this CPU {r.race.ratio:.2f}\u00d7 ({v}): ")
             assert line.endswith("earlier conversation(s)") and " tokens were drafts copied from " in line
         else:
-            assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU it {v} (")
+            assert line == f"expected: {r.scene.expect}" if v in r.scene.expected else line.startswith(f"on this CPU {demo.verdict_verb(v)} (")
         forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
-        assert forced.startswith(f"on this CPU it {v} ({r.race.ratio:.2f}×)")
+        assert forced.startswith(f"on this CPU {demo.verdict_verb(v)} ({r.race.ratio:.2f}×)")
         if r.race.on.turn.n_spec_steps:
             assert "single-row decodes of time as measured (priced at " in forced
             assert "pays only while the tokens emitted exceed the round's cost" in forced
@@ -153,6 +153,7 @@ def test_the_outcome_sentence_is_the_verdicts_own_arithmetic():
     assert demo.drafting_round_cost(off, faster) == pytest.approx(3.0)  # (800 - 50 x 10) / 10 / 10 rounds
     slower = SimpleNamespace(n_steps=60, n_spec_steps=10, predicted_n=100, predicted_ms=1100.0)
     assert demo.drafting_round_cost(off, slower) == pytest.approx(6.0)  # a round emits 5 tokens: it does not pay
+    assert [demo.verdict_verb(v) for v in ("helps", "hurts", "neutral")] == ["it helps", "it hurts", "it is neutral"]
     assert demo.drafting_round_cost(off, SimpleNamespace(n_steps=100, n_spec_steps=0, predicted_n=100,
                                                          predicted_ms=990.0)) is None
 
