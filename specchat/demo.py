@@ -459,10 +459,10 @@ def outcome_line(result: SceneResult) -> str:
     d = max(1, round(drafted))
     priced = cost.c * drafted + (cost.verify.at(d) if cost.verify is not None else cost.v)
     what = "helps" if spent < t.mean_len else "does not pay"
-    return (f"on this CPU {verdict_verb(v)} ({ratio}): a drafting round drafted {drafted:.1f} tokens and emitted "
-            f"{t.mean_len:.1f} (those kept and the target's own) for {spent:.1f} single-row decodes of time as "
-            f"measured (priced at {priced:.1f}: v({d}) = {priced - cost.c * drafted:.1f} here, c = {cost.c:.2f} per "
-            f"drafted token), so drafting {what}: it pays only while the tokens emitted exceed the round's cost")
+    return (f"on this CPU {verdict_verb(v)} ({ratio}): a drafting round emitted {t.mean_len:.1f} tokens for "
+            f"{spent:.1f} single-row decodes (measured; priced {priced:.1f}: v({d}) {priced - cost.c * drafted:.1f} + "
+            f"c {cost.c:.2f} × {drafted:.1f} drafted), so drafting {what}: it pays only while the tokens emitted "
+            f"exceed the round's cost")
 
 
 def drafting_round_cost(off: Any, on: Any) -> float | None:

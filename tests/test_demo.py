@@ -83,7 +83,7 @@ def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
         forced = demo.outcome_line(demo.SceneResult(replace(r.scene, expected=()), r.race))
         assert forced.startswith(f"on this CPU {demo.verdict_verb(v)} ({r.race.ratio:.2f}×)")
         if r.race.on.turn.n_spec_steps:
-            assert "single-row decodes of time as measured (priced at " in forced
+            assert " single-row decodes (measured; priced " in forced
             assert "pays only while the tokens emitted exceed the round's cost" in forced
             if abs(r.race.ratio - 1.0) > 0.02:  # the sentence's arithmetic is the verdict's (an EOS may cut a round)
                 assert ("so drafting helps" if r.race.ratio > 1.0 else "so drafting does not pay") in forced

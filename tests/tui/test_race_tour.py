@@ -7,6 +7,8 @@ The recording itself (on the engine thread, cancel, the real models) is tested i
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from fake_engine import FakeEngine
 from tuikit import fake_settings, notifications, palette, screen_text, send, settle, wait_ready
@@ -18,7 +20,7 @@ from specchat.tui.app import SpecChatApp
 from specchat.tui.keys import APP_KEYS, PROMPT_KEYS
 from specchat.tui.screens.race import RaceScreen
 from specchat.tui.screens.tour import TourOptions, TourScreen
-from specchat.tui.widgets.race_view import STACK_BELOW, RaceView
+from specchat.tui.widgets.race_view import STACK_BELOW, RaceLane, RaceView
 from specchat.tui.widgets.prompt import PromptInput
 
 
@@ -454,3 +456,23 @@ async def test_the_race_and_tour_keys_are_remappable_in_the_keymap():
         help_lines = str(app.screen.query_one("#help-text").render()).splitlines()
         line = next(line for line in help_lines if "[tour_next]" in line)
         assert line.split()[0] == "space"
+
+
+@pytest.mark.parametrize("index", range(len(demo.SCENES)))
+async def test_at_60x20_every_scene_keeps_a_row_of_tokens_in_each_lane(index):
+    """The smallest terminal the app supports: the scene's sentence and its outcome - the long one a CPU whose
+    verdict is not the expected one gets, with its arithmetic - each take at most 15 % of the screen, so both lanes
+    keep a row of tokens (the history scene's four-line sentence and six-line outcome once left them none)."""
+    clock = Clock()
+    results = {i: demo.SceneResult(replace(r.scene, expected=()), r.race) for i, r in scene_results().items()}
+    app = _app()
+    async with app.run_test(size=(60, 20)) as pilot:
+        await wait_ready(pilot)
+        app.push_screen(TourScreen(_tour_options(), None, None, None, clock, results=results, start=index))
+        await pilot.pause()
+        clock.t += 10.0
+        app.screen.query_one(RaceView).tick()
+        await pilot.pause()
+        assert "on this CPU it " in " ".join(screen_text(app).split())  # the outcome, not the expectation
+        for lane in app.screen.query(RaceLane):
+            assert lane.content_region.height >= 1, f"scene {index + 1}: the {lane.lane} lane has no row"

@@ -112,6 +112,8 @@ class TourScreen(RaceViewScreen):
     }
     TourScreen #tour-sentence {
         height: auto;
+        max-height: 15%;
+        overflow-y: auto;
         padding: 0 1;
         margin: 1 0 0 0;
         text-style: bold;
@@ -119,10 +121,14 @@ class TourScreen(RaceViewScreen):
     }
     TourScreen #tour-expect {
         height: auto;
+        max-height: 15%;
+        overflow-y: auto;
         padding: 0 1;
         color: $text-muted;
     }
     """
+    # the sentence and the outcome each take at most 15 % of the screen (the rest scrolls): at 60x20 the history
+    # scene's four-line sentence and a six-line outcome left the two lanes no row at all
 
     def __init__(
         self,
