@@ -207,8 +207,9 @@ def _run_list(args: argparse.Namespace) -> int:
         out += ["", "Verify cost on this machine: v(K) = t(K+1 rows) / t(1 row), from the cached calibrations"]
         for c in curves:
             vs = " ".join(f"v({k})={c['v'][str(k)]:.1f}" for k in VERIFY_KS if str(k) in c["v"])
+            depth = f", after {c['depth']}+ tokens" if c["depth"] else ""
             out.append(f"  {c['file']}  threads {c['threads']}/{c['threads_batch']}, {c['kernels']}, flash attention "
-                       f"{c['flash_attn']}: 1 row {c['target_ms']:.1f} ms, {vs}")
+                       f"{c['flash_attn']}{depth}: 1 row {c['target_ms']:.1f} ms, {vs}")
             out.append(f"      {c['reason']}")
     tuned = _tune_results(data_dir)
     if tuned:
@@ -242,8 +243,9 @@ VERIFY_KS = (1, 4, 16, 64)
 
 
 def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
-    """The cached calibrations of the listed files as they are now (newest first per file, threads, kernels),
-    fitted by the engine's verify-cost model (:meth:`specchat.engine.telemetry.VerifyCost.curve`)."""
+    """The cached calibrations of the listed files as they are now (the newest per file, threads, kernels and
+    context depth, shallowest first), fitted by the engine's verify-cost model
+    (:meth:`specchat.engine.telemetry.VerifyCost.curve`)."""
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache
     from specchat.engine.telemetry import VerifyCost
 
@@ -252,12 +254,12 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
     for e in inv.models:
         if not e.usable:
             continue
-        seen: set[tuple[int, int, bool, str]] = set()
-        for entry in cache.for_file(e.path):
+        seen: set[tuple[int, int, bool, str, int]] = set()
+        for entry in sorted(cache.for_file(e.path), key=lambda x: x.key.depth):  # stable: newest first per depth
             k = entry.key
-            if (k.threads, k.threads_batch, k.repack, k.flash_attn) in seen:
+            if (k.threads, k.threads_batch, k.repack, k.flash_attn, k.depth) in seen:
                 continue
-            seen.add((k.threads, k.threads_batch, k.repack, k.flash_attn))
+            seen.add((k.threads, k.threads_batch, k.repack, k.flash_attn, k.depth))
             vc = VerifyCost()
             for rows, ms in entry.timings:
                 vc.observe(rows, ms)
@@ -266,7 +268,7 @@ def _verify_curves(inv, data_dir: Path) -> list[dict[str, Any]]:
                 "file": e.name, "threads": k.threads, "threads_batch": k.threads_batch, "repack": k.repack,
                 "flash_attn": k.flash_attn, "kernels": "one row at a time (AMX)" if k.row_by_row else "batched", "target_ms": curve.target_ms,
                 "v": {str(i): curve.at(i) for i in range(len(curve.v))}, "reason": curve.reason,
-                "measured_rows": curve.measured_rows, "measured_at": entry.measured_at,
+                "measured_rows": curve.measured_rows, "measured_at": entry.measured_at, "depth": k.depth,
             })
     return out
 

@@ -10,8 +10,9 @@ format it measures. A change of any part of the key is a different entry (the ol
 it): the file (path, size, modification time), ``threads`` / ``threads_batch``, the weights' buffer
 (:attr:`~specchat.engine.model.Model.repack`, :attr:`~specchat.engine.model.Model.row_by_row`), the attention
 kernel (:attr:`~specchat.engine.model.Model.flash_attn`: on this CPU it changes v(16) several-fold), the CPU
-(model name and feature flags from ``/proc/cpuinfo``) and llama.cpp (llama-cpp-python's version and
-the features its build uses, ``llama_print_system_info``).
+(model name and feature flags from ``/proc/cpuinfo``), llama.cpp (llama-cpp-python's version and
+the features its build uses, ``llama_print_system_info``) and the depth of the context the batches were decoded
+after, by doubling bucket (:func:`depth_bucket`).
 
 Entries are small JSON files, ``<data dir>/calibration/<key digest>.json``, written atomically. The cache
 is an optimisation: an unreadable or foreign entry counts as absent, and a failed write loses nothing but
@@ -59,6 +60,30 @@ def cpu_identity() -> str:
     return f"{name} (flags {hashlib.sha1(flags.encode()).hexdigest()[:12] if flags else 'unknown'})"
 
 
+#: the first depth (tokens already in the KV) kept apart from a short context's; the buckets double from there
+DEPTH_BUCKET_START = 256
+
+
+def depth_bucket(n_past: int) -> int:
+    """The depth bucket a calibration timed after ``n_past`` context tokens belongs to: 0 below
+    :data:`DEPTH_BUCKET_START`, else the power-of-two multiple of it at or below ``n_past`` (256, 512, 1024, ...).
+
+    Why depth is part of the key: a verify batch's rows each attend to the whole context, and with llama.cpp's
+    flash-attention kernel on (its CPU default) each row walks the KV cache on its own, so a batch's cost grows
+    with depth faster than one row's. Measured (AMD EPYC Zen 4, bundled Q4_1, one thread, flash attention auto,
+    4 interleaved repetitions, ``tests/data/traces-smollm2.json``'s summary prompt cut at each depth): one row
+    13.5 ms at 64 tokens, 14.7 at 400, 16.6 at 800, 19.8 at 1440; v(16) 9.1, 10.2, 11.2, 12.2; v(48) 25.1, 27.8,
+    30.7, 34.2. Re-anchoring a short context's curve at a long one's single row (what
+    :func:`specchat.engine.calibration.rescale_cached_verify_cost` does) priced a 17-row verify at 1440 tokens 25 %
+    under its cost, and a 44-row one ~35 % under; within one doubling bucket v(16) moves ≤ 12 %."""
+    if n_past < DEPTH_BUCKET_START:
+        return 0
+    bucket = DEPTH_BUCKET_START
+    while bucket * 2 <= n_past:
+        bucket *= 2
+    return bucket
+
+
 @dataclass(frozen=True, slots=True)
 class CalibrationKey:
     """Everything a verify-cost timing depends on (see the module docstring)."""
@@ -73,10 +98,12 @@ class CalibrationKey:
     flash_attn: str
     cpu: str
     llama: str
+    #: :func:`depth_bucket` of the context the timings were decoded after
+    depth: int = 0
 
     @classmethod
     def for_model(cls, model: Model) -> CalibrationKey:
-        """The key of ``model`` as loaded now (its file as it is on disk)."""
+        """The key of ``model`` as loaded now (its file as it is on disk), at the depth its KV holds now."""
         import llama_cpp
 
         from specchat.engine.model import system_info
@@ -87,6 +114,7 @@ class CalibrationKey:
             threads_batch=model.threads_batch, repack=model.repack, row_by_row=model.row_by_row,
             flash_attn=model.flash_attn,
             cpu=cpu_identity(), llama=f"llama-cpp-python {llama_cpp.__version__}; {system_info().strip()}",
+            depth=depth_bucket(len(model.tokens)),
         )
 
     def digest(self) -> str:
@@ -172,4 +200,7 @@ def _read(path: Path) -> CachedCalibration | None:
         return None
 
 
-__all__ = ["CALIBRATION_DIR", "CachedCalibration", "CalibrationCache", "CalibrationKey", "cpu_identity"]
+__all__ = [
+    "CALIBRATION_DIR", "DEPTH_BUCKET_START", "CachedCalibration", "CalibrationCache", "CalibrationKey", "cpu_identity",
+    "depth_bucket",
+]

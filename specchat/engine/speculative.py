@@ -43,7 +43,7 @@ from specchat.engine.calibration import (
     rescale_cached_verify_cost,
     verify_cost_for,
 )
-from specchat.engine.calibration_cache import CalibrationCache
+from specchat.engine.calibration_cache import CalibrationCache, depth_bucket
 from specchat.engine.chain import DrafterChain, each_link, every_drafter
 from specchat.engine.controls import Controls, ControlState
 from specchat.engine.detokenize import PieceDecoder
@@ -119,9 +119,13 @@ class SpeculativeDecoder:
         self._rescaled = False
         #: speculation needs partial KV removal; recurrent/hybrid targets only decode plainly
         self.can_speculate = not target.is_recurrent
+        #: the depth bucket (:func:`~specchat.engine.calibration_cache.depth_bucket`) of the calibration the cost
+        #: model's v(K) came from (None: none yet); a turn that starts in another bucket calibrates there
+        self._verify_depth: int | None = None
         if calibration_cache is not None and self.can_speculate:  # start warm: v(K) known before the first turn
             if load_cached_verify_cost(target, self.cost_model, calibration_cache):
                 self.verify_source = "cache"
+                self._verify_depth = depth_bucket(len(target.tokens))
         #: the latest v(K) curve in words, refreshed on the engine thread (so another thread, e.g. the UI's
         #: EngineInfo, reads a finished value and never makes the cost model refit under the engine)
         self.verify = self._verify_curve()
@@ -233,8 +237,10 @@ class SpeculativeDecoder:
     def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
         """Decode what the target KV is missing of ``context``, all but its last token (the first verify
         batch carries it); yield :class:`PromptDone`. When speculating, the cost model needs v(K) and c first
-        (:mod:`specchat.engine.calibration`): with auto-K and v(K) never measured, from this target's cached
-        calibration or timed after the prompt (every :data:`CALIBRATION_ROWS`, then cached); with a fixed K,
+        (:mod:`specchat.engine.calibration`): with auto-K and v(K) never measured, or measured at another depth
+        bucket than this prompt's (:func:`~specchat.engine.calibration_cache.depth_bucket`: the conversation grew
+        past 256, 512, 1024, ... tokens), from this target's cached calibration of this depth or timed after the
+        prompt (every :data:`CALIBRATION_ROWS`, then cached); with a fixed K,
         only the unit of v and c - the single-row target decode - once (without it the cost model's c and v
         were ratios to an extrapolated unit: the first turn of a new pair read c = 0.2 where it then measured
         0.9); a model drafter's c, if still unknown then, is timed before the prompt (on equal footing with an
@@ -249,7 +255,11 @@ class SpeculativeDecoder:
         st = self.controls.snapshot()
         cm = self.cost_model
         speculating = st.speculative and self.can_speculate and self.drafter is not None
-        calibrate = speculating and st.auto_k and cm.largest_measured_rows() < CALIBRATION_ROWS[-1]
+        # the conversation has grown into another depth bucket since v(K) was calibrated: a verify's cost per row
+        # grows with depth faster than one row's, so the curve is this depth's (cached, or timed here)
+        depth = depth_bucket(len(context) - 1)
+        moved = self._verify_depth is not None and depth != self._verify_depth
+        calibrate = speculating and st.auto_k and (cm.largest_measured_rows() < CALIBRATION_ROWS[-1] or moved)
         # a cached calibration is milliseconds of another hour: re-anchored at this one before its first use
         rescale = speculating and not calibrate and self.verify_source == "cache" and not self._rescaled
         unit = speculating and not calibrate and cm.steps_since_single_row is None
@@ -266,8 +276,15 @@ class SpeculativeDecoder:
         prompt_ms = (self.clock() - t0) * 1000.0
         last = int(context[-1])
         if calibrate:
-            self.verify_source = verify_cost_for(target, cm, last, self.calibration_cache)  # type: ignore[assignment]
+            cache = self.calibration_cache
+            if moved and cache is not None and rescale_cached_verify_cost(target, cm, cache, last) is not None:
+                self.verify_source = "cache"  # this depth's cached curve, re-anchored at this moment
+            else:
+                if moved:
+                    cm.replace_verify_timings(())  # another depth's timings (calibration and rounds) are not this one's
+                self.verify_source = verify_cost_for(target, cm, last, cache)  # type: ignore[assignment]
             self._rescaled = True  # timed now, or (from the cache) as good as the re-anchoring below
+            self._verify_depth = depth
         elif rescale and self.calibration_cache is not None:
             self._rescaled = True
             rescale_cached_verify_cost(target, cm, self.calibration_cache, last)

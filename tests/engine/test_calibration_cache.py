@@ -12,7 +12,7 @@ import pytest
 
 from enginekit import N_BATCH, build_decoder, run_turn
 from specchat.engine.calibration import CALIBRATION_ROWS
-from specchat.engine.calibration_cache import CalibrationCache, CalibrationKey, cpu_identity
+from specchat.engine.calibration_cache import CalibrationCache, CalibrationKey, cpu_identity, depth_bucket
 from specchat.engine.chat import ChatSession
 from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
@@ -40,7 +40,8 @@ def test_an_entry_is_read_back_only_under_exactly_its_key(tmp_path):
     entry = cache.load(key)
     assert entry is not None and entry.timings == tuple(TIMINGS) and entry.weights == "Q4_1" and entry.file_is_current()
     for change in ({"threads": 2}, {"threads_batch": 2}, {"repack": True}, {"row_by_row": True}, {"flash_attn": "on"},
-                   {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"}):
+                   {"cpu": "another CPU (flags 000000000000)"}, {"llama": "llama-cpp-python 0.3.37; AVX512 = 1"},
+                   {"depth": 256}):
         assert cache.load(dataclasses.replace(key, **change)) is None, change
     assert [e.key for e in cache.for_file(f)] == [key]
 
@@ -346,3 +347,61 @@ def test_each_calibration_repetition_opens_with_an_uncounted_decode_so_a_cold_fi
         assert all(ms == pytest.approx(10.0 * (1 + 0.5 * (r - 1))) for r, ms in timings)
     finally:
         m.close()
+
+
+def test_the_depth_buckets_double_from_256():
+    assert [depth_bucket(n) for n in (0, 1, 255, 256, 511, 512, 1023, 1024, 1440, 2047, 2048, 5000)] == [
+        0, 0, 0, 256, 256, 512, 512, 1024, 1024, 1024, 2048, 4096]
+
+
+def test_a_conversation_grown_into_another_depth_bucket_is_priced_by_a_calibration_at_that_depth(
+        tiny_target, tmp_path, monkeypatch):
+    """v(K) is calibrated after the prompt, at its depth. When a later turn's context has grown past the next
+    doubling (256, 512, ... tokens), auto-K's v(K) is timed again there and stored under that depth: a verify
+    row's attention walks the whole context, so a short context's curve underprices a long one's verifies
+    (:func:`~specchat.engine.calibration_cache.depth_bucket` has the measurement). A later session reaching that
+    depth replays the stored curve, re-anchored at the moment's single row, instead of timing it again; a turn in
+    the same bucket times nothing."""
+    target = tmp_path / "t.gguf"
+    target.symlink_to(tiny_target)
+    cache = CalibrationCache(tmp_path / "calibration")
+    timed: list[tuple[int, int]] = []  # (depth of the KV, rows) of every scratch decode
+    real = Model.time_scratch_decode
+
+    def recording(self, tokens):
+        timed.append((len(self.tokens), len(tokens)))
+        return real(self, tokens)
+
+    monkeypatch.setattr(Model, "time_scratch_decode", recording)
+
+    def calibrated_at(events: list[tuple[int, int]]) -> set[int]:
+        """The depth buckets at which a whole calibration (its largest batch) was timed."""
+        return {depth_bucket(d) for d, rows in events if rows == CALIBRATION_ROWS[-1]}
+
+    dec = build_decoder(target, None, drafter="ngram", n_ctx=1024, calibration_cache=cache)
+    try:
+        dec.controls.set_auto_k(True)
+        short = dec.target.tokenize(GREEDY_PROMPTS[0])
+        long_ = (short * (300 // len(short) + 1))[:300]
+        run_turn(dec, short, 4)
+        assert calibrated_at(timed) == {0} and dec.verify_source == "measured"
+        timed.clear()
+        run_turn(dec, short + short[:3], 4)  # same bucket: nothing is timed again
+        assert calibrated_at(timed) == set()
+        timed.clear()
+        run_turn(dec, long_, 4)  # 299 tokens before the first verify: bucket 256
+        assert calibrated_at(timed) == {256} and all(d >= 256 for d, _ in timed)
+        assert {e.key.depth for e in cache.entries()} == {0, 256}
+        assert dec.cost_model.verify.largest_measured_rows() == CALIBRATION_ROWS[-1]
+    finally:
+        dec.close()
+
+    dec = build_decoder(target, None, drafter="ngram", n_ctx=1024, calibration_cache=cache)
+    try:
+        dec.controls.set_auto_k(True)
+        timed.clear()
+        run_turn(dec, long_, 4)  # a new session at 299 tokens: bucket 256's curve from the cache, re-anchored
+        assert calibrated_at(timed) == set() and {rows for _, rows in timed} == {1}
+        assert dec.verify_source == "cache" and len(cache.entries()) == 2
+    finally:
+        dec.close()
