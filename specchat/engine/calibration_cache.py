@@ -75,7 +75,7 @@ def depth_bucket(n_past: int) -> int:
     13.5 ms at 64 tokens, 14.7 at 400, 16.6 at 800, 19.8 at 1440; v(16) 9.1, 10.2, 11.2, 12.2; v(48) 25.1, 27.8,
     30.7, 34.2. Re-anchoring a short context's curve at a long one's single row (what
     :func:`specchat.engine.calibration.rescale_cached_verify_cost` does) priced a 17-row verify at 1440 tokens 25 %
-    under its cost, and a 44-row one ~35 % under; within one doubling bucket v(16) moves ≤ 12 %."""
+    under its cost, and a 49-row one 27 % under; within one doubling bucket v(16) moves ≤ 12 %."""
     if n_past < DEPTH_BUCKET_START:
         return 0
     bucket = DEPTH_BUCKET_START
