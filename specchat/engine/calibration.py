@@ -82,6 +82,12 @@ def replay_timings(cost_model: CostModel, timings: Sequence[Timing]) -> None:
         cost_model.observe_verify(r, ms)
 
 
+def has_cached_verify_cost(target: Model, cache: CalibrationCache) -> bool:
+    """Whether ``cache`` holds this target's calibration at its current depth (so :func:`verify_cost_for` times
+    nothing)."""
+    return cache.load(CalibrationKey.for_model(target)) is not None
+
+
 def load_cached_verify_cost(target: Model, cost_model: CostModel, cache: CalibrationCache) -> bool:
     """Replay this target's cached calibration into ``cost_model`` (same file, threads, kernels, CPU and
     llama.cpp: :class:`~specchat.engine.calibration_cache.CalibrationKey`); False when there is none."""
@@ -188,5 +194,5 @@ def calibrate_draft_cost(
 
 __all__ = [
     "CALIBRATION_ROWS", "MEASURE_ROWS", "Timing", "calibrate_draft_cost", "calibrate_verify_cost", "draft_cost_ratios",
-    "RESCALE_BOUNDS", "load_cached_verify_cost", "replay_timings", "rescale_cached_verify_cost", "verify_cost_for",
+    "RESCALE_BOUNDS", "has_cached_verify_cost", "load_cached_verify_cost", "replay_timings", "rescale_cached_verify_cost", "verify_cost_for",
 ]

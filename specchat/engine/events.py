@@ -268,6 +268,25 @@ class PromptDone:
 
 
 @dataclass(frozen=True, slots=True)
+class Calibrating:
+    """Auto-K is about to time this target's verify cost v(K) after the prompt, before the reply's first round
+    (:mod:`specchat.engine.calibration`): the first turn of a target file, threads, kernels and CPU, and the first
+    turn whose context reaches another depth bucket (256, 512, 1024, ... tokens:
+    :func:`~specchat.engine.calibration_cache.depth_bucket`). It takes seconds - 2.2-3.4 s on an AMD EPYC Zen 4
+    for the bundled Q4_1 at 300-1200 tokens - once: the result is cached. Not sent when the cache has this
+    depth's curve. :class:`PromptDone` follows when it is done."""
+
+    depth: int  # the depth bucket timed (0 = below 256 tokens)
+    context_n: int  # tokens in the target's KV while timing
+
+    @property
+    def label(self) -> str:
+        """What is being timed, in a few words: ``timing v(K) after 512+ tokens``."""
+        where = "for this model" if self.depth == 0 else f"after {self.depth}+ tokens"
+        return f"timing v(K) {where}"
+
+
+@dataclass(frozen=True, slots=True)
 class ContextTrimmed:
     """The conversation did not fit ``n_ctx``: the oldest turns were dropped (never the system prompt)."""
 
@@ -376,4 +395,4 @@ class EngineError:
     message: str
 
 
-Event = Piece | Step | PromptDone | ContextTrimmed | Notice | AutoKNotice | Turn | EngineError
+Event = Piece | Step | PromptDone | Calibrating | ContextTrimmed | Notice | AutoKNotice | Turn | EngineError

@@ -39,6 +39,7 @@ from specchat.engine.calibration import (
     calibrate_draft_cost,
     calibrate_verify_cost,
     draft_cost_ratios,
+    has_cached_verify_cost,
     load_cached_verify_cost,
     rescale_cached_verify_cost,
     verify_cost_for,
@@ -51,6 +52,7 @@ from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.drafters import Draft, Drafter, NgramDrafter
 from specchat.engine.events import (
     AutoKNotice,
+    Calibrating,
     CostEstimate,
     DraftSource,
     Event,
@@ -236,7 +238,8 @@ class SpeculativeDecoder:
     # -- the named steps ---------------------------------------------------------------------------
     def _prefill(self, context: Sequence[int]) -> Generator[Event, None, TurnCounters]:
         """Decode what the target KV is missing of ``context``, all but its last token (the first verify
-        batch carries it); yield :class:`PromptDone`. When speculating, the cost model needs v(K) and c first
+        batch carries it); yield :class:`PromptDone` (after a :class:`Calibrating` when v(K) is about to be timed:
+        seconds the user should not take for a hang). When speculating, the cost model needs v(K) and c first
         (:mod:`specchat.engine.calibration`): with auto-K and v(K) never measured, or measured at another depth
         bucket than this prompt's (:func:`~specchat.engine.calibration_cache.depth_bucket`: the conversation grew
         past 256, 512, 1024, ... tokens), from this target's cached calibration of this depth or timed after the
@@ -282,6 +285,8 @@ class SpeculativeDecoder:
             else:
                 if moved:
                     cm.replace_verify_timings(())  # another depth's timings (calibration and rounds) are not this one's
+                if cache is None or not has_cached_verify_cost(target, cache):  # seconds: say so before
+                    yield Calibrating(depth=depth, context_n=len(target.tokens))
                 self.verify_source = verify_cost_for(target, cm, last, cache)  # type: ignore[assignment]
             self._rescaled = True  # timed now, or (from the cache) as good as the re-anchoring below
             self._verify_depth = depth

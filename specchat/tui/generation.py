@@ -10,7 +10,9 @@ with Textual 8.2.8), which per token would slow the engine it is measuring.
 Stats go out at most every :data:`STATS_INTERVAL_S` (~4 Hz): redrawing the sidebar is the costliest
 part of a frame, and on a 2-core machine every millisecond the UI thread spends is taken from llama.cpp.
 The exception is a Step whose K, speculation, auto-K or drafter differs from the last one posted: it is
-posted at once, so a change made mid-reply shows in the sidebar at the very step it takes effect.
+posted at once, so a change made mid-reply shows in the sidebar at the very step it takes effect, and so is
+a :class:`~specchat.engine.events.Calibrating` (auto-K times v(K) for seconds before the first round: the
+sidebar says so rather than look hung).
 An :class:`~specchat.engine.events.AutoKNotice` (auto-K turned drafting off or on: the engine says each change
 once) goes out in the batch's ``auto_k_notices``, apart from other notices, so the app shows each one once as
 a chat line and a toast. A flush is checked after every event; the engine emits a :class:`Step` at the end of every round, so a
@@ -25,6 +27,7 @@ from typing import Any
 
 from specchat.engine.events import (
     AutoKNotice,
+    Calibrating,
     ContextTrimmed,
     EngineError,
     Event,
@@ -79,6 +82,10 @@ class _Batch:
         elif isinstance(event, PromptDone):
             self.stats.observe_prompt(event, now)
             self.stats_dirty = True
+        elif isinstance(event, Calibrating):  # seconds with no event after it: the sidebar says why, at once
+            self.stats.observe_calibrating(event)
+            self.stats_dirty = True
+            return True
         elif isinstance(event, Turn):
             self.turn = event
         elif isinstance(event, EngineError):

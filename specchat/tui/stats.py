@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
-from specchat.engine.events import CostEstimate, DraftSource, Figures, KStatus, PromptDone, Step, Turn
+from specchat.engine.events import Calibrating, CostEstimate, DraftSource, Figures, KStatus, PromptDone, Step, Turn
 
 if TYPE_CHECKING:  # the telemetry package imports numpy: not at start-up (the window comes first)
     from specchat.engine.telemetry.ab import ABRow
@@ -66,6 +66,8 @@ class StatsSnapshot:
     #: model switch), and the drafter chain whose link drafted it ("" outside a chain)
     source: DraftSource | None = None
     chain: str = ""
+    #: auto-K is timing v(K) before this reply's first round (seconds, once per model and depth), else None
+    calibrating: Calibrating | None = None
 
 
 @dataclass
@@ -93,6 +95,7 @@ class LiveStats:
     _last_turn: Turn | None = None
     _generating: bool = False
     _source: tuple[DraftSource, str] | None = None  # the last draft's source and chain
+    _calibrating: Calibrating | None = None  # from the engine's Calibrating until its PromptDone
 
     # -- turn lifecycle ----------------------------------------------------------------------------
     def start_turn(self, now: float) -> None:
@@ -105,6 +108,7 @@ class LiveStats:
         self._pos_accepted = []
         self._reply = None
         self._prompt = None
+        self._calibrating = None
         self._generating = True
 
     def engine_changed(self) -> None:
@@ -113,8 +117,12 @@ class LiveStats:
         (the new engine's ``EngineInfo.verify`` is, until its first round). Between turns only."""
         self._cost = None
 
+    def observe_calibrating(self, event: Calibrating) -> None:
+        self._calibrating = event
+
     def observe_prompt(self, event: PromptDone, now: float) -> None:
         self._prompt = event
+        self._calibrating = None  # the calibration, if any, is done: the rounds start
         self._last_t = now  # the rolling rate counts decode time, not prompt time
 
     def observe_step(self, step: Step, now: float) -> None:
@@ -148,6 +156,7 @@ class LiveStats:
 
     def finish_turn(self, turn: Turn | None) -> None:
         self._generating = False
+        self._calibrating = None
         if turn is None:
             return
         self._last_turn = turn
@@ -195,4 +204,5 @@ class LiveStats:
             recent=step.recent if step else None,
             source=self._source[0] if self._source else None,
             chain=self._source[1] if self._source else "",
+            calibrating=self._calibrating,
         )

@@ -14,6 +14,7 @@ from enginekit import N_BATCH, build_decoder, run_turn
 from specchat.engine.calibration import CALIBRATION_ROWS
 from specchat.engine.calibration_cache import CalibrationCache, CalibrationKey, cpu_identity, depth_bucket
 from specchat.engine.chat import ChatSession
+from specchat.engine.events import Calibrating, PromptDone
 from specchat.engine.model import Model
 from specchat.engine.speculative import SpeculativeDecoder
 
@@ -378,19 +379,28 @@ def test_a_conversation_grown_into_another_depth_bucket_is_priced_by_a_calibrati
         """The depth buckets at which a whole calibration (its largest batch) was timed."""
         return {depth_bucket(d) for d, rows in events if rows == CALIBRATION_ROWS[-1]}
 
+    def said(events: list) -> list[int]:
+        """The depths the turn said it was timing (:class:`Calibrating`, before its :class:`PromptDone`)."""
+        kinds = [type(e) for e in events]
+        before = kinds.index(PromptDone)
+        assert all(i < before for i, k in enumerate(kinds) if k is Calibrating)
+        return [e.depth for e in events if isinstance(e, Calibrating)]
+
     dec = build_decoder(target, None, drafter="ngram", n_ctx=1024, calibration_cache=cache)
     try:
         dec.controls.set_auto_k(True)
         short = dec.target.tokenize(GREEDY_PROMPTS[0])
         long_ = (short * (300 // len(short) + 1))[:300]
-        run_turn(dec, short, 4)
+        _, events = run_turn(dec, short, 4)
         assert calibrated_at(timed) == {0} and dec.verify_source == "measured"
+        assert said(events) == [0]  # the seconds of timing are announced, so a UI need not look hung
         timed.clear()
-        run_turn(dec, short + short[:3], 4)  # same bucket: nothing is timed again
-        assert calibrated_at(timed) == set()
+        _, events = run_turn(dec, short + short[:3], 4)  # same bucket: nothing is timed again
+        assert calibrated_at(timed) == set() and said(events) == []
         timed.clear()
-        run_turn(dec, long_, 4)  # 299 tokens before the first verify: bucket 256
+        _, events = run_turn(dec, long_, 4)  # 299 tokens before the first verify: bucket 256
         assert calibrated_at(timed) == {256} and all(d >= 256 for d, _ in timed)
+        assert said(events) == [256]
         assert {e.key.depth for e in cache.entries()} == {0, 256}
         assert dec.cost_model.verify.largest_measured_rows() == CALIBRATION_ROWS[-1]
     finally:
@@ -400,8 +410,9 @@ def test_a_conversation_grown_into_another_depth_bucket_is_priced_by_a_calibrati
     try:
         dec.controls.set_auto_k(True)
         timed.clear()
-        run_turn(dec, long_, 4)  # a new session at 299 tokens: bucket 256's curve from the cache, re-anchored
+        _, events = run_turn(dec, long_, 4)  # a new session at 299 tokens: bucket 256's curve from the cache, re-anchored
         assert calibrated_at(timed) == set() and {rows for _, rows in timed} == {1}
+        assert said(events) == []  # three single rows: nothing to announce
         assert dec.verify_source == "cache" and len(cache.entries()) == 2
     finally:
         dec.close()

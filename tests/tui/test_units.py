@@ -359,3 +359,33 @@ def test_pump_posts_a_mode_change_at_once_and_throttles_the_rest():
     ks = [m.snapshot.k for m in posted if isinstance(m, StatsUpdated)]
     assert ks == [None, 3, 5, 5]  # start, first step, the K change (at its own step), the end of the turn
 
+
+
+def test_a_calibration_before_the_first_round_is_in_the_sidebar_at_once_and_gone_with_the_first_round():
+    """Auto-K times v(K) for seconds after the prompt (the first turn of a model, and the first turn at each new
+    depth bucket). The engine says so with :class:`Calibrating`; the pump posts it at once (nothing else comes for
+    seconds), the big number gives way to what is being timed - also on a later turn, where it would show the
+    last reply's rate - and the first round's stats replace it."""
+    from specchat.engine.events import Calibrating
+    from specchat.tui.widgets.sidebar_text import tok_s_caption, tok_s_value
+
+    stats = LiveStats()
+    posted: list = []
+    clock = FakeClock(step=0.001)  # all within one flush interval: only forced stats go out at once
+    events = [Calibrating(depth=512, context_n=700), PromptDone(prompt_n=700, prompt_ms=5.0, cached_n=600), _step(k=3)]
+    pump_turn(1, iter(events), posted.append, stats, clock)
+    snaps = [m.snapshot for m in posted if isinstance(m, StatsUpdated)]
+    during = [s for s in snaps if s.calibrating is not None]
+    assert during and during[0].calibrating.depth == 512  # posted at once, before the PromptDone
+    assert tok_s_value(during[0]) is None
+    assert tok_s_caption(during[0]) == "tok/s: timing v(K) after 512+ tokens before the first round (once; cached after)"
+    assert snaps[-1].calibrating is None and tok_s_caption(snaps[-1]) != tok_s_caption(during[0])
+
+    # a later turn: the last reply's rate is not shown under a calibration's caption
+    stats.finish_turn(_turn(1, 10.0))
+    stats.start_turn(clock())
+    stats.observe_calibrating(Calibrating(depth=0, context_n=40))
+    snap = stats.snapshot()
+    assert tok_s_value(snap) is None and "timing v(K) for this model" in tok_s_caption(snap)
+    stats.observe_prompt(PromptDone(prompt_n=40, prompt_ms=1.0, cached_n=0), clock())
+    assert stats.snapshot().calibrating is None and tok_s_value(stats.snapshot()) is not None

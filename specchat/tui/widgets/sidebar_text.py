@@ -145,7 +145,9 @@ def _pct(value: float | None) -> str:
 
 def tok_s_value(snapshot: StatsSnapshot) -> float | None:
     """The big number: tok/s over the last second of the reply, the last reply's rate once it ended, or None
-    before any reply (nothing is shown, not 0)."""
+    before any reply, or while auto-K times v(K) before this reply's first round (nothing is shown, not 0)."""
+    if snapshot.generating and snapshot.calibrating is not None:
+        return None
     if snapshot.tok_s is not None:
         return snapshot.tok_s
     if snapshot.last_turn is not None:
@@ -154,7 +156,10 @@ def tok_s_value(snapshot: StatsSnapshot) -> float | None:
 
 
 def tok_s_caption(snapshot: StatsSnapshot) -> str:
-    """What the big number is, and over which window."""
+    """What the big number is, and over which window; while auto-K times v(K) before this reply's first round
+    (seconds, once per model and depth), that instead of a number."""
+    if snapshot.generating and snapshot.calibrating is not None:
+        return f"tok/s: {snapshot.calibrating.label} before the first round (once; cached after)"
     if snapshot.tok_s is not None:
         return f"tok/s over the last {WINDOW_S:g} s of this reply"
     if snapshot.last_turn is not None:
