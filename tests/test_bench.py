@@ -19,10 +19,10 @@ import specchat.bench.runner as bench_runner
 from specchat.bench.arithmetic import ALL_PROMPTS
 from specchat.bench.command import parse_k_list
 from specchat.bench.progress import ProgressLine
-from specchat.bench.report import format_plot, noise_warnings
+from specchat.bench.report import format_plot, format_verdicts, noise_warnings
 from specchat.bench.runner import RECORD_FIELDS, BenchRunner, RunStats, make_plan
 from specchat.bench.suite import _COPY_CODE, load_suite
-from specchat.bench.summary import SummaryRow, summarize
+from specchat.bench.summary import AUTO_K_BAR, SummaryRow, auto_verdicts, summarize
 from specchat.cli import build_parser, main
 from specchat.engine.calibration import MEASURE_ROWS, WARM_UP_ROWS
 from specchat.engine.drafter_kinds import K_MAX
@@ -201,6 +201,8 @@ def test_report_prints_table_arithmetic_and_plot(tiny_report):
     assert "verify cost v(K)" in out and "cost ratio c" in out and "recommended" in out
     assert "draft costs" in out  # telemetry.break_even_line
     assert "speedup vs K" in out and "K=2" in out and "auto" in out
+    assert "auto-K against the best of plain decoding and every fixed K" in out  # the bar, per prompt
+    assert "prompt(s) at or above the bar" in out
 
 
 def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_path, tiny_pair, suite_file, monkeypatch):
@@ -505,3 +507,37 @@ def test_flash_attn_measures_every_target_with_each_setting_in_one_run(tmp_path,
     assert by["F32"]["source"] and not by["F32 fa-off"]["source"] and "near-ties" in by["F32 fa-off"]["note"]
     assert {r["target"] for r in data["records"]} == {"F32", "F32 fa-off"}
     assert "== F32 fa-off: " in out
+
+
+def _run(prompt, mode, k, speedup, rounds, target=""):
+    return {"prompt": prompt, "mode": mode, "k": k, "speedup": speedup, "target": target,
+            "round_log": [[k, d, a, d] for d, a in rounds]}
+
+
+def test_auto_k_is_judged_against_the_best_choice_with_identical_fixed_ks_as_one():
+    """The bench's verdict on auto-K (issue 20's bar): its speedup over max(plain, best fixed K). Fixed Ks whose runs
+    drafted and kept the very same rounds decoded the very same batches - one choice, whose pairs are pooled (the
+    max of its noisy copies would favour it by the noise alone: K 16 and K 64 read 1.00x and 1.10x on one AMD EPYC
+    Zen 4 run); Ks that drafted differently stay apart; plain decoding is 1.0."""
+    same = [(3, 3), (2, 1), (5, 5)]
+    records = [
+        *[_run("code", "spec", 16, x, same) for x in (0.99, 1.00, 1.01)],
+        *[_run("code", "spec", 64, x, same) for x in (1.09, 1.10, 1.11)],
+        *[_run("code", "spec", 8, x, [(3, 3), (2, 1), (5, 4), (1, 1)]) for x in (1.02, 1.03, 1.04)],
+        *[_run("code", "auto", None, x, [(3, 3)]) for x in (1.03, 1.04, 1.05)],
+        *[_run("prose", "spec", 8, x, [(1, 0)]) for x in (0.95, 0.96, 0.97)],
+        *[_run("prose", "auto", None, x, []) for x in (0.97, 0.99, 0.99)],
+        *[_run("code", "spec", 8, 1.5, same, target="F16")],  # another target, no auto-K runs: no verdict
+        {"prompt": "code", "mode": "baseline", "k": 0, "speedup": None, "target": "", "round_log": []},
+    ]
+    code, prose = auto_verdicts(records)
+    assert (code.prompt, code.best, code.pairs, code.alone) == ("code", (16, 64), 6, (1.00, 1.10))
+    assert code.best_speedup == pytest.approx(1.05)  # the median of the six pooled ratios, not K 64's 1.10
+    assert code.ratio == pytest.approx(1.04 / 1.05) and code.ratio >= AUTO_K_BAR
+    assert (prose.best, prose.best_speedup, prose.best_label) == ((), 1.0, "plain")
+    assert prose.ratio == pytest.approx(0.99)
+    text = format_verdicts([code, prose])
+    assert "K 16 = K 64 1.05×" in text and "plain 1.00×" in text and "2 of 2 prompt(s) at or above the bar" in text
+    assert "code: K 16 1.00× and K 64 1.10× alone, 1.05× over their 6 pairs" in text
+    low = format_verdicts(auto_verdicts([*records[:6], *[_run("code", "auto", None, 0.9, [])]]))
+    assert "below" in low and "0 of 1" in low

@@ -6,7 +6,7 @@ write the report. Ctrl-C stops the runs: what was measured is summarised, printe
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,6 +19,7 @@ from specchat.bench.report import (
     format_formats,
     format_plot,
     format_table,
+    format_verdicts,
     noise_warnings,
     write_json,
 )
@@ -26,7 +27,7 @@ from specchat.bench.runner import BenchRunner
 from specchat.bench.history_suite import DEFAULT_EARLIER, HISTORY_SUITE, earlier_tasks
 from specchat.bench.suite import load_suite
 from specchat.bench.remote import BenchServer, ab_plan, ab_ratios, format_ratios, remote_plan, run_ab, run_remote_once
-from specchat.bench.summary import summarize
+from specchat.bench.summary import auto_verdicts, summarize
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX, chain_links
 from specchat.errors import UserError
 from specchat.models.formats import parse_flash_attn, parse_formats
@@ -306,7 +307,7 @@ def _main_local(
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
         _print_local_results(out, err, list(sessions), rows, ariths, cals, variants if many else {}, args.plot,
-                             reference, meta, dec.target.name)
+                             reference, meta, dec.target.name, records)
         if compared and rows:
             print(format_drafters(rows, compared), file=out)
         if args.json:
@@ -395,8 +396,9 @@ def _calibrate_all(
 def _print_local_results(
     out: TextIO, err: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any], cals: dict[str, Calibration],
     many: dict[str, Any], plot: bool | str | None, reference: str | None, meta: dict[str, Any], target: str,
+    records: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """Per target: its table, noise warnings, arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a
+    """Per target: its table, noise warnings, auto-K's verdict against the best choice (``records``), arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a
     chart per target, :func:`_chart`); with ``many`` formats, the comparison (with each target's free-drafter speed
     cap per prompt, from its calibration)."""
     for label in labels:
@@ -412,6 +414,9 @@ def _print_local_results(
             print("speedup = median over pairs of (speculative tok/s / the adjacent baseline's tok/s)", file=out)
             for w in noise_warnings(mine):
                 print(w, file=out)
+            verdicts = format_verdicts([v for v in auto_verdicts(records) if v.target == label])
+            if verdicts:
+                print(verdicts, file=out)
         if label in ariths:
             print(format_arithmetic(ariths[label]), file=out)
         if plot is True and mine:

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specchat.bench.summary import SummaryRow
+from specchat.bench.summary import AUTO_K_BAR, AutoVerdict, SummaryRow
 from specchat.engine.drafter_kinds import MODEL, NONE
 from specchat.errors import UserError
 
@@ -69,6 +69,30 @@ def format_drafters(rows: Sequence[SummaryRow], labels: Sequence[str]) -> str:
             name = prompt if i == 0 else ""
             kl = "auto" if mode == "auto" else str(k)
             lines.append(f"{name:<{w}} {kl:>4} {plain if i == 0 else '':>11} " + " ".join(f"{c:>{cw}}" for c in cells))
+    return "\n".join(lines)
+
+
+def format_verdicts(verdicts: Sequence[AutoVerdict]) -> str:
+    """Auto-K against max(plain, best fixed K) per prompt, with the bar (:func:`~specchat.bench.summary.auto_verdicts`:
+    fixed Ks that drafted the very same rounds pooled as one choice)."""
+    if not verdicts:
+        return ""
+    w = max([12, *(len(v.prompt) for v in verdicts)])
+    lines = ["", f"auto-K against the best of plain decoding and every fixed K (the bar: {AUTO_K_BAR:.2f} of it)",
+             f"{'prompt':<{w}} {'auto-K':>7}  {'best':<22} {'ratio':>5}", "-" * (w + 38)]
+    twins = []
+    for v in verdicts:
+        best = f"{v.best_label} {v.best_speedup:.2f}×"
+        mark = "" if v.ratio >= AUTO_K_BAR else "  below"
+        lines.append(f"{v.prompt:<{w}} {v.auto:>6.2f}×  {best:<22} {v.ratio:>5.2f}{mark}")
+        if v.alone:
+            twins.append(f"{v.prompt}: {' and '.join(f'K {k} {x:.2f}×' for k, x in zip(v.best, v.alone))} alone, "
+                         f"{v.best_speedup:.2f}× over their {v.pairs} pairs")
+    met = sum(v.ratio >= AUTO_K_BAR for v in verdicts)
+    lines.append(f"{met} of {len(verdicts)} prompt(s) at or above the bar")
+    if twins:
+        lines.append("fixed Ks joined by '=' drafted and kept the very same rounds (the same batches decoded): one "
+                     "choice, their pairs pooled - " + "; ".join(twins))
     return "\n".join(lines)
 
 
@@ -244,4 +268,7 @@ def write_json(path: str, report: dict[str, Any]) -> None:
         raise UserError(f"cannot write --json {p}: {exc.strerror or exc}; choose a writable path") from None
 
 
-__all__ = ["build_report", "format_arithmetic", "format_formats", "format_plot", "format_table", "noise_warnings", "write_json"]
+__all__ = [
+    "build_report", "format_arithmetic", "format_formats", "format_plot", "format_table", "format_verdicts",
+    "noise_warnings", "write_json",
+]
