@@ -25,6 +25,7 @@ from specchat.bench.suite import _COPY_CODE, load_suite
 from specchat.bench.summary import AUTO_K_BAR, SummaryRow, auto_verdicts, summarize
 from specchat.cli import build_parser, main
 from specchat.engine.calibration import MEASURE_ROWS, WARM_UP_ROWS
+from specchat.engine.calibration_cache import depth_bucket
 from specchat.engine.drafter_kinds import K_MAX
 from specchat.engine.telemetry import speedup_curve
 
@@ -244,6 +245,41 @@ def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_pat
     assert ar["target_ms_per_token"] == pytest.approx(cm.target_ms())
     assert [ar["v"][str(k)] for k in range(K_MAX + 1)] == pytest.approx([cm.v(k) for k in range(K_MAX + 1)])
     assert ar["c"] == pytest.approx(ratios[len(ratios) // 2])
+
+
+def test_each_prompt_is_priced_by_a_calibration_at_its_own_depth(tmp_path, tiny_pair, monkeypatch):
+    """A verify batch's cost per row grows with the context faster than a single row's (calibration_cache.depth_bucket
+    has the measurement), so the bench calibrates once per depth bucket its prompts reach - at the first prompt of
+    each - and prices every prompt's arithmetic with its own: two short prompts share one calibration, a prompt of
+    ~300 tokens gets its own, timed after those tokens (as auto-K prices that turn)."""
+    from specchat.engine.model import Model
+
+    target, draft = tiny_pair
+    depths: list[int] = []  # the target's KV length at every verify batch of the largest size timed
+    real = Model.time_scratch_decode
+
+    def recording(self, tokens):
+        if self.name == target.name and len(tokens) == MEASURE_ROWS[-1]:
+            depths.append(len(self.tokens))
+        return real(self, tokens)
+
+    monkeypatch.setattr(Model, "time_scratch_decode", recording)
+    long_prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps([*SUITE, {"name": "long", "prompt": long_prompt}]))
+    out_json = tmp_path / "depths.json"
+    rc, out, err = run_bench(bench_args(target, draft, suite, "--k", "0,2", "--runs", "1", "--json", str(out_json)))
+    assert rc == 0, err
+    buckets = sorted({depth_bucket(d) for d in depths})
+    assert buckets == [0, 256], depths  # one calibration for alpha and beta, one for long
+    per_prompt = {p["prompt"]: p for p in json.loads(out_json.read_text())["arithmetic"]["prompts"]}
+    assert "context_n" not in per_prompt["alpha"] and "context_n" not in per_prompt["beta"]
+    deep = per_prompt["long"]
+    assert depth_bucket(deep["context_n"] - 1) == 256 and set(deep["v"]) == {str(k) for k in range(K_MAX + 1)}
+    assert deep["target_ms_per_token"] > 0
+    for row in deep["rows"]:  # its rows are priced with its own v(K)
+        assert row["v"] == pytest.approx(deep["v"][str(row["k"])])
+    assert f"priced at its own depth ({deep['context_n']} tokens in the KV)" in out
 
 
 # -- Ctrl-C -------------------------------------------------------------------------------------------

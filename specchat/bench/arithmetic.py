@@ -2,7 +2,9 @@
 measurements, and the recommended K (Leviathan et al. 2023, §3.3-3.4, with a measured verify cost).
 
 * the engine's own calibration (:mod:`specchat.engine.calibration`) on a fresh
-  :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt: the same functions and the
+  :class:`~specchat.engine.telemetry.CostModel`, at the suite's first prompt, and once more at the first prompt
+  of every further depth bucket the suite reaches (:func:`calibrate_by_depth`: each prompt is priced at its own
+  depth, as auto-K prices each turn): the same functions and the
   same fit as auto-K and the sidebar, with the verify sizes of ``MEASURE_ROWS`` (every K up to 16, then
   20, 24, 32, 48, 64) timed ``reps`` times (each right after a single-row decode). So the bench's c and
   v(K) are the engine's:
@@ -28,13 +30,14 @@ earlier match, so its measured tokens per round can fall below E - that gap is p
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specchat.bench.progress import Progress
 from specchat.bench.summary import SummaryRow, alpha_mle
 from specchat.engine.calibration import MEASURE_ROWS, calibrate_draft_cost, calibrate_verify_cost, draft_cost_ratios
+from specchat.engine.calibration_cache import depth_bucket
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.events import CostEstimate, VerifyCurve
 from specchat.engine.protocol import Message
@@ -125,6 +128,32 @@ def calibrate(session: Any, prompt: str, *, reps: int = 7, progress: Progress | 
     )
 
 
+def calibrate_by_depth(session: Any, suite: Sequence[dict[str, str]], *, reps: int = 7,
+                       progress: Progress | None = None) -> dict[str, Calibration]:
+    """:func:`calibrate` once per depth bucket the suite's prompts reach
+    (:func:`~specchat.engine.calibration_cache.depth_bucket`: 0 below 256 tokens, then 256, 512, 1024, ...), at
+    the first prompt of each; returns every prompt's calibration by name.
+
+    Why not one at the first prompt: a verify row's attention walks the whole context, so a batch's cost per row
+    grows with depth faster than a single row's - the default suite's summary (1440 tokens) was priced by the code
+    prompt's calibration (49 tokens), and its predictions ran high (AMD EPYC Zen 4, bundled Q4_1, 2026-12-05: one
+    row 12.4 ms and v(16) 9.8 at 49 tokens, 20.7 ms and 11.6 at 1440; the copy-heavy prompt, 332 tokens, 13.7 ms
+    and 10.5). Auto-K prices each turn at its own bucket too. Each calibration takes 20-46 s there."""
+    tokens = {p["name"]: len(session.template.tokens([Message("user", p["prompt"])])) for p in suite}
+    first: dict[int, str] = {}
+    for p in suite:
+        first.setdefault(depth_bucket(tokens[p["name"]] - 1), p["name"])
+    prompts = {p["name"]: p["prompt"] for p in suite}
+    done: dict[int, Calibration] = {}
+    for i, (bucket, name) in enumerate(first.items()):
+        step = None
+        if progress is not None and len(first) > 1:
+            def step(r: int, n: int, what: str, i: int = i, name: str = name) -> None:
+                progress(i * n + r, len(first) * n, f"{what} at the {name} prompt's depth")
+        done[bucket] = calibrate(session, prompts[name], reps=reps, progress=step or progress)
+    return {name: done[depth_bucket(n - 1)] for name, n in tokens.items()}
+
+
 def replay_of_rounds(fixed: Sequence[SummaryRow], alpha: float, c: float, vt: Sequence[float]) -> dict[str, Any] | None:
     """The rounds of the largest fixed K replayed at every K (auto-K's estimate, see
     :func:`specchat.engine.telemetry.replay_speedups`): exact up to what each round drafted, the
@@ -169,10 +198,14 @@ def _row_prediction(r: SummaryRow, alpha: float, c: float, vt: Sequence[float], 
     }
 
 
-def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
-    """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K."""
+def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], at_depth: Mapping[str, Calibration] | None = None
+               ) -> dict[str, Any]:
+    """Predictions from (α, c, v) next to the measurements, per prompt and pooled; the best K. ``at_depth`` (from
+    :func:`calibrate_by_depth`): each prompt's own calibration, whose t1 and v(K) price that prompt (its entry
+    says where it was timed when that is not ``cal``)."""
     vt = cal.v_table()
     t1, c, draft_ms = cal.target_ms, cal.c, cal.draft_ms
+    head_vt, head_t1 = vt, t1
     out: dict[str, Any] = {
         "target_ms_per_token": t1,
         "target_tok_s": 1000.0 / t1 if t1 > 0 else None,
@@ -195,6 +228,8 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
     pooled_acc = pooled_rej = 0
     pooled = [(ALL_PROMPTS, None)] if len(by_prompt) > 1 else []
     for name, prs in [*by_prompt.items(), *pooled]:
+        own = (at_depth or {}).get(name, cal)
+        vt, t1 = (own.v_table(), own.target_ms) if own is not cal else (head_vt, head_t1)
         if prs is None:  # α over every fixed-K run of every prompt: the pair's overall recommendation
             fixed: list[SummaryRow] = []
             alpha = alpha_mle(pooled_acc, pooled_rej)
@@ -206,6 +241,10 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow]) -> dict[str, Any]:
             pooled_rej += rej_sum
             alpha = alpha_mle(a_sum, rej_sum)
         entry: dict[str, Any] = {"prompt": name, "alpha": alpha, "rows": []}
+        if own is not cal:  # priced at its own depth
+            entry["context_n"] = own.context_n
+            entry["target_ms_per_token"] = t1
+            entry["v"] = {str(k): v for k, v in enumerate(vt)}
         d_tok = [r.draft_ms_per_token for r in fixed if r.draft_ms_per_token > 0]
         entry["c_in_runs"] = statistics.median(d_tok) / t1 if d_tok and t1 > 0 else None
         if alpha is not None:
@@ -279,4 +318,7 @@ def speed_cap(rows: Sequence[SummaryRow], v_by_k: Sequence[float]) -> SpeedCap |
     )
 
 
-__all__ = ["ALL_PROMPTS", "Calibration", "SpeedCap", "arithmetic", "calibrate", "replay_of_rounds", "speed_cap"]
+__all__ = [
+    "ALL_PROMPTS", "Calibration", "SpeedCap", "arithmetic", "calibrate", "calibrate_by_depth", "replay_of_rounds",
+    "speed_cap",
+]

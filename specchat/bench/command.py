@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.bench.arithmetic import Calibration, arithmetic, calibrate, speed_cap
+from specchat.bench.arithmetic import Calibration, arithmetic, calibrate_by_depth, speed_cap
 from specchat.bench.progress import ProgressLine
 from specchat.bench.report import (
     build_report,
@@ -289,8 +289,9 @@ def _main_local(
             print(f"drafters compared: {' against '.join(compared)}, each run paired with its own baseline", file=out)
             meta["compared"] = compared
         cals: dict[str, Calibration] = {}
+        at_depth: dict[str, dict[str, Calibration]] = {}
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
-            interrupted = _calibrate_all(sessions, suite, progress, many, cals)
+            interrupted = _calibrate_all(sessions, suite, progress, many, cals, at_depth)
         records: list[dict[str, Any]] = []
         if not interrupted:
             runner = BenchRunner(
@@ -303,10 +304,11 @@ def _main_local(
             interrupted = runner.interrupted
         progress.close()
         rows = summarize(records)
-        ariths = {label: arithmetic(cal, [r for r in rows if r.target == label]) for label, cal in cals.items()}
+        ariths = {label: arithmetic(cal, [r for r in rows if r.target == label], at_depth.get(label))
+                  for label, cal in cals.items()}
         if interrupted:
             print(f"interrupted: {len(records)} run(s) measured so far", file=out)
-        _print_local_results(out, err, list(sessions), rows, ariths, cals, variants if many else {}, args.plot,
+        _print_local_results(out, err, list(sessions), rows, ariths, at_depth, variants if many else {}, args.plot,
                              reference, meta, dec.target.name, records)
         if compared and rows:
             print(format_drafters(rows, compared), file=out)
@@ -378,29 +380,33 @@ def _print_local_header(
 
 def _calibrate_all(
     sessions: dict[str, Any], suite: list[dict[str, str]], progress: ProgressLine, many: bool,
-    cals: dict[str, Calibration],
+    cals: dict[str, Calibration], at_depth: dict[str, dict[str, Calibration]],
 ) -> bool:
-    """Measure v(K) for each target into ``cals``; True if Ctrl-C stopped it (what was measured is kept)."""
+    """Measure v(K) for each target into ``cals`` (at the first prompt's depth) and ``at_depth`` (every prompt's
+    calibration at its own depth bucket, :func:`calibrate_by_depth`); True if Ctrl-C stopped it (what was measured
+    is kept)."""
     try:
-        done: dict[int, Calibration] = {}  # one session under several drafters' names is timed once
+        done: dict[int, dict[str, Calibration]] = {}  # one session under several drafters' names is timed once
         for label, session in sessions.items():
             prog = progress if not many else (lambda i, n, what, label=label: progress(i, n, f"{label} {what}"))
             if id(session) not in done:
-                done[id(session)] = calibrate(session, suite[0]["prompt"], progress=prog)
-            cals[label] = done[id(session)]
+                done[id(session)] = calibrate_by_depth(session, suite, progress=prog)
+            at_depth[label] = done[id(session)]
+            cals[label] = done[id(session)][suite[0]["name"]]
     except KeyboardInterrupt:
         return True
     return False
 
 
 def _print_local_results(
-    out: TextIO, err: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any], cals: dict[str, Calibration],
+    out: TextIO, err: TextIO, labels: list[str], rows: list[Any], ariths: dict[str, Any],
+    at_depth: dict[str, dict[str, Calibration]],
     many: dict[str, Any], plot: bool | str | None, reference: str | None, meta: dict[str, Any], target: str,
     records: Sequence[dict[str, Any]] = (),
 ) -> None:
     """Per target: its table, noise warnings, auto-K's verdict against the best choice (``records``), arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a
     chart per target, :func:`_chart`); with ``many`` formats, the comparison (with each target's free-drafter speed
-    cap per prompt, from its calibration)."""
+    cap per prompt, from its calibration at that prompt's depth)."""
     for label in labels:
         mine = [r for r in rows if r.target == label]
         if many:
@@ -427,9 +433,10 @@ def _print_local_results(
     if many and rows and reference is not None:
         caps = {
             (prompt, label): cap
-            for prompt in dict.fromkeys(r.prompt for r in rows) for label, cal in cals.items()
-            if (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
-                                 cal.cost_model.verify.table())) is not None
+            for prompt in dict.fromkeys(r.prompt for r in rows) for label, by_prompt in at_depth.items()
+            if prompt in by_prompt
+            and (cap := speed_cap([r for r in rows if r.target == label and r.prompt == prompt],
+                                  by_prompt[prompt].cost_model.verify.table())) is not None
         }
         print(format_formats(rows, labels, reference, caps), file=out)
 

@@ -134,6 +134,12 @@ def format_arithmetic(ar: dict[str, Any]) -> str:
             continue
         lines.append("")
         lines.append(f"  {p['prompt']}: α = {p['alpha']:.3f} (accepted / (accepted + rejections) over the fixed-K runs)")
+        if "context_n" in p:  # calibrated at its own depth (bench.arithmetic.calibrate_by_depth)
+            pv = p["v"]
+            lines.append(
+                f"    priced at its own depth ({p['context_n']} tokens in the KV): one row {p['target_ms_per_token']:.2f} ms, "
+                + ", ".join(f"v({k}) {pv[str(k)]:.2f}" for k in (8, 16, 64) if str(k) in pv)
+            )
         if p["rows"]:
             lines.append(
                 f"    {'K':>3} {'E(α,K)':>7} {'tok/round':>9} {'v(K)':>6} {'predicted':>9} {'from rounds':>11} {'measured':>9}"
