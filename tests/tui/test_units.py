@@ -367,7 +367,7 @@ def test_a_calibration_before_the_first_round_is_in_the_sidebar_at_once_and_gone
     seconds), the big number gives way to what is being timed - also on a later turn, where it would show the
     last reply's rate - and the first round's stats replace it."""
     from specchat.engine.events import Calibrating
-    from specchat.tui.widgets.sidebar_text import tok_s_caption, tok_s_value
+    from specchat.tui.widgets.sidebar_text import status_line, tok_s_caption, tok_s_value
 
     stats = LiveStats()
     posted: list = []
@@ -387,5 +387,7 @@ def test_a_calibration_before_the_first_round_is_in_the_sidebar_at_once_and_gone
     stats.observe_calibrating(Calibrating(depth=0, context_n=40))
     snap = stats.snapshot()
     assert tok_s_value(snap) is None and "timing v(K) for this model" in tok_s_caption(snap)
+    # the one-line status bar of a narrow terminal says it too, not "no reply yet"
+    assert status_line(snap, None, "ready").startswith("timing v(K) for this model \u00b7 ")
     stats.observe_prompt(PromptDone(prompt_n=40, prompt_ms=1.0, cached_n=0), clock())
     assert stats.snapshot().calibrating is None and tok_s_value(stats.snapshot()) is not None

@@ -274,9 +274,13 @@ def format_recent(fig: Figures | None, info: EngineInfo | None = None) -> list[s
 
 def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str) -> str:
     """The one-line summary shown instead of the sidebar when it is hidden: tok/s, K, this reply's
-    acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``)."""
+    acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``; while auto-K times v(K) before
+    the first round, that)."""
     rate = tok_s_value(snapshot)
-    parts = [NO_REPLY if rate is None else f"{rate:.1f} tok/s"]
+    if snapshot.generating and snapshot.calibrating is not None:  # seconds before the first round: say why
+        parts = [snapshot.calibrating.label]
+    else:
+        parts = [NO_REPLY if rate is None else f"{rate:.1f} tok/s"]
     parts.append(format_k(snapshot.status, state)[0] if snapshot.status is not None or state is not None else f"K {DASH}")
     fig = snapshot.reply
     if fig is not None and fig.acceptance is not None:
