@@ -404,9 +404,10 @@ def _print_local_results(
     many: dict[str, Any], plot: bool | str | None, reference: str | None, meta: dict[str, Any], target: str,
     records: Sequence[dict[str, Any]] = (),
 ) -> None:
-    """Per target: its table, noise warnings, auto-K's verdict against the best choice (``records``), arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a
-    chart per target, :func:`_chart`); with ``many`` formats, the comparison (with each target's free-drafter speed
-    cap per prompt, from its calibration at that prompt's depth)."""
+    """Per target: its table, noise warnings, auto-K's verdict against the best choice (from ``records``),
+    arithmetic and plot (``--plot``: in the terminal; ``--plot FILE``: a chart per target, :func:`_chart`); with
+    ``many`` formats, the comparison (with each target's free-drafter speed cap per prompt, from its calibration at
+    that prompt's depth)."""
     for label in labels:
         mine = [r for r in rows if r.target == label]
         if many:
