@@ -196,3 +196,15 @@ def test_a_model_drafters_k_above_its_cap_is_said_in_one_line(capsys, tiny_pair)
     assert "cap" not in err
     _, err = run_json(capsys, *common, "--draft", str(draft), "--k", "16")
     assert "cap" not in err
+
+
+def test_auto_k_says_on_stderr_while_it_times_v_k_once(capsys, tiny_target):
+    """With auto-K the first reply of a model waits for v(K) to be timed (seconds on a real model): ``generate``
+    says so on stderr, as the app's sidebar does; the next run finds the curve cached and says nothing."""
+    said = "specchat: timing v(K) for this model before the first round (once; cached after)"
+    args = ["--prompt", "a b a b a b a b", "--raw", "--target", str(tiny_target), "--draft", "ngram", "--auto-k",
+            "--n-predict", "8"]
+    _turn, err = run_json(capsys, *args)
+    assert said in err.splitlines()
+    _turn, err = run_json(capsys, *args)
+    assert "timing v(K)" not in err

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_local_flags(args, settings.server_url, LOCAL_ONLY_FLAGS)
     conversation = load_conversation(args.conversation) if args.conversation else None
 
-    from specchat.engine.events import EngineError, Notice, Piece, Turn
+    from specchat.engine.events import Calibrating, EngineError, Notice, Piece, Turn
     from specchat.loading import load_engine, wait_for_history
 
     auto_k = bool(args.auto_k)
@@ -176,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
                 turn = ev
             elif isinstance(ev, Notice):
                 print(f"specchat: {sanitize(ev.message)}", file=sys.stderr)
+            elif isinstance(ev, Calibrating):  # seconds before the first token: say why, as the app does
+                print(f"specchat: {ev.sentence}", file=sys.stderr)
             elif isinstance(ev, EngineError):
                 raise UserError(f"generation failed: {ev.message}")
         if turn is None:  # pragma: no cover - a generation always ends with a Turn

@@ -285,6 +285,11 @@ class Calibrating:
         where = "for this model" if self.depth == 0 else f"after {self.depth}+ tokens"
         return f"timing v(K) {where}"
 
+    @property
+    def sentence(self) -> str:
+        """The label with when and how often: what a UI or ``generate`` says while it runs."""
+        return f"{self.label} before the first round (once; cached after)"
+
 
 @dataclass(frozen=True, slots=True)
 class ContextTrimmed:

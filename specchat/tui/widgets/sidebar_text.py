@@ -159,7 +159,7 @@ def tok_s_caption(snapshot: StatsSnapshot) -> str:
     """What the big number is, and over which window; while auto-K times v(K) before this reply's first round
     (seconds, once per model and depth), that instead of a number."""
     if snapshot.generating and snapshot.calibrating is not None:
-        return f"tok/s: {snapshot.calibrating.label} before the first round (once; cached after)"
+        return f"tok/s: {snapshot.calibrating.sentence}"
     if snapshot.tok_s is not None:
         return f"tok/s over the last {WINDOW_S:g} s of this reply"
     if snapshot.last_turn is not None:
