@@ -29,6 +29,7 @@ on, an :class:`~specchat.engine.events.AutoKNotice` says so once, before the rou
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 
@@ -56,6 +57,7 @@ from specchat.engine.events import (
     CostEstimate,
     DraftSource,
     Event,
+    Figures,
     Piece,
     PieceKind,
     PromptDone,
@@ -137,9 +139,8 @@ class SpeculativeDecoder:
         self._auto_round = False
         #: when the reply being generated started (the clock's seconds), for its figures
         self._t_gen0 = 0.0
-        #: the last Step's cost estimate, what it was computed for (drafter, K, cap) and when (:data:`FIGURES_REFRESH_S`)
-        #: per drafter (a chain's links take turns: each keeps its own between refits)
-        self._figures: dict[str, tuple[tuple[str, int, int], float, CostEstimate]] = {}
+        #: the last Step's figures per drafter (a chain's links take turns: each keeps its own between refits)
+        self._figures: dict[str, _Figures] = {}
         self._rows_buf: np.ndarray | None = None  # a pieced verify's logits rows (_verify_rows)
         for d in every_drafter(drafters):  # the n-gram drafter sizes its drafts by the verify cost measured here
             if isinstance(d, NgramDrafter) and d.verify_cost is None:
@@ -482,30 +483,36 @@ class SpeculativeDecoder:
     def _record(self, counters: TurnCounters, st: ControlState, rnd: Round, decision: KDecision | None) -> Step:
         """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
         how its K was chosen and the figures of the reply so far and of the cost model's recent window (refit at
-        most every :data:`FIGURES_REFRESH_S` while the drafter and K stay)."""
+        most every :data:`FIGURES_REFRESH_S` while the drafter and its cap stay)."""
         now = self.clock()
         counters.add(rnd)
         cm = self.cost_model
         cm.observe(rnd)
         drafter = self.links.get(rnd.drafter)
         cap = drafter.k_cap if drafter is not None else K_MAX
-        key = (rnd.drafter, rnd.k, cap)
+        key = (rnd.drafter, cap)
         fig = self._figures.get(rnd.drafter)
-        fresh = fig is not None and fig[0] == key and now - fig[1] < FIGURES_REFRESH_S
-        if fresh and rnd.drafted == 0:
+        if fig is not None and (fig.key != key or now - fig.at >= FIGURES_REFRESH_S):
+            fig = None  # another cap, or due for a refit
+        if fig is not None and rnd.drafted == 0 and fig.k == rnd.k:
             # a round that drafted nothing moves no α: the last figures stand (plain decoding refit the table for
             # the new single-row time and replayed a curve every token: 1.1 % of a plain round under cProfile,
-            # AMD EPYC Zen 4, bundled Q4_1, --threads 1)
-            cost = fig[2]
-        elif fresh:
-            # α, the best K and its speedup move every round (one speedup curve: cheap); the v(K) refit and the
-            # break-even bisection (c and v only) stay as last fitted
-            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify, alpha_to_pay=fig[2].alpha_to_pay)
+            # AMD EPYC Zen 4, bundled Q4_1, --threads 1); the recent window only aged, its ratios unchanged
+            cost, recent = fig.cost, fig.recent
         else:
-            self.verify = self._verify_curve()
-            cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
-            self._figures[rnd.drafter] = (key, now, cost)
-        recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
+            if fig is not None:
+                # α, the best K and its speedup move every round (one speedup curve: cheap); the v(K) refit and
+                # the break-even bisection (c, v and the cap only, not K: auto-K's probes and its off rounds
+                # alternate K) stay as last fitted
+                cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify,
+                                   alpha_to_pay=fig.cost.alpha_to_pay)
+                at = fig.at
+            else:
+                self.verify = self._verify_curve()
+                cost = cm.estimate(rnd.drafter, rnd.k, cap, verify=self.verify)
+                at = now
+            recent = recent_figures(cm.window(rnd.drafter)) if drafter is not None else None
+            self._figures[rnd.drafter] = _Figures(key, at, rnd.k, cost, recent)
         status = k_status(
             speculative=rnd.speculative, k_control=st.k, k_round=rnd.k, k_cap=cap,
             auto_k=self._policy_now if decision is not None else None, decision=decision, best_k=cost.best_k,
@@ -524,6 +531,18 @@ class SpeculativeDecoder:
         for d in self.drafters.values():
             d.close()
         self.target.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    """A drafter's last :class:`Step` figures: for which (drafter, cap), since when (the last full refit,
+    :data:`FIGURES_REFRESH_S`), at which K, the cost estimate and the recent window's figures."""
+
+    key: tuple[str, int]
+    at: float
+    k: int
+    cost: CostEstimate
+    recent: Figures | None
 
 
 class _Reply:

@@ -31,7 +31,14 @@ from specchat.engine.telemetry import (
     speedup_curve,
     verify_reason,
 )
-from specchat.engine.telemetry.verify_cost import BREAK_RISK_ROWS, CHUNK_MARGIN, SPLIT_MARGIN, VerifyCost
+from specchat.engine.telemetry.speedup import break_even_alpha
+from specchat.engine.telemetry.verify_cost import (
+    BREAK_RISK_ROWS,
+    CHUNK_MARGIN,
+    REFIT_TOLERANCE,
+    SPLIT_MARGIN,
+    VerifyCost,
+)
 
 FLAT = [1.0] * (K_MAX + 1)
 
@@ -1299,3 +1306,48 @@ def test_the_rounds_correct_a_stale_calibration_once_not_twice() -> None:
     priced = cm.measured_v(NGRAM)
     assert priced is not None
     assert priced[8] == pytest.approx(8.0, rel=0.05)  # the price is the cost, not the table's lesson twice
+
+
+def test_a_single_row_timing_refits_v_only_once_its_median_has_moved() -> None:
+    """Plain rounds add a single-row timing each: the table is refit when the single row's median moved
+    REFIT_TOLERANCE from the fitted t1 (or its window is filling), a multi-row timing always refits, and t1 never
+    lags the median by more than the tolerance. What was derived from the table (the break-even α) follows it."""
+    vc = VerifyCost()
+    for _ in range(vc.window):
+        vc.observe(1, 10.0)
+    for rows, ms in ((5, 40.0), (17, 120.0)):
+        vc.observe(rows, ms)
+    v16 = vc.v(16)
+    fitted = vc.version
+    vc.observe(1, 10.0 * (1 + REFIT_TOLERANCE / 4))  # the median of 31 tens stays ten
+    assert vc.v(16) == v16 and vc.version == fitted
+    for i in range(vc.window):  # the single row drifts 5 % slower, one timing at a time
+        vc.observe(1, 10.5)
+        median = vc._rows[1].value
+        assert abs(vc.target_ms() - median) < REFIT_TOLERANCE * median  # type: ignore[operator]
+    assert vc.target_ms() == pytest.approx(10.5) and vc.version > fitted
+    assert vc.v(16) == pytest.approx(v16 * 10.0 / 10.5, rel=0.02)  # the same batch, a dearer unit
+    refits = vc.version
+    vc.observe(1, 10.5)  # settled: no refit
+    vc.target_ms()
+    assert vc.version == refits
+    vc.observe(17, 140.0)  # a verify batch always refits
+    assert vc.v(16) > 120.0 / 10.5 - 1e-9 and vc.version == refits + 1
+
+
+def test_the_break_even_alpha_follows_every_refit_of_v() -> None:
+    """The cost model keeps the break-even α (a bisection of speedup curves) until c or v(K) changes: the
+    cached figure is always what the pure function gives for the current table."""
+    cm = CostModel()
+    for _ in range(31):
+        cm.observe_plain(10.0)
+    cm.observe_draft_cost(NGRAM, 0.0)
+    for rows, ms in ((9, 50.0), (17, 90.0)):
+        cm.observe_verify(rows, ms)
+    first = cm.break_even_alpha(NGRAM, 16)
+    assert first == break_even_alpha(cm.c(NGRAM), cm.verify.table(), 16)
+    assert cm.break_even_alpha(NGRAM, 16) == first
+    cm.observe_verify(17, 160.0)  # batching got dearer: drafting must be guessed better to pay
+    second = cm.break_even_alpha(NGRAM, 16)
+    assert second > first and second == break_even_alpha(cm.c(NGRAM), cm.verify.table(), 16)
+    assert cm.break_even_alpha(NGRAM, 8) == break_even_alpha(cm.c(NGRAM), cm.verify.table(), 8)

@@ -10,6 +10,7 @@ most every :data:`CURVE_REFRESH_MS` of generation.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -180,6 +181,8 @@ class CostModel:
         self._drafters: dict[str, _DrafterStats] = {}
         self.verify = VerifyCost(self.max_rows, window=self.timing_window, shrink=self.v_shrink)
         self._curve_key: tuple | None = None
+        self._break_even_key: tuple | None = None
+        self._break_even = math.inf
         self._curve: list[float] = []
         self._gen_ms = 0.0  # generation time observed in rounds (the clock the curve's refresh runs on)
         self._curve_ms = 0.0  # _gen_ms when the cached curve was computed
@@ -354,7 +357,11 @@ class CostModel:
         """The smallest α at which some K in 1..``k_max`` beats plain decoding by more than ``gain`` with this
         drafter's measured c and the measured v(K) (:func:`~specchat.engine.telemetry.speedup.break_even_alpha`:
         the geometric model, every round drafting K); ``math.inf`` when none does even at α = 1."""
-        return break_even_alpha(self.c(drafter), self.verify.table(), k_max, gain)
+        table, c = self.verify.table(), self.c(drafter)
+        key = (c, self.verify.version, k_max, gain)  # a bisection of 15 speedup curves: once per c and v(K)
+        if key != self._break_even_key:
+            self._break_even_key, self._break_even = key, break_even_alpha(c, table, k_max, gain)
+        return self._break_even
 
     def draft_ms_per_token(self, drafter: str) -> float:
         """The draft's ms per token now: c × t1 once both are known (so draft ms, target ms and c shown

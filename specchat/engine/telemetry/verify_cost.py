@@ -51,6 +51,14 @@ BREAK_RISK_ROWS = 14.0
 #: the chunk sizes (rows) a verify may be split into at temperature 0 (:meth:`VerifyCost.plan` with ``survival``),
 #: besides "the rest in one batch": powers of two and their halves, so the search is ~10 sizes per position
 CHUNK_ROWS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
+#: a single-row timing refits v(K) only when the single row's median has moved this share from the t1 of the last
+#: fit (or its window is still filling): every plain round adds one, the median of 31 moves a little with nearly
+#: each, and the refit (a weighted line, isotonic regression and the plan over 65 row counts) ran once per round
+#: for a change far inside the timings' own noise (the row medians of one machine moved 1-2 % between runs) - the
+#: largest part of auto-K's bookkeeping in a plain round (the bench's prose prompt, AMD EPYC Zen 4, bundled Q4_1,
+#: ``--threads 1``: 14.8 ms of a 3.4 s reply). A multi-row timing always refits: they are rare and each one moves
+#: its row count's median
+REFIT_TOLERANCE = 0.01
 
 
 def _rows_text(x: float) -> str:
@@ -112,14 +120,18 @@ class VerifyCost:
         self.max_rows = max_rows
         self.window = window
         self.shrink = shrink
+        #: how many times the table has changed (fits and resets; never decreases): a key for what is derived from it
+        self.version = 0
         self.reset()
 
     def reset(self) -> None:
+        self.version += 1
         self._rows = [RecentMedian(self.window) for _ in range(self.max_rows + 1)]  # index = rows
         self._v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows, verified by the plan
         self._batch_v_by_k: list[float] = [1.0] * self.max_rows  # index K -> v of K+1 rows as one batch
         self._singles: list[int] = [0] * (self.max_rows + 1)  # index rows -> the plan's leading single rows
         self._dirty = False
+        self._largest = 0  # the largest row count with a timing
         self._slope = 0.0
         self._t1: float | None = None
         self._since_single = -1  # observations since the last single-row sample; -1 = never
@@ -135,17 +147,28 @@ class VerifyCost:
         if ms < 0:
             raise ValueError(f"negative time {ms}")
         if rows <= self.max_rows:
-            self._rows[rows].add(ms)
-            self._dirty = True
+            r = self._rows[rows]
+            r.add(ms)
+            self._largest = max(self._largest, rows)
+            if rows > 1 or self._single_row_moved(r):
+                self._dirty = True
         if rows == 1:
             self._since_single = 0
         elif self._since_single >= 0:
             self._since_single += 1
 
+    def _single_row_moved(self, single: RecentMedian) -> bool:
+        """Whether the single row's median has moved :data:`REFIT_TOLERANCE` from the last fit's t1 (or its window
+        is still filling, or nothing was fitted): only then does a single-row timing refit v(K)."""
+        t1 = self._t1
+        if t1 is None or single.value is None or single.weight < self.window:
+            return True
+        return abs(single.value - t1) >= REFIT_TOLERANCE * t1
+
     # -- estimates ---------------------------------------------------------------------------------
     def largest_measured_rows(self) -> int:
         """The largest verify batch (rows) with a timing; 0 when none. v beyond it is extrapolated."""
-        return max((n for n in range(1, self.max_rows + 1) if self._rows[n].value is not None), default=0)
+        return self._largest
 
     @property
     def since_single_row(self) -> int | None:
@@ -297,6 +320,7 @@ class VerifyCost:
     def _refresh(self) -> None:
         """Fit the verify-cost model to the row medians (see the class docstring)."""
         self._dirty = False
+        self.version += 1
         xs: list[int] = []
         ts: list[float] = []
         ws: list[float] = []
