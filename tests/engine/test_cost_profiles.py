@@ -152,3 +152,16 @@ def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row
     late = [s for s in run.steps[len(run.steps) // 2 :] if s.drafted > 0]
     assert any(s.accepted < s.drafted for s in late), "no rejection to stop at on prose"
     assert sum(run.batches) < sum(s.drafted + 1 for s in run.steps)  # a rejection cost no rows past it
+
+
+@pytest.mark.parametrize("prompt", ["prose", "code"])
+def test_every_steps_cost_figures_are_for_that_rounds_k(prompt: str) -> None:
+    """The loop keeps a Step's cost figures between refits while its drafter drafts nothing, but only at the
+    same K: auto-K's plain rounds (K 0) and its probes or warm-up rounds (K > 0) alternate within one refit
+    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round)."""
+    fmt = next(f for f in PROFILES["amd-epyc-zen4"].formats if f.label == "Q4_1")
+    run = simulate(fmt, TRACES[prompt], k=None)
+    ks = {s.k for s in run.steps}
+    assert 0 in ks and len(ks) > 1  # both kinds of round happened
+    for s in run.steps:
+        assert (s.cost.v == 1.0) == (s.k == 0), (s.k, s.drafted, s.cost.v)
