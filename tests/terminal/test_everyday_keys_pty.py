@@ -70,3 +70,22 @@ def test_the_copy_key_writes_osc52_carrying_exactly_the_saved_reply(tmp_path: Pa
     reply = saved[-1]
     assert reply[0] == "assistant" and reply[1]
     assert base64.b64decode(payload).decode("utf-8") == reply[1]
+
+
+def test_a_toggle_after_a_reply_shows_on_the_narrow_status_bar(tmp_path: Path, tiny_target: Path):
+    """At 60x20 the sidebar gives way to a one-line status bar; speculation toggled (ctrl+t) after a reply must show
+    there as the next round's setting, not leave the last round's K as if nothing had happened (found in tmux)."""
+    with PtyApp(tmp_path, _args(tmp_path, tiny_target), cols=60, rows=20) as app:
+        app.wait_ready(timeout=180)
+        app.write("one two three one two three\r")
+        app.wait_for(lambda s: "tok/s \u00b7" in app.lines()[-2] and "ready" in app.lines()[-2], timeout=180,
+                     what="the reply's rate on the status bar")
+        assert "next round" not in app.lines()[-2]
+        app.write(b"\x14")  # ctrl+t: speculation off
+        app.wait_for(lambda s: "next round: speculation off" in app.lines()[-2], timeout=30,
+                     what="the toggle on the status bar")
+        app.write(b"\x14")  # and on again: the last round's K stands
+        app.wait_for(lambda s: "next round" not in app.lines()[-2] and "tok/s \u00b7 K" in app.lines()[-2], timeout=30,
+                     what="the status bar back to the last round's K")
+        assert app.quit() == 0
+    assert [role for role, _ in _saved(tmp_path)] == ["user", "assistant"]

@@ -7,12 +7,14 @@ import random
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from fake_engine import FakeClock, FakeEngine, tokenize
 
-from specchat.engine.events import CostEstimate, Piece, PromptDone, Step, Turn
+from specchat.engine.controls import ControlState
+from specchat.engine.events import CostEstimate, KStatus, Piece, PromptDone, Step, Turn
 from specchat.tui.generation import pump_turn
 from specchat.tui.keys import ALL_IDS, resolve_keymap
 from specchat.tui.messages import PiecesBatch, StatsUpdated, TurnFinished
@@ -31,6 +33,7 @@ from specchat.tui.widgets.sidebar_text import (
     break_even_text,
     format_k,
     format_positions,
+    status_line,
 )
 from specchat.tui.widgets.token_view import TokenView, wrap_offsets
 
@@ -391,3 +394,20 @@ def test_a_calibration_before_the_first_round_is_in_the_sidebar_at_once_and_gone
     assert status_line(snap, None, "ready").startswith("timing v(K) for this model \u00b7 ")
     stats.observe_prompt(PromptDone(prompt_n=40, prompt_ms=1.0, cached_n=0), clock())
     assert stats.snapshot().calibrating is None and tok_s_value(stats.snapshot()) is not None
+
+
+def test_the_status_bar_shows_the_next_rounds_k_once_a_key_changed_it() -> None:
+    """The narrow terminal's one-line status bar: the last round's K, or the next round's once a key changed the
+    controls after it (speculation toggled while idle read as if nothing had happened: found in tmux at 60x20)."""
+    stats = LiveStats()
+    snap = stats.snapshot()
+    holding = KStatus(state="holding", k=64, k_round=64, k_cap=64)
+    on = ControlState(k=8, speculative=True, auto_k=True, drafter="ngram")
+    snap = replace(snap, status=holding)
+    assert status_line(snap, on, "ready").split(" \u00b7 ")[1] == holding.label
+    off = replace(on, speculative=False)
+    assert status_line(snap, off, "ready").split(" \u00b7 ")[1] == "next round: speculation off"
+    last_off = replace(snap, status=KStatus(state="speculation off", k=0, k_round=0, k_cap=64))
+    assert status_line(last_off, on, "ready").split(" \u00b7 ")[1] == "next round: K auto"
+    assert status_line(last_off, replace(on, auto_k=False), "ready").split(" \u00b7 ")[1] == "next round: K 8 (fixed)"
+    assert status_line(last_off, off, "ready").split(" \u00b7 ")[1] == last_off.status.label  # type: ignore[union-attr]

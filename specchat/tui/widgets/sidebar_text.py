@@ -273,15 +273,20 @@ def format_recent(fig: Figures | None, info: EngineInfo | None = None) -> list[s
 
 
 def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str) -> str:
-    """The one-line summary shown instead of the sidebar when it is hidden: tok/s, K, this reply's
-    acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``; while auto-K times v(K) before
+    """The one-line summary shown instead of the sidebar when it is hidden: tok/s, K (the next round's once a key
+    changed it, :func:`format_k`), this reply's acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``; while auto-K times v(K) before
     the first round, that)."""
     rate = tok_s_value(snapshot)
     if snapshot.generating and snapshot.calibrating is not None:  # seconds before the first round: say why
         parts = [snapshot.calibrating.label]
     else:
         parts = [NO_REPLY if rate is None else f"{rate:.1f} tok/s"]
-    parts.append(format_k(snapshot.status, state)[0] if snapshot.status is not None or state is not None else f"K {DASH}")
+    if snapshot.status is not None or state is not None:
+        # the last round's K, or - when a key changed the controls since - the next round's: one line has no room
+        # for both, and a toggle after a reply must not read as if it had not happened
+        parts.append(format_k(snapshot.status, state)[-1])
+    else:
+        parts.append(f"K {DASH}")
     fig = snapshot.reply
     if fig is not None and fig.acceptance is not None:
         parts.append(f"acceptance {fig.acceptance * 100:.0f} % (reply)")
