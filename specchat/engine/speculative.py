@@ -29,9 +29,9 @@ on, an :class:`~specchat.engine.events.AutoKNotice` says so once, before the rou
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
