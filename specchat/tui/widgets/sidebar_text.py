@@ -274,8 +274,8 @@ def format_recent(fig: Figures | None, info: EngineInfo | None = None) -> list[s
 
 def status_line(snapshot: StatsSnapshot, state: ControlState | None, status: str) -> str:
     """The one-line summary shown instead of the sidebar when it is hidden: tok/s, K (the next round's once a key
-    changed it, :func:`format_k`), this reply's acceptance, status (nothing before it exists: "no reply yet", not ``0.0 tok/s``; while auto-K times v(K) before
-    the first round, that)."""
+    changed it, :func:`format_k`), this reply's acceptance, status (nothing before it exists: "no reply yet", not
+    ``0.0 tok/s``; while auto-K times v(K) before the first round, that)."""
     rate = tok_s_value(snapshot)
     if snapshot.generating and snapshot.calibrating is not None:  # seconds before the first round: say why
         parts = [snapshot.calibrating.label]
