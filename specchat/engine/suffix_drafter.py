@@ -323,7 +323,8 @@ class SuffixDrafter(NgramDrafter):
             if cut is not None:
                 tokens, probs = tokens[: cut + 1], probs[: cut + 1]
         if own:  # the conversation's match against the history's: the draft worth more per unit of verify cost
-            own_worth = self._length(self.last_match_len, len(own), self.last_agreement, self.last_kind)[1]
+            own_worth = self._length(self.last_match_len, len(own), self.last_agreement, self.last_kind,
+                                     self.last_start)[1]
             mine = self._history_length(cand.match_len, len(tokens), probs)[1]
             if own_worth >= mine:
                 self._shadows.append((len(context), cand.match_len, tokens[:SHADOW_TOKENS], HISTORY))
@@ -332,6 +333,7 @@ class SuffixDrafter(NgramDrafter):
             self._shadows.append((len(context), self.last_match_len, own[:SHADOW_TOKENS], self.last_kind))
         self._applied = [a for a in self._applied if a[0] < len(tokens)]
         self.last_match_len, self.last_agreement, self.last_kind = cand.match_len, 1.0, HISTORY
+        self.last_start = -1  # the history's text, not this conversation's
         self.last_source, self.last_position, self._probs = "history", cand.position, probs
         return tokens
 

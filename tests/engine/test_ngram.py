@@ -4,6 +4,7 @@ match, as far as recent acceptance trusts it - and the target's verify keeps the
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
@@ -130,6 +131,32 @@ def test_ngram_goes_on_past_the_changed_token_of_a_repeated_record():
     # the same number again is an exact match, longer than the substituted one: the exact match wins
     same = _row(1) + _row(2) + [50, 51, 52, 2]
     assert d.lookup(same, 4) == [53, 54, 55, 56] and not d.last_substituted
+
+
+def _lines(slots: tuple[int, ...]) -> list[int]:
+    """Lines of one 20-token text with a slot after it (``if n % 3 == 0`` ... ``if n % 5 == 0``), then a new line
+    begun: 12 tokens of the text, the rest still to come."""
+    text, tail = list(range(10, 30)), list(range(40, 46))
+    out: list[int] = []
+    for slot in slots:
+        out += [1, *text, slot, *tail]
+    return [*out, 1, *text[:12]]
+
+
+def test_a_draft_stops_where_the_text_it_copies_had_varied():
+    """A copy in progress is trusted, except at a position where the text it copies went on otherwise each time it
+    occurred before (the slot of a repeated line): there the drafter counts the share of earlier occurrences that
+    agree, and stops its draft before the slot (SuffixDecoding's frequency score, on this conversation's text)."""
+    d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
+    draft = d.draft(_lines((101, 102, 103)), 64, SP, RNG)
+    assert draft.tokens == list(range(22, 30))  # the text up to the slot, not the slot's last value (103)
+    at_slot = d.last_survival[8] / d.last_survival[7]  # P(slot kept | all before it kept)
+    assert at_slot == pytest.approx(d.confidence(d.last_match_len + 8) / 3)  # 1 of 3 earlier lines had 103
+    # where every earlier line agreed, the slot is as sure as the copy around it, and the draft goes on past it
+    same = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
+    draft = same.draft(_lines((103, 103, 103)), 64, SP, RNG)
+    assert draft.tokens[:10] == [*range(22, 30), 103, 40]
+    assert same.last_survival[8] / same.last_survival[7] == pytest.approx(same.confidence(same.last_match_len + 8))
 
 
 def test_a_substituted_match_needs_three_tokens_before_the_change():
