@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.cost_profile import CostProfile, ReplyTrace, simulate
+from specchat.engine.telemetry import CostModel
 from specchat.engine.telemetry.verify_cost import BREAK_RISK_ROWS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -33,22 +34,24 @@ ZEN4_TEXTS = {
 }
 FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
-#: these are the floors the replay reaches today. Worst against the best: the AMD EPYC Zen 3's F16 with flash
-#: attention off on the copy-heavy reply, 0.945 of fixed K 64 (whose long verifies are chunked too, VerifyCost.bounded)
-#: and the Zen 5's Q4_1 with flash attention off on copy-then-new, 0.954. Worst against plain decoding: the Zen 4's
-#: Q8_0 on the summary reply recorded there, 0.960, and the Zen 5's Q4_1 fa-off on copy-then-new, 0.966 (0.959 before a draft's
-#: positions counted their agreement, AGREEMENT_DEPTH; the Zen 4's Q4_1 on prose, where quoted sentences of 18-61
-#: matched tokens break off after one or two, went from 0.964 to 1.008 with it). The two cases that were
-#: exceptions to VS_BEST - the Zen 5's Q4_1 fa-off
+#: these are the floors the replay reaches today. Worst against the best: the AMD EPYC Zen 3's Q4_1 on
+#: copy-then-new, 0.930 of fixed K 64 - there 2 rows cost exactly 2 single rows, so a fixed K's liberal short
+#: drafts verified row by row cost nothing when refused, and auto-K's priced ones went for longer copies that
+#: broke (0.95 before VerifyCost's prior curve bent; that change took 12 other cases above 0.98). Worst against
+#: plain decoding: the Zen 5's Q4_1 with flash attention off on prose, 0.965, and the Zen 4's Q8_0 fa-off on the
+#: prose reply recorded there, 0.965 (the Zen 4's Q4_1 on prose, where quoted sentences of 18-61 matched tokens
+#: break off after one or two, went from 0.964 to 1.008 when a draft's positions counted their agreement,
+#: AGREEMENT_DEPTH). The two cases that were exceptions to VS_BEST - the Zen 5's Q4_1 fa-off
 #: (0.90: a 56-token draft kept 6 where the first copied block ended, 37 single rows) and the Zen 3's Q8_0 (0.91: a
 #: 52-token draft kept none where the reply's edit begins, 25 rows) on the copy-heavy reply - are 0.974 and 0.977
 #: since no decode of a verify costs more than BREAK_RISK_ROWS. The replay is deterministic: a change that lowers
 #: either fails here
-VS_BEST = 0.94
+VS_BEST = 0.925
 VS_PLAIN = 0.955
-#: auto-K's geometric mean against plain decoding over every case of CASES (216): 1.2994 today, 1.2896 before a
-#: draft's positions counted their agreement (drafters.AGREEMENT_DEPTH)
-GEOMEAN_VS_PLAIN = 1.295
+#: auto-K's geometric mean against plain decoding over every case of CASES (216): 1.3076 today; 1.2994 with
+#: VerifyCost's prior a straight line, 1.2896 before a draft's positions counted their agreement
+#: (drafters.AGREEMENT_DEPTH)
+GEOMEAN_VS_PLAIN = 1.305
 #: the same when the calibration priced every verify at half what the rounds cost: the rounds correct the prices
 #: after MIN_MEASURED_ROUNDS, and the drafts made before that are paid for (worst: the EPYC's Q4_1 on
 #: copy-then-new, 0.919, where plain decoding is best and the early drafts of the copy cost twice their price)
@@ -137,17 +140,14 @@ def test_no_verify_decode_risks_more_than_the_bound_where_a_copy_breaks(cpu, pro
     most :data:`BREAK_RISK_ROWS` single rows on the replayed costs (within the cost model's estimate of them: 10 %),
     so a copy that breaks inside a long draft pays for one piece. The case that made the bound: the AMD EPYC Zen 3's
     Q8_0 on the copy-heavy reply drafted 51 tokens where the reply's edit begins and kept none - one 52-row batch
-    was 25 single rows there, the round now pays at most the bound."""
+    was 25 single rows there; with the bound a fixed K 64's 64-token draft there that kept 41 was verified in pieces
+    of at most 29 rows, 14.1 single rows (auto-K no longer drafts that long there since VerifyCost's prior curve bends)."""
     for f in PROFILES[cpu].formats:
         for k in (None, 64):
             run = simulate(f, TRACES[prompt], k=k)
             assert run.identical
             worst = max(run.batches, key=f.rows_ms)
             assert f.rows_ms(worst) <= 1.1 * BREAK_RISK_ROWS * f.t1_ms, f"{f.label} {run.label}: a {worst}-row decode"
-    if (cpu, prompt) == ("amd-epyc-zen3", "copy-heavy"):
-        cost = PROFILES[cpu].format("Q8_0")
-        broken = [s for s in simulate(cost, TRACES[prompt], k=None).steps if s.drafted > 32 and s.accepted == 0]
-        assert broken and all(s.t_verify_ms <= 1.1 * BREAK_RISK_ROWS * cost.t1_ms for s in broken)
 
 
 @pytest.mark.parametrize("prompt", sorted(TRACES))
@@ -164,29 +164,33 @@ def test_when_the_rounds_cost_more_than_the_calibration_said_the_rounds_win(cpu,
 
 
 def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row_and_stops_at_a_rejection():
-    """The EPYC Zen 4's Q4_1: 2..5 rows cost more as one batch than one by one (2 rows 2.49). At a fixed K 4 the
-    first rounds' batches teach the cost model that, and from then on every verify is single rows, ended at the
-    first refused draft token: the reply is the trace's, and a round that drafted d tokens and kept a of them
-    decodes only a + 1 rows when a < d."""
+    """The EPYC Zen 4's Q4_1: 2..4 rows cost more as one batch than one by one (2 rows 2.49, 3 rows 3.36, 4 rows
+    4.18 single rows; 5 rows 5.17, within SPLIT_MARGIN of 5). At a fixed K 4 the first rounds' batches teach the
+    cost model that, and from then on no verify of 2..4 rows is one batch: they are single rows, ended at the first
+    refused draft token; by the reply's end the plan verifies every size up to 5 rows row by row. The reply is the
+    trace's, and a round that drafted d tokens and kept a of them decodes only a + 1 rows when a < d."""
     cost = PROFILES["amd-epyc-zen4"].format("Q4_1")
     trace = TRACES["prose"]
-    run = simulate(cost, trace, k=4)
+    model = CostModel()
+    run = simulate(cost, trace, k=4, cost_model=model)
     assert run.identical
     half = len(run.batches) // 2
     assert 1 < max(run.batches[:half]) <= 5  # the warm-up verified batches
-    assert set(run.batches[half:]) == {1}
+    assert not {2, 3, 4} & set(run.batches[half:])
+    assert all(model.verify.plan(n) == (1,) * n for n in range(2, 6))
     late = [s for s in run.steps[len(run.steps) // 2 :] if s.drafted > 0]
     assert any(s.accepted < s.drafted for s in late), "no rejection to stop at on prose"
     assert sum(run.batches) < sum(s.drafted + 1 for s in run.steps)  # a rejection cost no rows past it
 
 
-@pytest.mark.parametrize("prompt", ["prose", "code"])
-def test_every_steps_cost_figures_are_for_that_rounds_k(prompt: str) -> None:
+@pytest.mark.parametrize(("cpu", "label"), [("amd-epyc-zen5", "Q8_0 fa-off"), ("amd-epyc-zen3", "Q4_1")])
+def test_every_steps_cost_figures_are_for_that_rounds_k(cpu: str, label: str) -> None:
     """The loop keeps a Step's cost figures between refits while its drafter drafts nothing, but only at the
     same K: auto-K's plain rounds (K 0) and its probes or warm-up rounds (K > 0) alternate within one refit
-    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round)."""
-    fmt = next(f for f in PROFILES["amd-epyc-zen4"].formats if f.label == "Q4_1")
-    run = simulate(fmt, TRACES[prompt], k=None)
+    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round). On copy-then-new auto-K
+    turns drafting off for cost once the copy is over, and probes again (the Zen 3's Q4_1: 8 plain rounds of 156)."""
+    fmt = PROFILES[cpu].format(label)
+    run = simulate(fmt, TRACES["copy-then-new"], k=None)
     ks = {s.k for s in run.steps}
     assert 0 in ks and len(ks) > 1  # both kinds of round happened
     for s in run.steps:
