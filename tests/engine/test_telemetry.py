@@ -266,23 +266,6 @@ def test_v_shrinks_a_row_seen_once_toward_the_fitted_line() -> None:
     assert cm.v(4) == pytest.approx(2.0, abs=0.1)
 
 
-def test_a_calibration_of_a_concave_curve_prices_small_batches_near_their_cost() -> None:
-    """The calibration times each size twice, so its medians are mostly the prior curve they are shrunk toward.
-    The AMD EPYC Zen 4's Q8_0 re-encoding (``--threads 1``): 3 rows 3.3 single rows, 5 rows 4.55 ... 65 rows 28.4 -
-    steep first rows, then flat. A straight line through that lies under the small end (it priced 3 and 5 rows at
-    0.76 and 0.77 of their cost, and drafts that lose looked like gains); the bent prior keeps every calibrated
-    size within 15 % of what it costs."""
-    truth = {3: 3.3, 5: 4.55, 9: 5.95, 17: 8.7, 33: 15.0, 65: 28.4}
-    cm = CostModel()  # v_shrink = 4 samples
-    for _ in range(31):
-        cm.observe_plain(9.6)
-    for _ in range(2):  # the engine's calibration: every size twice
-        for rows, v in truth.items():
-            cm.observe_verify(rows, v * 9.6)
-    for rows, v in truth.items():
-        assert cm.v(rows - 1) == pytest.approx(v, rel=0.15), rows
-
-
 def test_a_model_drafter_is_not_warmed_up_on_a_ceiling_only_perfect_acceptance_reaches() -> None:
     """c = 0.35 with v(K) = 1 + K/2: only α near 1 pays (S(16) = 17 / 14.6 = 1.16 at α = 1), at α = 0.9 no K
     beats plain decoding by 5 % - not worth the warm-up's prompt prefill into the draft KV."""

@@ -11,7 +11,6 @@ the measurement means in words (:func:`verify_reason`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 from specchat.engine.drafter_kinds import K_MAX
@@ -105,23 +104,17 @@ class VerifyCost:
 
     A line T(n) = a + b·(n − 1), b ≥ 0, is fitted to the row medians by least squares weighted by their
     sample counts - one row's cost plus a cost per extra row, the shape of a CPU decode once the weights
-    are read, and Leviathan et al.'s flat v = 1 when b = 0. Each row's median is shrunk with the weight of
-    ``shrink`` samples toward a *prior curve*: that line bent by a concave term, T(n) = a + b·(n − 1) + c·ln n
-    with b, c ≥ 0, fitted the same way (:func:`_prior_curve`). A row measured once, e.g. in a busy moment, is
-    mostly the curve, and since auto-K rarely returns to a K that looked bad, one unlucky sample must not
-    condemn it; a row measured 31 times is mostly itself. Why the bend: a CPU's batch cost rises steeply at
-    the first extra rows and flattens (AMD EPYC Zen 4, Q8_0 re-encoding of the bundled SmolLM2, ``--threads 1``:
-    3 rows 3.3, 5 rows 4.55, 9 rows 5.95, 17 rows 8.7, 65 rows 28.4 single rows), and a line through such a
-    curve lies under its small end: with the calibration's two samples per size the line priced 3 and 5 rows
-    at 0.76 and 0.77 of their cost there, the bent curve at 0.87 and 0.89. Replayed (tests/engine/
-    test_cost_profiles.py, every recorded CPU, format and reply, 216 cases), auto-K ÷ plain decoding went from
-    a geometric mean of 1.2994 to 1.3076 and the cases under 0.98 of the best fixed K from 28 to 16; over the
-    120 cases of the recorded replies with every decode's time scattered (lognormal σ 8 %, a 2x spike 3 % of
-    the time; 5 seeds) 1.3921 to 1.3954, under 0.98: 19 to 17. On the Q8_0 re-encoding's own replies, the two
-    losses the line made - the Zen 5's prose (0.935x plain: an 11-row verify priced under its cost) and the
-    Zen 3's copy-heavy reply (0.904 of the best fixed K) - replay at 0.997x and 0.979. Shrinking with the
-    weight of 2 samples instead of 4 scored within 0.3 % on both replays, with a worse worst case on the
-    scattered one (0.968x plain against 0.979x): 4 kept. t1 = the median
+    are read, and Leviathan et al.'s flat v = 1 when b = 0. Each row's median is shrunk toward that line
+    with the weight of ``shrink`` samples: a row measured once, e.g. in a busy moment, is mostly the line,
+    and since auto-K rarely returns to a K that looked bad, one unlucky sample must not condemn it; a row
+    measured 31 times is mostly itself, so a curve that is not a line still shows. A line lies under a concave
+    curve's small end (AMD EPYC Zen 4, Q8_0 re-encoding, two calibration samples per size: 3 and 5 rows priced at
+    0.76 and 0.77 of their cost); a prior bent to follow it, a + b·(n − 1) + c·ln n, priced them at 0.87 and 0.89
+    and gained on the replayed profiles (auto-K ÷ plain 1.2994 → 1.3076 over 216 cases), but live on that CPU
+    (one process, auto-K replies interleaved, medians of 3, ``--threads 1``) it lost: geometric mean over the
+    default suite 1.055 → 1.047 (bundled Q4_1) and 1.087 → 1.060 (Q8_0) with the drafter's quoted matches
+    (:data:`specchat.engine.drafters.QUOTED`), copy-heavy 1.26 → 1.23 and 1.57 → 1.38 - the truer small-batch
+    prices made auto-K draft less of a copy that was paying. Not taken. t1 = the median
     single-row time, not shrunk (the line's intercept before any single-row sample). v(n) = T(n)/t1 is
     made non-decreasing by weighted isotonic regression (pool-adjacent-violators), clamped at ≥ 1 (a
     batch does at least one row's work), interpolated linearly between measured row counts and
@@ -360,10 +353,9 @@ class VerifyCost:
         if a <= 0.0:  # a steep, noisy fit: anchor at the cheapest measured batch instead
             a = min(ts)
             b = max(0.0, (tbar - a) / xbar) if xbar > 0 else 0.0
-        # shrink each row's median toward the prior curve (the line bent by a concave term) by its sample count
-        prior = _prior_curve(xs, ts, ws, a, b)
+        # shrink each row's median toward the line by its sample count
         s0 = self.shrink
-        shrunk = [(w * t + s0 * prior(n)) / (w + s0) for n, t, w in zip(xs, ts, ws)]
+        shrunk = [(w * t + s0 * (a + b * (n - 1))) / (w + s0) for n, t, w in zip(xs, ts, ws)]
         # the single-row time is the unit of v and c: its own median when measured (plain rounds and
         # no-draft rounds give it plenty of samples); a line through concave multi-row costs (a 2-row batch
         # can cost 2.6 rows, 17 rows 6.6, e.g. F16 here) would drag it far off
@@ -414,48 +406,6 @@ class VerifyCost:
                 singles[n] = n - best_m if best_m > 1 else n
         self._singles = singles
         self._v_by_k = plan_v[1:]
-
-
-def _prior_curve(xs: Sequence[int], ts: Sequence[float], ws: Sequence[float], a: float,
-                 b: float) -> Callable[[int], float]:
-    """The curve each row's median is shrunk toward (:class:`VerifyCost`): T(n) = a + b·(n − 1) + c·ln n with
-    b, c ≥ 0, fitted by least squares weighted by the sample counts; a + c·ln n where the slope would be negative;
-    the line a + b·(n − 1) (given) where fewer than three row counts are measured or no such fit exists."""
-    if len(xs) < 3:
-        return lambda n: a + b * (n - 1)
-    logs = [math.log(n) for n in xs]
-    full = _weighted_lstsq([[1.0, n - 1.0, lg] for n, lg in zip(xs, logs)], ts, ws)
-    if full is not None and full[0] > 0.0 and full[1] >= 0.0 and full[2] >= 0.0:
-        a3, b3, c3 = full
-        return lambda n: a3 + b3 * (n - 1) + c3 * math.log(n)
-    if full is not None and full[1] < 0.0:
-        bent = _weighted_lstsq([[1.0, lg] for lg in logs], ts, ws)
-        if bent is not None and bent[0] > 0.0 and bent[1] >= 0.0:
-            a2, c2 = bent
-            return lambda n: a2 + c2 * math.log(n)
-    return lambda n: a + b * (n - 1)
-
-
-def _weighted_lstsq(rows: Sequence[Sequence[float]], ts: Sequence[float],
-                    ws: Sequence[float]) -> list[float] | None:
-    """Weighted least squares: the coefficients β minimising Σ w (t − row·β)², by the normal equations
-    (Gaussian elimination with partial pivoting); None when they are singular."""
-    k = len(rows[0])
-    m = [[sum(w * r[i] * r[j] for r, w in zip(rows, ws)) for j in range(k)]
-         + [sum(w * r[i] * t for r, t, w in zip(rows, ts, ws))] for i in range(k)]
-    for col in range(k):
-        piv = max(range(col, k), key=lambda i: abs(m[i][col]))
-        if abs(m[piv][col]) < 1e-12:
-            return None
-        m[col], m[piv] = m[piv], m[col]
-        for i in range(col + 1, k):
-            f = m[i][col] / m[col][col]
-            for j in range(col, k + 1):
-                m[i][j] -= f * m[col][j]
-    beta = [0.0] * k
-    for i in reversed(range(k)):
-        beta[i] = (m[i][k] - sum(m[i][j] * beta[j] for j in range(i + 1, k))) / m[i][i]
-    return beta
 
 
 def _isotonic(ys: Sequence[float], ws: Sequence[float]) -> list[float]:
