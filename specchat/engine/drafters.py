@@ -213,15 +213,17 @@ AGREEMENT_DEPTH = 12
 #: substituted match, an exact match into the text before this turn (the user's message, earlier turns: *quoted*)
 EXACT, SUBSTITUTED, QUOTED = 0, 1, 2
 #: the exponent of a quoted match's prior p(l) = (l / (l + 1)) ** e from QUOTED_SURE_MATCH tokens on (an exact match's
-#: is 2). A reply that copies the
-#: text before it goes on copying far more surely than one that repeats itself: over the recorded replies (the
+#: is 2). A reply that copies the text before it goes on copying far more surely than one that repeats itself: over
+#: the recorded replies (the
 #: default suite, the bundled model and its Q8_0 and F16 re-encodings, 1,040 positions with a match of 4+ tokens
 #: into the prompt, 1,881 into the reply), the next token was kept at match lengths 8-15 / 16-31 / 32+ 97 % / 100 %
 #: / 99 % of the time where the match was into the prompt, 90 % / 93 % / 97 % into the reply itself (prose 84 % /
 #: 89 % / 94 %). With one prior for both, a copy's first drafts waited until its learned p(l) caught up. Live on an
 #: AMD EPYC Zen 4 (``--threads 1``, one process, auto-K replies to the default suite interleaved with and without
 #: it, medians of 3): auto-K ÷ plain on copy-heavy 1.20 -> 1.26 (bundled Q4_1) and 1.47 -> 1.57 (Q8_0), geometric
-#: mean over the five prompts 1.021 -> 1.055 and 1.073 -> 1.087
+#: mean over the five prompts 1.021 -> 1.055 and 1.073 -> 1.087 (with QUOTED_SURE_MATCH, Q4_1: copy-heavy 1.15 -> 1.24,
+#: copy-then-new 0.99 -> 1.04, summary 1.00 -> 1.03, prose 0.96 -> 0.98; Q8_0: copy-heavy 1.40 -> 1.57, code
+#: 1.02 -> 0.99, summary 1.08 -> 1.03, the suite 1.095 -> 1.104)
 QUOTED_PRIOR_POWER = 0.5
 #: a quoted match shorter than this starts from an exact match's prior: at 4-7 matched tokens a quoted match's next
 #: token was kept 76 % of the time (the exact prior there: 64-73 %) - where a reply's edit begins, short matches into
@@ -346,9 +348,7 @@ class NgramDrafter:
         #: tokens a continuation stops after (end of a turn), None: none
         self.boundary = boundary
         #: per kind, per bucket: the prior p(l) its learned acceptance starts from and relaxes back to
-        self._priors = [[share * (lo / (lo + 1.0)) ** (power if kind != QUOTED or lo >= QUOTED_SURE_MATCH else 2.0)
-                         for lo in self.BUCKETS]
-                        for kind, (share, power) in enumerate(zip(self.PRIOR_SHARES, self.PRIOR_POWERS, strict=True))]
+        self._priors = [[self._prior(kind, lo) for lo in self.BUCKETS] for kind in range(len(self.PRIOR_SHARES))]
         #: the bucket of every match length up to the last bucket's bound (a list index: the lookup runs for each
         #: position of every priced draft)
         self._bucket_of = [max(0, sum(1 for lo in self.BUCKETS if lo <= n) - 1) for n in range(self.BUCKETS[-1] + 1)]
@@ -536,6 +536,13 @@ class NgramDrafter:
             self._shadows.append((len(context), exact_len, cont[:SHADOW_TOKENS], exact))
         self.last_match_len, self.last_agreement, self.last_kind, self.last_start = s_len, 1.0, SUBSTITUTED, s
         return alt
+
+    def _prior(self, kind: int, lo: int) -> float:
+        """The prior p(l) of ``kind`` at match length ``lo``: its share of (l / (l + 1)) ** its power; a quoted match
+        shorter than :data:`QUOTED_SURE_MATCH` has an exact match's power."""
+        short_quote = kind == QUOTED and lo < QUOTED_SURE_MATCH
+        power = self.PRIOR_POWERS[EXACT if short_quote else kind]
+        return self.PRIOR_SHARES[kind] * (lo / (lo + 1.0)) ** power
 
     def draft_length(self, match_len: int, available: int) -> int:
         """How many of ``available`` continuation tokens to propose for the latest lookup's match of ``match_len``."""

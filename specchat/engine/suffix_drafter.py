@@ -43,6 +43,7 @@ from specchat.engine.drafters import (
     NEGLIGIBLE_SURVIVAL,
     PRICED_MIN_GAIN,
     SHADOW_TOKENS,
+    EXACT,
     QUOTED,
     NgramDrafter,
 )
@@ -106,7 +107,7 @@ class SuffixDrafter(NgramDrafter):
     free = DRAFTER_KINDS[SUFFIX].free
     k_cap = DRAFTER_KINDS[SUFFIX].k_cap
     PRIOR_SHARES = (*NgramDrafter.PRIOR_SHARES, HISTORY_PRIOR_SHARE)
-    PRIOR_POWERS = (*NgramDrafter.PRIOR_POWERS, 2.0)
+    PRIOR_POWERS = (*NgramDrafter.PRIOR_POWERS, NgramDrafter.PRIOR_POWERS[EXACT])
 
     def __init__(
         self,
