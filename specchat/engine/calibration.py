@@ -115,7 +115,16 @@ def rescale_cached_verify_cost(target: Model, cost_model: CostModel, cache: Cali
     cached multi-row medians stayed from the calibration's hour while every plain round brought t1 from this one:
     v(K) = t(K+1) / t1 was off by their ratio for every size the rounds did not re-time (a calibration of a fast
     hour replayed in a slow one priced a 17-row verify at 5.3 rows where the rounds cost ~10). The shape of the
-    curve is the CPU's and the format's; only its unit moves with the load."""
+    curve is the CPU's and the format's; only its unit moves with the load.
+
+    Once, not continuously: keeping the cached curve as a shape and pricing it at every refit by the single row the
+    rounds measure (so v(K) stays the cached ratio while the reply deepens) was tried (AMD EPYC Zen 4, bundled Q4_1,
+    ``--threads 1``, one process, auto-K ÷ the adjacent plain reply, 4 interleaved pairs each, 2026-12-05) and lost:
+    copy-heavy 1.352 -> 1.259, code 1.201 -> 1.181, prose 1.129 -> 1.104, summary and copy-then-new within 0.5 %.
+    Scaled once, the cached milliseconds stay while the reply's single rows grow with its depth, so v(K) falls as the
+    reply goes on; the rounds that drafted longer for it paid (the same lesson as VerifyCost's bent prior). The bench's
+    auto-K runs (``specchat bench``, which resets the cost model before each) read the calibration its first auto-K
+    run timed minutes before in the same process, unscaled."""
     entry = cache.load(CalibrationKey.for_model(target))
     if entry is None:
         return None
