@@ -75,7 +75,14 @@ def depth_bucket(n_past: int) -> int:
     13.5 ms at 64 tokens, 14.7 at 400, 16.6 at 800, 19.8 at 1440; v(16) 9.1, 10.2, 11.2, 12.2; v(48) 25.1, 27.8,
     30.7, 34.2. Re-anchoring a short context's curve at a long one's single row (what
     :func:`specchat.engine.calibration.rescale_cached_verify_cost` does) priced a 17-row verify at 1440 tokens 25 %
-    under its cost, and a 49-row one 27 % under; within one doubling bucket v(16) moves ≤ 12 %."""
+    under its cost, and a 49-row one 27 % under; within one doubling bucket v(16) moves ≤ 12 %.
+
+    The bucket is chosen where a turn starts, so a long reply's late verifies are priced at its prompt's depth until
+    the rounds' own timings move the medians. Measured within one reply (AMD EPYC Zen 4, the F16 re-encoding, flash
+    attention auto, ``--threads 1``, the bench's copy-heavy prompt, 2026-12-05): a 17-row verify cost 7.6 single rows
+    at ~350 tokens and 8.8 at ~580 while one row grew 13.4 -> 14.4 ms; a 33-row one late in the reply 16.5 rows where
+    the curve timed at 332 tokens said ~13.4 - auto-K's longer drafts there cost as much per token as fixed K 16's
+    (1875-1935 ms against 1779-1854 ms for the same ~233 tokens)."""
     if n_past < DEPTH_BUCKET_START:
         return 0
     bucket = DEPTH_BUCKET_START
