@@ -40,11 +40,11 @@ from typing import Literal
 
 from specchat.engine.drafter_kinds import DRAFTER_KINDS, SUFFIX
 from specchat.engine.drafters import (
+    EXACT,
     NEGLIGIBLE_SURVIVAL,
     PRICED_MIN_GAIN,
-    SHADOW_TOKENS,
-    EXACT,
     QUOTED,
+    SHADOW_TOKENS,
     NgramDrafter,
 )
 from specchat.engine.events import DraftSource
