@@ -10,7 +10,7 @@ import json
 import pytest
 
 import specchat.bench.command as bench_command
-from specchat.bench.history_suite import MAX_EARLIER, earlier_tasks, history_suite, task
+from specchat.bench.history_suite import MAX_EARLIER, NEW_TASKS, earlier_tasks, history_suite, task
 from specchat.cli import build_parser, main
 
 pytestmark = pytest.mark.usefixtures("isolated_config")
@@ -48,9 +48,12 @@ def test_the_history_suite_drafts_from_the_saved_conversations_and_keeps_plain_d
     assert not list(user_data.rglob("history.sqlite3")), "the bench wrote into the user's data dir"
 
 
-def test_the_measured_task_is_never_one_of_the_earlier_ones():
-    (entry,) = history_suite()
-    assert entry["prompt"] == task(MAX_EARLIER) and entry["prompt"] not in earlier_tasks(MAX_EARLIER)
+def test_the_measured_tasks_are_never_among_the_earlier_ones_and_ask_each_statistic_once():
+    entries = history_suite()
+    assert len(entries) == NEW_TASKS and len({e["name"] for e in entries}) == NEW_TASKS
+    assert not {e["prompt"] for e in entries} & set(earlier_tasks(MAX_EARLIER))
+    assert len({e["prompt"].split()[5].split("_")[0] for e in entries}) == NEW_TASKS  # "named average_revenue"
+    assert entries[-1]["prompt"] == task(MAX_EARLIER + NEW_TASKS - 1) and entries[-1]["name"] == "history-average_revenue"
     assert len(set(earlier_tasks(20))) == 20
 
 

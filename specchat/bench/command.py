@@ -234,7 +234,7 @@ def _main_history(
             raise
         progress.close()
         print(f"history: {saved} earlier conversation(s) of the same kind of task saved in the bench's own data dir "
-              f"(greedy replies of the target itself); the measured task is not among them", file=out)
+              f"(greedy replies of the target itself); the measured tasks are not among them", file=out)
         return _main_local(args, targets, ks, suite, local, progress, out, err, on_record)
     finally:
         history.close()
