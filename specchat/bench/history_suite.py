@@ -11,8 +11,8 @@ temporary data dir, removed afterwards: never the user's history), whose suffix 
 family's last ones: one per statistic) are never among the earlier ones. One task was measured until 2026-12-05, and
 one task is one draw: replayed over the family (each of its 25 tasks against the other 24 as history, the F16
 re-encoding's greedy replies and verify costs on an AMD EPYC Zen 4, flash attention off, ``--threads 1``;
-``tests/engine/test_history_replay.py``) suffix ÷ n-gram with auto-K ranges 1.01-1.33 per task (geometric mean 1.13),
-and the task measured alone until then is at 1.09.
+``tests/engine/test_history_replay.py``) suffix ÷ n-gram with auto-K ranges 1.01-1.44 per task (geometric mean 1.15),
+and the task measured alone until then is at 1.15.
 
 ``--history-size N`` sets how many earlier conversations (default :data:`DEFAULT_EARLIER`, the issue's "at least 20";
 a test uses 3).

@@ -338,6 +338,25 @@ def test_a_rename_that_holds_is_kept():
     assert d._renames[((7,), (8,))].held == 4 and d.draft(RENAMED, 5, GREEDY, RNG).tokens[0] == 8
 
 
+def test_the_same_question_again_copies_the_saved_reply_as_saved():
+    """A reply that lists records matches the saved list after every changed number, so "renames" (id 3 -> id 0,
+    ...) are learned from the list itself; a saved continuation must not be renamed by them into text the history
+    already has. Every history draft of the reply asked again is the saved text (fails with renames applied to it:
+    1 of 72 drafts was)."""
+    prompt = [1, 2, 3, 4]
+    reply = [5, 6]
+    for n in range(10):
+        reply += [30, 31, 32, 100 + n, 33, 34, 200 + n % 3, 35, 36]  # {"id": n, "v": x},
+    reply += [7, 8, 2]  # 2 ends the saved message
+    d = SuffixDrafter(SuffixIndex.build([doc((1, 1), [*prompt, 2]), doc((1, 2), reply)]))
+    drafts = []
+    for cut in range(12, len(reply) - 4):
+        out = d.lookup(prompt + reply[:cut], 16)
+        if d.last_source == "history":
+            drafts.append(out == reply[cut : cut + len(out)])
+    assert d._renames and len(drafts) > 50 and all(drafts), f"{sum(drafts)} of {len(drafts)} drafts as saved"
+
+
 def test_another_conversation_forgets_this_ones_renames():
     index = SuffixIndex.build([doc((5, 11), SAVED)])
     d = SuffixDrafter(index, max_spec_factor=2.0)
