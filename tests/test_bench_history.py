@@ -10,7 +10,7 @@ import json
 import pytest
 
 import specchat.bench.command as bench_command
-from specchat.bench.history_suite import MAX_EARLIER, NEW_TASKS, earlier_tasks, history_suite, task
+from specchat.bench.history_suite import ASKED_AGAIN, MAX_EARLIER, NEW_TASKS, earlier_tasks, history_suite, task
 from specchat.cli import build_parser, main
 
 pytestmark = pytest.mark.usefixtures("isolated_config")
@@ -25,8 +25,8 @@ def _bench(argv: list[str]) -> tuple[int, str, str]:
 
 def test_the_history_suite_drafts_from_the_saved_conversations_and_keeps_plain_decodings_text(tmp_path, isolated_config):
     """Fails if the suite does not save the earlier answers where the suffix drafter reads them (no history drafts),
-    if a drafter's greedy text differs from plain decoding's, if ngram is not measured beside it, or if the user's
-    own history database is written."""
+    if a drafter's greedy text differs from plain decoding's, if ngram is not measured beside it, if a task asked
+    again is not copied from its saved reply, or if the user's own history database is written."""
     out_json = tmp_path / "history.json"
     rc, out, err = _bench(["bench", "--suite", "history", "--history-size", "3", "--n-predict", "32", "--k", "16",
                            "--runs", "1", "--threads", "1", "--no-progress", "--no-arithmetic", "--json", str(out_json)])
@@ -44,16 +44,19 @@ def test_the_history_suite_drafts_from_the_saved_conversations_and_keeps_plain_d
     baseline = next(r for r in records if r["mode"] == "baseline")
     assert suffix["text"] == baseline["text"] and ngram["text"] == baseline["text"]
     assert suffix["draft_n_accepted"] > ngram["draft_n_accepted"]
+    again = next(r for r in records if r["drafter"] == "suffix" and r["prompt"] == ASKED_AGAIN)
+    assert again["accepted_by_origin"].get("history", 0) >= 24, again  # the saved reply, copied (32 tokens)
     user_data = isolated_config / "data"
     assert not list(user_data.rglob("history.sqlite3")), "the bench wrote into the user's data dir"
 
 
-def test_the_measured_tasks_are_never_among_the_earlier_ones_and_ask_each_statistic_once():
-    entries = history_suite()
+def test_the_new_tasks_are_never_among_the_earlier_ones_and_ask_each_statistic_once():
+    *entries, again = history_suite()
     assert len(entries) == NEW_TASKS and len({e["name"] for e in entries}) == NEW_TASKS
     assert not {e["prompt"] for e in entries} & set(earlier_tasks(MAX_EARLIER))
     assert len({e["prompt"].split()[5].split("_")[0] for e in entries}) == NEW_TASKS  # "named average_revenue"
     assert entries[-1]["prompt"] == task(MAX_EARLIER + NEW_TASKS - 1) and entries[-1]["name"] == "history-average_revenue"
+    assert again["name"] == ASKED_AGAIN and again["prompt"] in earlier_tasks(1)  # asked again, whatever the size
     assert len(set(earlier_tasks(20))) == 20
 
 

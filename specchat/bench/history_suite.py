@@ -14,6 +14,9 @@ re-encoding's greedy replies and verify costs on an AMD EPYC Zen 4, flash attent
 ``tests/engine/test_history_replay.py``) suffix ÷ n-gram with auto-K ranges 1.01-1.44 per task (geometric mean 1.15),
 and the task measured alone until then is at 1.15.
 
+Beside them, one entry asks an earlier task again (:data:`ASKED_AGAIN`): the same question in a new conversation, its
+whole reply saved - the most a history can give, measured as its own row, never pooled with the new tasks.
+
 ``--history-size N`` sets how many earlier conversations (default :data:`DEFAULT_EARLIER`, the issue's "at least 20";
 a test uses 3).
 """
@@ -54,6 +57,8 @@ def task(i: int) -> str:
     )
 
 
+#: the entry that asks the family's first task, always among the earlier ones, again
+ASKED_AGAIN = "history-asked-again"
 #: the most earlier conversations the family can give (every task distinct, the measured ones apart)
 MAX_EARLIER = len(_FIELDS) - NEW_TASKS
 
@@ -64,8 +69,10 @@ def task_name(i: int) -> str:
 
 
 def history_suite() -> list[dict[str, str]]:
-    """The measured entries: the family's last :data:`NEW_TASKS` tasks, never among the earlier ones."""
-    return [{"name": task_name(i), "prompt": task(i)} for i in range(MAX_EARLIER, len(_FIELDS))]
+    """The measured entries: the family's last :data:`NEW_TASKS` tasks, never among the earlier ones, then its
+    first task asked again (:data:`ASKED_AGAIN`)."""
+    new = [{"name": task_name(i), "prompt": task(i)} for i in range(MAX_EARLIER, len(_FIELDS))]
+    return [*new, {"name": ASKED_AGAIN, "prompt": task(0)}]
 
 
 def earlier_tasks(n: int) -> list[str]:
@@ -195,6 +202,6 @@ def wait_for_index(session: Any, *, settle: bool = False, timeout: float = 60.0)
 
 
 __all__ = [
-    "DEFAULT_EARLIER", "HISTORY_SUITE", "MAX_EARLIER", "NEW_TASKS", "BenchHistory", "bench_settings", "earlier_tasks",
+    "ASKED_AGAIN", "DEFAULT_EARLIER", "HISTORY_SUITE", "MAX_EARLIER", "NEW_TASKS", "BenchHistory", "bench_settings", "earlier_tasks",
     "history_suite", "seed_history", "task", "task_name", "wait_for_index",
 ]
