@@ -59,6 +59,9 @@ MAX_DRAFT = 1024
 #: the default n-gram orders looked up (longest first): 12 finds the long copies without wading through the
 #: hundreds of occurrences a common 4-gram has, 4 the short ones
 ORDERS = (12, 4)
+#: the most tokens of chat template between a message's end and its reply (:meth:`SuffixIndex.reply_after`): ChatML's
+#: ``\n<|im_start|>assistant\n`` is 4-5 tokens, Llama 3's ``<|start_header_id|>assistant<|end_header_id|>\n\n`` 4
+MAX_HEADER = 8
 
 
 class CorruptIndexError(ValueError):
@@ -396,6 +399,81 @@ class SuffixIndex:
                 return self._walk(occ, best, limit, min_token_prob)
         return None
 
+    def reply_after(
+        self,
+        message: Sequence[int],
+        after: Sequence[int],
+        max_tokens: int,
+        *,
+        max_header: int = MAX_HEADER,
+        max_spec_factor: float = 1.0,
+        max_spec_offset: float = 0.0,
+        min_token_prob: float = 0.1,
+    ) -> Candidate | None:
+        """The saved reply to the same message, where this reply has so far gone on as it did; None otherwise.
+
+        ``message``: the context up to and including the end of the user's message (its end-of-turn token, as the
+        corpus ends every document); ``after``: the context after it - the chat template's header for the reply,
+        then the reply so far. A saved document whose whole text (or the last :attr:`max_match` tokens of it, a
+        longer message) is the message's end, followed by the next document of its group (the same conversation) -
+        the saved reply - whose first r tokens are ``after``'s last r (r >= 1, the header at most ``max_header``
+        tokens), is an occurrence; the continuation is that reply's text after them, frequency-scored over every
+        occurrence (:meth:`_walk`), and the match length is the message's match plus r.
+
+        Why: :meth:`lookup` matches within one document, and the template's header between a message and its reply
+        is in no saved document, so the same question asked again matched only the reply so far - 1, 2, 3 ...
+        tokens at the reply's start - and its drafts ramped up over the first ~50 tokens of a reply saved whole.
+        The documents must lie one after the other in the corpus, as a conversation's messages are added; a reply
+        regenerated later (added at the end) is not found this way, only by :meth:`lookup`."""
+        if max_tokens <= 0 or not after:
+            return None
+        n = self.orders[-1]
+        tail = list(message[-self.max_match :])
+        if len(tail) < n + 1:
+            return None
+        with self._lock:
+            buf, o = self._buf, self._ord[n]
+            cand = self._candidates(o, _hash_query(tail[-n - 1 : -1]))  # positions of a message's last token
+            if cand.size == 0:
+                return None
+            cand = cand[(buf[cand] == tail[-1]) & (buf[cand + 1] == SEP)]  # ... that ends its document
+            if cand.size == 0:
+                return None
+            m = len(tail)
+            back = cand[:, None] - np.arange(m)[None, :]
+            eq = buf[np.maximum(back, 0)] == np.asarray(tail[::-1], dtype=np.int32)[None, :]
+            eq &= back >= 0
+            mlen = np.where(eq.all(axis=1), m, np.argmin(eq, axis=1))
+            whole = (mlen == m) | (buf[np.maximum(cand - mlen, 0)] == SEP)  # the saved message matched from its start
+            whole &= mlen > n
+            found: list[tuple[int, int]] = []  # (continuation position, match length), oldest first
+            for p, ml in zip(cand[whole].tolist(), mlen[whole].tolist()):
+                start = p + 2  # after the message's end and the next document's separator
+                doc = self._docs.get(self.doc_at(start))  # type: ignore[arg-type]
+                if doc is None or doc[0] != start or not self._same_group(self.doc_at(p), self.doc_at(start)):
+                    continue
+                for skip in range(min(max_header, len(after) - 1) + 1):
+                    r = len(after) - skip
+                    if start + r <= doc[1] and buf[start : start + r].tolist() == list(after[skip:]):
+                        found.append((start + r, ml + r))
+                        break
+            if not found:
+                return None
+            occ = np.asarray([c for c, _ml in found], dtype=np.int64)
+            match_len = min(ml for _c, ml in found)
+            limit = min(max_tokens, MAX_DRAFT, int(math.floor(max_spec_factor * match_len + max_spec_offset)))
+            return self._walk(occ, match_len, limit, min_token_prob)
+
+    @staticmethod
+    def _same_group(a: Hashable | None, b: Hashable | None) -> bool:
+        """Whether two documents' keys are of one group (``key[0]``, a conversation); keys that are not tuples
+        are of one group."""
+        if a is None or b is None:
+            return False
+        if isinstance(a, tuple) and isinstance(b, tuple) and a and b:
+            return bool(a[0] == b[0])
+        return True
+
     def renames(self, tokens: Sequence[int], start: int, *, max_gap: int = 4, anchor: int = 3,
                 max_anchor: int = 16) -> list[Rename]:
         """What ``tokens`` says otherwise than the corpus: at every position q >= ``start`` where a match of
@@ -593,4 +671,4 @@ class SuffixIndex:
         return index, meta if isinstance(meta, dict) else {}
 
 
-__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "Rename", "SuffixIndex"]
+__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "MAX_HEADER", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "Rename", "SuffixIndex"]

@@ -104,14 +104,16 @@ def test_where_verifying_is_cheap_the_history_pays():
 
 def test_the_same_question_asked_again_copies_its_saved_reply():
     """The case the history is for: each of the family's 25 tasks asked again with its own conversation saved. Its
-    reply is the saved one, and auto-K's history drafts keep it: 2.47x plain decoding on the recorded costs (the
-    geometric mean; each task 2.09x or more). It read 1.75x while renames learned from a reply's own list of records
-    were applied to the saved continuation (SuffixDrafter._maps), 2.30x while a history match of 48 tokens or more
-    started at half an exact match's prior (suffix_drafter.HISTORY_SURE_MATCH)."""
+    reply is the saved one, and auto-K's history drafts keep it: 3.25x plain decoding on the recorded costs (the
+    geometric mean; each task 3.16x or more; fixed K 64 3.36x). It read 1.75x while renames learned from a reply's own
+    list of records were applied to the saved continuation (SuffixDrafter._maps), 2.30x while a history match of 48
+    tokens or more started at half an exact match's prior (suffix_drafter.HISTORY_SURE_MATCH), 2.47x while the
+    saved reply was matched within itself only, its drafts ramping up 1, 1, 2, 4 ... tokens over its first ~50
+    (SuffixIndex.reply_after, suffix_drafter.ANSWERED)."""
     family = _family()
     cost, eos = _recorded_cost(), int(family["eos"])
     ratios = []
     for t in family["tasks"]:
         plain, _ngram, suffix = _tok_s(cost, t, eos, [t])
         ratios.append(suffix / plain)
-    assert _geomean(ratios) >= 2.4 and min(ratios) >= 2.0, [round(r, 2) for r in ratios]
+    assert _geomean(ratios) >= 3.1 and min(ratios) >= 2.9, [round(r, 2) for r in ratios]

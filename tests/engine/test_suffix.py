@@ -357,6 +357,61 @@ def test_the_same_question_again_copies_the_saved_reply_as_saved():
     assert d._renames and len(drafts) > 50 and all(drafts), f"{sum(drafts)} of {len(drafts)} drafts as saved"
 
 
+QUESTION = [40, 41, 42, 43, 44, 45, 2]  # a saved user message (2 ends every saved message, as the corpus does)
+ANSWER = [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 2]  # the reply saved after it
+HEADER = [1, 9, 3]  # the chat template between a message and its reply (in no saved message)
+
+
+def test_reply_after_finds_the_saved_reply_to_the_same_message():
+    index = SuffixIndex.build([doc((1, 1), [50, 51, 2]), doc((1, 2), [52, 53, 2]),
+                               doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
+    context = [5, 6, 7, *QUESTION]  # the system prompt and the message's template before it
+    for r in range(1, 6):
+        cand = index.reply_after(context, HEADER + ANSWER[:r], 64, max_spec_factor=4.0)
+        assert cand.tokens == ANSWER[r:] and cand.match_len == len(QUESTION) + r
+        assert index.doc_at(cand.position) == (4, 8)
+    assert index.reply_after(context, HEADER + ANSWER[:3], 4).tokens == ANSWER[3:7]  # the cap asked for
+    assert len(index.reply_after(context, HEADER + ANSWER[:1], 64).tokens) == len(QUESTION) + 1  # max_spec_factor 1
+    # the plain lookup matches inside the reply only: nothing at its first tokens, the reply so far later
+    assert index.lookup([*context, *HEADER, ANSWER[0]], 64) is None
+    assert index.lookup([*context, *HEADER, *ANSWER[:5]], 64).match_len == 5
+
+
+def test_reply_after_needs_the_whole_message_and_the_reply_as_saved():
+    index = SuffixIndex.build([doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
+    assert index.reply_after([99, 41, 42, 43, 44, 45, 2], HEADER + ANSWER[:2], 64) is None  # another question
+    assert index.reply_after([99, *QUESTION[2:]], HEADER + ANSWER[:2], 64) is None  # its end only
+    assert index.reply_after(QUESTION, HEADER + [60, 99], 64) is None  # this reply went on otherwise
+    assert index.reply_after(QUESTION, HEADER, 64) is None  # nothing of the reply yet: the header's length unknown
+    assert index.reply_after(QUESTION[:-1] + [3], HEADER + ANSWER[:2], 64) is None  # no end-of-turn after it
+    other = SuffixIndex.build([doc((4, 7), QUESTION), doc((5, 1), ANSWER)])  # the next document is not its reply
+    assert other.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+    index.remove((4, 8))
+    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+    index.add((4, 9), ANSWER)  # a reply saved again later, not after its message: the lookup's, not this
+    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+
+
+def test_the_same_question_asked_again_drafts_its_saved_reply_from_the_first_token():
+    """Asked again, the reply's first tokens match inside the saved reply only (1, 2, 3 ... tokens: no draft, or a
+    short one); the message above them matches the saved one whole, so the saved reply is a sure match from the
+    start (:data:`specchat.engine.suffix_drafter.ANSWERED`), and a drafter that has learned nothing yet proposes
+    several tokens of it at the reply's first round. Fails without ``SuffixIndex.reply_after``: no history draft."""
+    from specchat.engine.suffix_drafter import ANSWERED
+
+    index = SuffixIndex.build([doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
+    d = SuffixDrafter(index, boundary=lambda t: t == 2)
+    context = [5, 6, 7, *QUESTION, *HEADER, ANSWER[0]]
+    out = d.draft(context, 16, GREEDY, RNG)
+    assert d.last_source == "history" and d.last_kind == ANSWERED and d.source() == "history (4, 8)"
+    assert len(out.tokens) >= 3 and out.tokens == ANSWER[1 : 1 + len(out.tokens)]
+    # a reply that leaves the saved one is not followed back to its start
+    d.rollback(context + out.tokens)
+    gone = [*context, *out.tokens, 99, 98, 97, 96, 95, 94, 93, 92, 91]
+    d.lookup(gone, 16)
+    assert d.last_kind != ANSWERED
+
+
 def test_another_conversation_forgets_this_ones_renames():
     index = SuffixIndex.build([doc((5, 11), SAVED)])
     d = SuffixDrafter(index, max_spec_factor=2.0)
