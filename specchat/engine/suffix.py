@@ -405,6 +405,7 @@ class SuffixIndex:
         after: Sequence[int],
         max_tokens: int,
         *,
+        end: int | None = None,
         max_header: int = MAX_HEADER,
         max_spec_factor: float = 1.0,
         max_spec_offset: float = 0.0,
@@ -412,13 +413,14 @@ class SuffixIndex:
     ) -> Candidate | None:
         """The saved reply to the same message, where this reply has so far gone on as it did; None otherwise.
 
-        ``message``: the context up to and including the end of the user's message (its end-of-turn token, as the
-        corpus ends every document); ``after``: the context after it - the chat template's header for the reply,
-        then the reply so far. A saved document whose whole text (or the last :attr:`max_match` tokens of it, a
-        longer message) is the message's end, followed by the next document of its group (the same conversation) -
-        the saved reply - whose first r tokens are ``after``'s last r (r >= 1, the header at most ``max_header``
-        tokens), is an occurrence; the continuation is that reply's text after them, frequency-scored over every
-        occurrence (:meth:`_walk`), and the match length is the message's match plus r.
+        ``message``: the context up to the end of the user's message; ``end``: the end-of-turn token the context
+        closes it with, which a saved document may end with too or not (the app's corpus saves a message's text
+        alone); ``after``: the context after that token - the chat template's header for the reply, then the reply
+        so far. A saved document whose whole text (or the last :attr:`max_match` tokens of a longer message) is the
+        message's end, followed by the next document of its group (the same conversation) - the saved reply - whose
+        first r tokens are ``after``'s last r (r >= 1, the header at most ``max_header`` tokens), is an occurrence;
+        the continuation is that reply's text after them, frequency-scored over every occurrence (:meth:`_walk`),
+        and the match length is the message's match plus r.
 
         Why: :meth:`lookup` matches within one document, and the template's header between a message and its reply
         is in no saved document, so the same question asked again matched only the reply so far - 1, 2, 3 ...
@@ -436,7 +438,11 @@ class SuffixIndex:
             cand = self._candidates(o, _hash_query(tail[-n - 1 : -1]))  # positions of a message's last token
             if cand.size == 0:
                 return None
-            cand = cand[(buf[cand] == tail[-1]) & (buf[cand + 1] == SEP)]  # ... that ends its document
+            cand = cand[buf[cand] == tail[-1]]
+            ends = buf[cand + 1] == SEP  # ... that ends its document, or is followed by its end token that does
+            closed = (buf[cand + 1] == end) & (buf[cand + 2] == SEP) if end is not None else np.zeros_like(ends)
+            gap = np.where(ends, 2, 3)[ends | closed]  # from the message's last token to the next document's start
+            cand = cand[ends | closed]
             if cand.size == 0:
                 return None
             m = len(tail)
@@ -447,8 +453,8 @@ class SuffixIndex:
             whole = (mlen == m) | (buf[np.maximum(cand - mlen, 0)] == SEP)  # the saved message matched from its start
             whole &= mlen > n
             found: list[tuple[int, int]] = []  # (continuation position, match length), oldest first
-            for p, ml in zip(cand[whole].tolist(), mlen[whole].tolist()):
-                start = p + 2  # after the message's end and the next document's separator
+            for p, ml, g in zip(cand[whole].tolist(), mlen[whole].tolist(), gap[whole].tolist()):
+                start = p + g
                 doc = self._docs.get(self.doc_at(start))  # type: ignore[arg-type]
                 if doc is None or doc[0] != start or not self._same_group(self.doc_at(p), self.doc_at(start)):
                     continue

@@ -23,9 +23,9 @@ between them is in neither, so a lookup matches a reply asked again only within 
 start, priced as guesses. Where this turn's message is a saved message whole and the reply so far is its saved
 reply's start (:meth:`SuffixIndex.reply_after`), that reply is its own kind of match (:data:`ANSWERED`), as long as
 the message and the reply so far together, from a sure prior. Live on the AMD EPYC Zen 4 (``--threads 1``, the bench
-family's ``average_revenue`` asked again with its plain reply saved, auto-K, 4 interleaved pairs, medians):
-3.10x plain decoding against 2.33x without it on the F16 re-encoding, 1.59x against 1.47x on the bundled Q4_1, the
-same text as plain decoding.
+family's ``average_revenue`` asked again with the question and its plain reply saved as the app saves them, auto-K,
+4 interleaved pairs, medians): 3.15x plain decoding against 2.45x without it on the F16 re-encoding, 1.64x against
+1.39x on the bundled Q4_1, the same text as plain decoding.
 
 **Renames.** A repeated task rarely repeats its names: the saved reply said ``largest_value`` where this one says
 ``average_value``, and an exact match breaks at every such token. Where the context's match with the history
@@ -265,13 +265,11 @@ class SuffixDrafter(NgramDrafter):
         has left it), it is not looked for again in that turn until the index changes: a reply that stops
         repeating the saved one never starts again at its beginning."""
         turn = self._turn_start
-        if turn <= 0:
-            return None
         key = (turn, id(index), len(index))
-        if self._unanswered == key:
+        if turn < 2 or self._unanswered == key:
             return None
-        again = index.reply_after(context[max(0, turn - index.max_match) : turn], context[turn:], k,
-                                  **kw)  # type: ignore[arg-type]
+        again = index.reply_after(context[max(0, turn - 1 - index.max_match) : turn - 1], context[turn:], k,
+                                  end=context[turn - 1], **kw)  # type: ignore[arg-type]
         if again is None or not again.tokens:
             if len(context) - turn > MAX_HEADER + 1:  # the reply has begun, whatever the header's length: final
                 self._unanswered = key

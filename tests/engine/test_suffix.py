@@ -357,39 +357,46 @@ def test_the_same_question_again_copies_the_saved_reply_as_saved():
     assert d._renames and len(drafts) > 50 and all(drafts), f"{sum(drafts)} of {len(drafts)} drafts as saved"
 
 
-QUESTION = [40, 41, 42, 43, 44, 45, 2]  # a saved user message (2 ends every saved message, as the corpus does)
-ANSWER = [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71, 2]  # the reply saved after it
-HEADER = [1, 9, 3]  # the chat template between a message and its reply (in no saved message)
+QUESTION = [40, 41, 42, 43, 44, 45]  # a saved user message
+ANSWER = [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 71]  # the reply saved after it
+END = 2  # the end-of-turn token the conversation closes each message with
+HEADER = [1, 9, 3]  # the chat template between a message's end and its reply (in no saved message)
 
 
-def test_reply_after_finds_the_saved_reply_to_the_same_message():
-    index = SuffixIndex.build([doc((1, 1), [50, 51, 2]), doc((1, 2), [52, 53, 2]),
-                               doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
+@pytest.mark.parametrize("end", [None, END], ids=["saved-as-text", "saved-with-end-token"])
+def test_reply_after_finds_the_saved_reply_to_the_same_message(end):
+    closed = [] if end is None else [end]
+    index = SuffixIndex.build([doc((1, 1), [50, 51, *closed]), doc((1, 2), [52, 53, *closed]),
+                               doc((4, 7), QUESTION + closed), doc((4, 8), ANSWER + closed)])
     context = [5, 6, 7, *QUESTION]  # the system prompt and the message's template before it
     for r in range(1, 6):
-        cand = index.reply_after(context, HEADER + ANSWER[:r], 64, max_spec_factor=4.0)
-        assert cand.tokens == ANSWER[r:] and cand.match_len == len(QUESTION) + r
+        cand = index.reply_after(context, HEADER + ANSWER[:r], 64, end=END, max_spec_factor=4.0)
+        assert cand.tokens == ANSWER[r:] + closed and cand.match_len == len(QUESTION) + r
         assert index.doc_at(cand.position) == (4, 8)
-    assert index.reply_after(context, HEADER + ANSWER[:3], 4).tokens == ANSWER[3:7]  # the cap asked for
-    assert len(index.reply_after(context, HEADER + ANSWER[:1], 64).tokens) == len(QUESTION) + 1  # max_spec_factor 1
+    assert index.reply_after(context, HEADER + ANSWER[:3], 4, end=END).tokens == ANSWER[3:7]  # the cap asked for
+    assert len(index.reply_after(context, HEADER + ANSWER[:1], 64, end=END).tokens) == len(QUESTION) + 1  # factor 1
     # the plain lookup matches inside the reply only: nothing at its first tokens, the reply so far later
-    assert index.lookup([*context, *HEADER, ANSWER[0]], 64) is None
-    assert index.lookup([*context, *HEADER, *ANSWER[:5]], 64).match_len == 5
+    assert index.lookup([*context, END, *HEADER, ANSWER[0]], 64) is None
+    assert index.lookup([*context, END, *HEADER, *ANSWER[:5]], 64).match_len == 5
 
 
 def test_reply_after_needs_the_whole_message_and_the_reply_as_saved():
     index = SuffixIndex.build([doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
-    assert index.reply_after([99, 41, 42, 43, 44, 45, 2], HEADER + ANSWER[:2], 64) is None  # another question
-    assert index.reply_after([99, *QUESTION[2:]], HEADER + ANSWER[:2], 64) is None  # its end only
-    assert index.reply_after(QUESTION, HEADER + [60, 99], 64) is None  # this reply went on otherwise
-    assert index.reply_after(QUESTION, HEADER, 64) is None  # nothing of the reply yet: the header's length unknown
-    assert index.reply_after(QUESTION[:-1] + [3], HEADER + ANSWER[:2], 64) is None  # no end-of-turn after it
+    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is not None
+    assert index.reply_after([99, 41, 42, 43, 44, 45], HEADER + ANSWER[:2], 64, end=END) is None  # another question
+    assert index.reply_after([99, *QUESTION[2:]], HEADER + ANSWER[:2], 64, end=END) is None  # its end only
+    assert index.reply_after(QUESTION, HEADER + [60, 99], 64, end=END) is None  # this reply went on otherwise
+    assert index.reply_after(QUESTION, HEADER, 64, end=END) is None  # nothing of the reply yet: the header unknown
+    assert index.reply_after(QUESTION[:-1], HEADER + ANSWER[:2], 64, end=END) is None  # not where the message ends
+    with_end = SuffixIndex.build([doc((4, 7), [*QUESTION, END]), doc((4, 8), ANSWER)])
+    assert with_end.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is not None
+    assert with_end.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END + 1) is None  # another token after it
     other = SuffixIndex.build([doc((4, 7), QUESTION), doc((5, 1), ANSWER)])  # the next document is not its reply
-    assert other.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+    assert other.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is None
     index.remove((4, 8))
-    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is None
     index.add((4, 9), ANSWER)  # a reply saved again later, not after its message: the lookup's, not this
-    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64) is None
+    assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is None
 
 
 def test_the_same_question_asked_again_drafts_its_saved_reply_from_the_first_token():
@@ -399,9 +406,9 @@ def test_the_same_question_asked_again_drafts_its_saved_reply_from_the_first_tok
     several tokens of it at the reply's first round. Fails without ``SuffixIndex.reply_after``: no history draft."""
     from specchat.engine.suffix_drafter import ANSWERED
 
-    index = SuffixIndex.build([doc((4, 7), QUESTION), doc((4, 8), ANSWER)])
-    d = SuffixDrafter(index, boundary=lambda t: t == 2)
-    context = [5, 6, 7, *QUESTION, *HEADER, ANSWER[0]]
+    index = SuffixIndex.build([doc((4, 7), QUESTION), doc((4, 8), ANSWER)])  # saved as the app saves them: text
+    d = SuffixDrafter(index, boundary=lambda t: t == END)
+    context = [5, 6, END, 7, *QUESTION, END, *HEADER, ANSWER[0]]
     out = d.draft(context, 16, GREEDY, RNG)
     assert d.last_source == "history" and d.last_kind == ANSWERED and d.source() == "history (4, 8)"
     assert len(out.tokens) >= 3 and out.tokens == ANSWER[1 : 1 + len(out.tokens)]
@@ -460,6 +467,60 @@ def test_suffix_copies_an_earlier_tasks_reply_under_the_new_names_on_the_bundled
         assert sum(held.values()) > 0, held
     finally:
         dec.close()
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("isolated_config")
+def test_the_same_question_asked_again_in_the_app_drafts_its_saved_reply_from_its_start(tmp_path):
+    """The real bundled model and the app's own corpus (a history database, the index built by HistoryCorpus, which
+    saves each message's text without an end token): a question's plain greedy reply saved, then the question asked
+    again with ``draft = "suffix"``. The drafter's lookup once the reply's first token is sampled (the round before
+    it looks up the prompt alone) finds the saved reply after the saved question
+    (:data:`specchat.engine.suffix_drafter.ANSWERED`), the drafts copy it, and the ids are plain decoding's. A
+    lookup is not priced, so no CPU's costs decide this."""
+    from specchat.config import Settings
+    from specchat.engine.events import Piece, Turn
+    from specchat.engine.protocol import Message
+    from specchat.engine.suffix_drafter import ANSWERED
+    from specchat.history import HistoryStore
+    from specchat.loading import load_engine, wait_for_history
+
+    prompt = "Write a Python function that reverses a string."
+    settings = Settings(target="bundled", draft="suffix", k=16, auto_k=False, n_predict=48, n_ctx=1024, threads=1,
+                        data_dir=tmp_path)
+    plain = load_engine(settings.model_copy(update={"draft": "none"}))
+    try:
+        events = list(plain.send(prompt))
+        answer, ids = events[-1].text, [e.token for e in events if isinstance(e, Piece)]
+    finally:
+        plain.close()
+    with HistoryStore(tmp_path / "history.sqlite3") as store:
+        conv = store.create_conversation("Reverse a string")
+        store.append_message(conv, Message("user", prompt))
+        store.append_message(conv, Message("assistant", answer))
+    session = load_engine(settings)
+    try:
+        assert wait_for_history(session, 60) == []
+        drafter = session.decoder.drafters["suffix"]
+        saved = session.decoder.target.tokenize(answer, add_bos=False, special=False)
+        seen: list[tuple[int, int, list[int]]] = []
+        lookup = drafter.lookup
+
+        def spy(context, k):
+            out = lookup(context, k)
+            seen.append((len(context), drafter.last_kind, out))
+            return out
+
+        drafter.lookup = spy
+        events = list(session.send(prompt))
+        turn = [e for e in events if isinstance(e, Turn)][-1]
+        assert [e.token for e in events if isinstance(e, Piece) and e.kind != "rejected"] == ids
+        n_prompt = seen[0][0]  # fixed K: every round looks up, the first with the prompt alone
+        _n, kind, first = next(x for x in seen if x[0] == n_prompt + 1)
+        assert kind == ANSWERED and first and first == saved[1 : 1 + len(first)], (kind, first, saved[:8])
+        assert turn.accepted_by_origin.get("history", 0) > 0
+    finally:
+        session.close()
 
 
 def _generate(capsys, data_dir: Path, prompt: str, *flags: str) -> dict:
