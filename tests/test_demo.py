@@ -44,6 +44,10 @@ def test_the_scenes_cover_the_lessons():
     assert history.pair == demo.HISTORY_PAIR and history.pair.draft == "suffix" and history.expected == ("helps",)
     assert len(history.earlier) == demo.HISTORY_EARLIER and history.prompt not in history.earlier
     assert all(not s.earlier for s in scenes[:8])
+    # and the first of its questions asked again, auto-K: the saved answer copied from the reply's first token
+    again = scenes[9]
+    assert again.pair == demo.HISTORY_PAIR and again.k is None and again.expected == ("helps",)
+    assert again.earlier == history.earlier and again.prompt == history.earlier[0]  # one seeded history for both
 
 
 def test_the_tour_runs_end_to_end_on_the_bundled_model(tmp_path):
@@ -195,7 +199,7 @@ def test_specchat_demo_lists_its_scenes(capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--headless", "--scene", "10"], "--scene 10: there are scenes 1..9"),
+        (["--headless", "--scene", "11"], "--scene 11: there are scenes 1..10"),
         (["--headless", "--n-predict", "0"], "--n-predict 0 must be a positive number"),
         (["--json"], "--json prints the figures of a headless tour: add --headless"),
     ],

@@ -172,6 +172,7 @@ SCENE_SHAPES = {
     6: ("pppppppp", 0.05, 0.051),
     7: ("pppppppr", 0.05, 0.052),
     8: ("aaaaaaab", 0.05, 0.02),  # the model has answered this kind of question before: copies from the history
+    9: ("aaaaaaaaaaaaaab", 0.05, 0.015),  # the same question asked again: its saved answer copied from the start
 }
 
 
