@@ -62,6 +62,9 @@ ORDERS = (12, 4)
 #: the most tokens of chat template between a message's end and its reply (:meth:`SuffixIndex.reply_after`): ChatML's
 #: ``\n<|im_start|>assistant\n`` is 4-5 tokens, Llama 3's ``<|start_header_id|>assistant<|end_header_id|>\n\n`` 4
 MAX_HEADER = 8
+#: the most saved answers to one message :meth:`SuffixIndex.reply_after` follows (the newest): a question asked a
+#: hundred times must not cost a hundred comparisons a round
+MAX_ANSWERS = 16
 
 
 class CorruptIndexError(ValueError):
@@ -452,8 +455,9 @@ class SuffixIndex:
             mlen = np.where(eq.all(axis=1), m, np.argmin(eq, axis=1))
             whole = (mlen == m) | (buf[np.maximum(cand - mlen, 0)] == SEP)  # the saved message matched from its start
             whole &= mlen > n
+            keep = np.flatnonzero(whole)[-MAX_ANSWERS:]  # the newest: each costs a few bisections and a comparison
             found: list[tuple[int, int]] = []  # (continuation position, match length), oldest first
-            for p, ml, g in zip(cand[whole].tolist(), mlen[whole].tolist(), gap[whole].tolist()):
+            for p, ml, g in zip(cand[keep].tolist(), mlen[keep].tolist(), gap[keep].tolist()):
                 start = p + g
                 doc = self._docs.get(self.doc_at(start))  # type: ignore[arg-type]
                 if doc is None or doc[0] != start or not self._same_group(self.doc_at(p), self.doc_at(start)):
@@ -677,4 +681,4 @@ class SuffixIndex:
         return index, meta if isinstance(meta, dict) else {}
 
 
-__all__ = ["FORMAT_VERSION", "MAX_DRAFT", "MAX_HEADER", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "Rename", "SuffixIndex"]
+__all__ = ["FORMAT_VERSION", "MAX_ANSWERS", "MAX_DRAFT", "MAX_HEADER", "ORDERS", "SEP", "Candidate", "CorruptIndexError", "Rename", "SuffixIndex"]

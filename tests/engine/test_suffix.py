@@ -399,6 +399,20 @@ def test_reply_after_needs_the_whole_message_and_the_reply_as_saved():
     assert index.reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END) is None
 
 
+def test_reply_after_scores_the_saved_answers_by_frequency_and_follows_the_newest_only():
+    from specchat.engine.suffix import MAX_ANSWERS
+
+    other = [60, 61, 62, 63, 90, 91, 92, 93]  # the same question answered otherwise once
+    docs = [doc((1, 1), QUESTION), doc((1, 2), ANSWER), doc((2, 1), QUESTION), doc((2, 2), ANSWER),
+            doc((3, 1), QUESTION), doc((3, 2), other)]
+    cand = SuffixIndex.build(docs).reply_after(QUESTION, HEADER + ANSWER[:2], 64, end=END, max_spec_factor=4.0)
+    assert cand.tokens[:2] == ANSWER[2:4] and cand.probs[:2] == [1.0, 1.0]  # all three agree so far
+    assert cand.tokens[2:] == ANSWER[4:] and cand.probs[2] == pytest.approx(2 / 3)  # then two of three go on so
+    many = [d for c in range(MAX_ANSWERS + 5) for d in (doc((c, 1), QUESTION), doc((c, 2), other if c < 5 else ANSWER))]
+    cand = SuffixIndex.build(many).reply_after(QUESTION, HEADER + ANSWER[:4], 64, end=END, max_spec_factor=4.0)
+    assert cand.occurrences == MAX_ANSWERS and cand.probs[0] == 1.0  # the five old other answers not looked at
+
+
 def test_the_same_question_asked_again_drafts_its_saved_reply_from_the_first_token():
     """Asked again, the reply's first tokens match inside the saved reply only (1, 2, 3 ... tokens: no draft, or a
     short one); the message above them matches the saved one whole, so the saved reply is a sure match from the
