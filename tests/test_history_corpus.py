@@ -83,6 +83,24 @@ def test_an_import_and_a_regenerated_reply_reach_the_index(tmp_path, db):
         corpus.close()
 
 
+def test_a_regenerated_reply_follows_its_message_in_the_index(tmp_path, db):
+    """The saved reply to a message is the document right after it (SuffixIndex.reply_after); a regenerated reply
+    must not be added at the corpus's end, away from its message: the conversation is added again whole, in order.
+    Fails if only the new version is added (another conversation saved in between puts its messages after it)."""
+    conv = save(db, "add two numbers", "first try: " + "x" * 40)
+    corpus = start(tmp_path)
+    try:
+        assert corpus.wait(10)
+        save(db, "something else", "another conversation's reply")
+        db.replace_last_assistant(conv, Message("assistant", REPLY))
+        assert found(corpus, REPLY) == byte_tokens(REPLY)[24:32]
+        question, reply = byte_tokens("add two numbers"), byte_tokens(REPLY)
+        cand = corpus.index().reply_after(question, [7, 7, *reply[:3]], 8, max_header=2, max_spec_factor=4.0)
+        assert cand is not None and cand.tokens == reply[3:11]
+    finally:
+        corpus.close()
+
+
 def test_the_index_persists_and_catches_up_with_changes_made_while_closed(tmp_path, db):
     keep = save(db, "add two numbers", REPLY)
     gone = save(db, "something else entirely", "a reply to be deleted while no corpus listens " * 2)

@@ -15,7 +15,9 @@ step with the history database on a thread of its own (issue 23).
   history, with one notice. The history is never changed.
 * **Incremental:** :mod:`specchat.history.changes` tells the corpus which conversation a store wrote (a reply saved,
   a conversation deleted or imported); the id is queued and the corpus's thread re-reads that conversation and adds
-  or drops its messages. The writer's thread (the UI's, in the app) only puts an int on a queue.
+  or drops its messages. The writer's thread (the UI's, in the app) only puts an int on a queue. A conversation
+  that lost or changed a message (a reply regenerated) is added again whole, in order, so each saved message is
+  followed in the index by its reply (what :meth:`~specchat.engine.suffix.SuffixIndex.reply_after` relies on).
 * **Never in the way:** :meth:`HistoryCorpus.start` returns at once; until the build is done :meth:`index` is None and
   the drafter drafts from the conversation alone (like n-gram). The database is only read on the corpus's thread, on a
   connection of its own.
@@ -268,11 +270,19 @@ class HistoryCorpus:
         want = {(cid, mid): text for cid, mid, text in messages if cid not in self.exclude}
         have = [k for k in index.keys() if group is None or (isinstance(k, tuple) and k[0] == group)]
         changed = False
+        broken: set[object] = set()  # conversations that lost or changed a message
         for key in have:
             text = want.get(key)  # type: ignore[call-overload]
             if text is None or index.checksum(key) != checksum(text):
                 index.remove(key)
                 changed = True
+                broken.add(key[0] if isinstance(key, tuple) else key)
+        # such a conversation (a reply regenerated, another version chosen) is added again whole, in its order: the
+        # index finds the saved reply to a message as the document right after it (SuffixIndex.reply_after), and a
+        # new version alone would be added at the corpus's end
+        for key in have:
+            if isinstance(key, tuple) and key[0] in broken and key in index:
+                index.remove(key)
         new = [(key, text) for key, text in want.items() if key not in index]
         for done, (key, text) in enumerate(new):
             if report:
