@@ -428,8 +428,9 @@ class SuffixIndex:
         Why: :meth:`lookup` matches within one document, and the template's header between a message and its reply
         is in no saved document, so the same question asked again matched only the reply so far - 1, 2, 3 ...
         tokens at the reply's start - and its drafts ramped up over the first ~50 tokens of a reply saved whole.
-        The documents must lie one after the other in the corpus, as a conversation's messages are added; a reply
-        regenerated later (added at the end) is not found this way, only by :meth:`lookup`."""
+        The documents must lie one after the other in the corpus, as a conversation's messages are added (the history
+        corpus adds a conversation again whole when one of its messages changes, a reply regenerated:
+        :mod:`specchat.history.corpus`); a reply added elsewhere is found only by :meth:`lookup`."""
         if max_tokens <= 0 or not after:
             return None
         n = self.orders[-1]
