@@ -388,12 +388,7 @@ class SuffixIndex:
                 cand = self._candidates(o, _hash_query(tail[-o.n :]))
                 if cand.size == 0:
                     continue
-                m = len(tail)
-                back = cand[:, None] - 1 - np.arange(m)[None, :]  # corpus positions to compare, newest first
-                rev = np.asarray(tail[::-1], dtype=np.int32)
-                eq = self._buf[np.maximum(back, 0)] == rev[None, :]
-                eq &= back >= 0
-                mlen = np.where(eq.all(axis=1), m, np.argmin(eq, axis=1))
+                mlen = self._match_lengths(cand - 1, tail)
                 best = int(mlen.max())
                 if best < o.n:  # only hash collisions, or occurrences in removed documents
                     continue
@@ -450,22 +445,22 @@ class SuffixIndex:
             if cand.size == 0:
                 return None
             m = len(tail)
-            back = cand[:, None] - np.arange(m)[None, :]
-            eq = buf[np.maximum(back, 0)] == np.asarray(tail[::-1], dtype=np.int32)[None, :]
-            eq &= back >= 0
-            mlen = np.where(eq.all(axis=1), m, np.argmin(eq, axis=1))
+            mlen = self._match_lengths(cand, tail)
             whole = (mlen == m) | (buf[np.maximum(cand - mlen, 0)] == SEP)  # the saved message matched from its start
             whole &= mlen > n
             keep = np.flatnonzero(whole)[-MAX_ANSWERS:]  # the newest: each costs a few bisections and a comparison
             found: list[tuple[int, int]] = []  # (continuation position, match length), oldest first
             for p, ml, g in zip(cand[keep].tolist(), mlen[keep].tolist(), gap[keep].tolist()):
                 start = p + g
-                doc = self._docs.get(self.doc_at(start))  # type: ignore[arg-type]
-                if doc is None or doc[0] != start or not self._same_group(self.doc_at(p), self.doc_at(start)):
+                key = self.doc_at(start)
+                doc = self._docs.get(key)  # type: ignore[arg-type]
+                if doc is None or doc[0] != start or not self._same_group(self.doc_at(p), key):
                     continue
+                first = int(buf[start])
                 for skip in range(min(max_header, len(after) - 1) + 1):
                     r = len(after) - skip
-                    if start + r <= doc[1] and buf[start : start + r].tolist() == list(after[skip:]):
+                    if (after[skip] == first and start + r <= doc[1]
+                            and buf[start : start + r].tolist() == list(after[skip:])):
                         found.append((start + r, ml + r))
                         break
             if not found:
@@ -474,6 +469,15 @@ class SuffixIndex:
             match_len = min(ml for _c, ml in found)
             limit = min(max_tokens, MAX_DRAFT, int(math.floor(max_spec_factor * match_len + max_spec_offset)))
             return self._walk(occ, match_len, limit, min_token_prob)
+
+    def _match_lengths(self, ends: np.ndarray, tail: list[int]) -> np.ndarray:
+        """For each corpus position in ``ends``, how many of ``tail``'s last tokens the corpus holds ending there
+        (one vectorised comparison; before the corpus's start nothing matches)."""
+        m = len(tail)
+        back = ends[:, None] - np.arange(m)[None, :]  # corpus positions to compare, newest first
+        eq = self._buf[np.maximum(back, 0)] == np.asarray(tail[::-1], dtype=np.int32)[None, :]
+        eq &= back >= 0
+        return np.where(eq.all(axis=1), m, np.argmin(eq, axis=1))
 
     @staticmethod
     def _same_group(a: Hashable | None, b: Hashable | None) -> bool:
