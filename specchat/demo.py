@@ -177,8 +177,7 @@ SCENES: tuple[Scene, ...] = (
     ),
     Scene(
         "the same question asked again", HISTORY_PAIR, None, task(0), 128,
-        "The first of those questions asked again: its answer is in the history whole, so the suffix drafter copies "
-        "it from the reply's first token, and auto-K drafts it in long runs.",
+        "Asked again, its answer is in the history whole: suffix copies it from the reply's first token.",
         "nearly every token a green draft copied from the earlier answer; far faster than without speculation",
         ("helps", "history", "auto-K"), ("helps",), tuple(earlier_tasks(HISTORY_EARLIER)),
     ),
