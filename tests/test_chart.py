@@ -48,7 +48,7 @@ def test_the_bench_chart_of_the_bundled_model_holds_its_series(tmp_path):
 
 
 def test_the_verify_cost_chart_draws_every_format():
-    """``models tune --plot``'s chart from a tune result's v(K) per variant (the AMD EPYC Zen 4's, from
+    """``models tune --plot``'s chart from a tune result's v(K) per variant (issue 20's AMD EPYC's, a Zen 5, from
     ``tests/data/cpu-profiles``): every format is a series, with the row-by-row and free-verify references."""
     import tempfile
     from pathlib import Path

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # only annotations: the bench imports this module before it l
 #: repetition (and its uncounted warm-up row, WARM_UP_ROWS): twice over 4.5 s for the bundled Q4_1 on one
 #: thread on this machine under load (median of 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
 #: threads and CPU, not once per session. A 2-row batch is not timed here: the rounds time it (where it costs
-#: more than two rows, as on an AMD EPYC Zen 4, the verify plan then goes row by row); timing it up front moved
+#: more than two rows, as on issue 20's AMD EPYC, the verify plan then goes row by row); timing it up front moved
 #: the line the cost model fits through the other sizes, and the replayed profiles drafted more and kept no more
 #: (the Xeon's Q8_0 on the copy-heavy reply: 317 drafted for 219 kept against 266 for 220, 2.76x plain for 3.05x)
 CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))

@@ -287,7 +287,7 @@ class NgramDrafter:
     geometric mean of +0.1 % to +3.5 % per CPU and format (suffix drafter; from -5 % to +24 % per reply, the
     gains where an example list's rows differ in one number), the n-gram drafter's by -0.1 % to +3.4 %; on the
     default suite +0.2 % over prompts, formats and CPUs, from -1.8 % (Xeon F16, copy-heavy: a 64-token match
-    broken by an insertion) to +7.6 % (Zen 4 F16, code). The bench's history task on this AMD EPYC Zen 5
+    broken by an insertion) to +7.6 % (issue 20's EPYC's F16, code). The bench's history task on this AMD EPYC Zen 5
     (bundled Q4_1, fixed K 16): mean accepted length 1.87 to 2.13 (n-gram), 2.43 to 2.78 (suffix).
 
     **Boundaries.** A continuation stops after the first end-of-turn token of the text it copies (``boundary``,

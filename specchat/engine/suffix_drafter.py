@@ -71,15 +71,16 @@ HISTORY_PRIOR_SHARE = 0.5
 #: again, its reply repeating the saved one. At half an exact match's prior auto-K drafted 1, 1, 2, 4, 4, 2, 4, 6 ...
 #: tokens of a reply it held whole before reaching 20-35. Replayed (tests/engine/test_history_replay.py, each of the
 #: family's 25 tasks asked again, auto-K, 13 cost tables of the recorded profiles): 2.135x -> 2.286x plain; the family
-#: against the other tasks' history unchanged (1.3552 -> 1.3550), the worst task against n-gram 0.971 (the Zen 4's
-#: Q4_1, 0.998 before). 0.75 gave 2.228x; 0.9 from 16 tokens 2.353x but the EPYCs' Q4_1 lost 0.5-0.7 % on the family
+#: against the other tasks' history unchanged (1.3552 -> 1.3550), the worst task against n-gram 0.971 (the Q4_1 of
+#: issue 20's EPYC, a Zen 5; 0.998 before). 0.75 gave 2.228x; 0.9 from 16 tokens 2.353x but the EPYCs' Q4_1 lost
+#: 0.5-0.7 % on the family
 HISTORY_SURE_MATCH = 48
 HISTORY_SURE_SHARE = 0.9
 #: the kind of match the saved reply to the same message is (:meth:`SuffixIndex.reply_after`: the user's message
 #: matched whole, the reply so far as saved): its own learned acceptance, from a prior of :data:`HISTORY_SURE_SHARE`
 #: of a quoted match's (l / (l + 1)) ** 0.5 at every length - asked again, the reply is the saved one from its first
 #: token, where the matches inside the reply alone are 1, 2, 3 ... tokens long and were priced as a guess. Replayed
-#: (the family's 25 tasks asked again, auto-K, the AMD EPYC Zen 4's recorded F16 / Zen 4 profile's Q4_1 / Q8_0 costs):
+#: (the family's 25 tasks asked again, auto-K, the AMD EPYC Zen 4's recorded F16 / issue 20's profile's Q4_1 / Q8_0):
 #: a share of 0.8 / 0.9 / 1.0 gave 3.14x / 3.25x / 3.33x, 1.18x / 1.19x / 1.23x, 2.81x / 2.92x / 3.00x plain; 0.9, a
 #: long history match's, because a question asked again after other turns, or sampled at T > 0, may part from its
 #: saved reply (the learned acceptance then falls, from a prior that is not certainty)

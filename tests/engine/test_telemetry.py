@@ -1088,7 +1088,7 @@ def test_the_replay_in_blocks_equals_the_replay_in_one_piece(monkeypatch, alpha,
 
 
 # ---------------------------------------------------------------------------------------------------
-# the cheapest way to verify (issue 20: on an AMD EPYC Zen 4 a 2-row Q8_0 batch costs 2.67 single rows)
+# the cheapest way to verify (issue 20: on its AMD EPYC, a Zen 5, a 2-row Q8_0 batch costs 2.67 single rows)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -1102,10 +1102,10 @@ def _costs_of(v_by_rows: dict[int, float], t1: float = 10.0, reps: int = 5) -> V
 
 
 def test_a_small_batch_dearer_than_its_rows_is_verified_row_by_row() -> None:
-    """The AMD EPYC Zen 4's Q4_1 calibration (``tests/data/cpu-profiles/amd-epyc-zen4.json``): 2 rows cost 2.49
-    single rows, 4 rows 4.18, 5 rows 5.17 (5.0 once fitted), 9 rows 8.05. The plan decodes up to 4 rows one at a
-    time, 5 rows and more as one batch (a split saving under :data:`SPLIT_MARGIN` is not taken); v(K) is the
-    plan's cost, never above the batch nor (beyond the margin) above K + 1."""
+    """The Q4_1 calibration of issue 20's AMD EPYC, a Zen 5 (``tests/data/cpu-profiles/amd-epyc-zen5-issue20.json``):
+    2 rows cost 2.49 single rows, 4 rows 4.18, 5 rows 5.17 (5.0 once fitted), 9 rows 8.05. The plan decodes up to 4
+    rows one at a time, 5 rows and more as one batch (a split saving under :data:`SPLIT_MARGIN` is not taken); v(K)
+    is the plan's cost, never above the batch nor (beyond the margin) above K + 1."""
     vc = _costs_of({2: 2.492, 3: 3.361, 4: 4.18, 5: 5.172, 6: 5.96, 9: 8.054, 17: 13.654, 65: 48.388})
     assert vc.plan(2) == (1, 1) and vc.plan(4) == (1,) * 4 and vc.plan(5) == (5,)
     assert vc.plan(9) == (9,) and vc.plan(17) == (17,) and vc.plan(1) == (1,)

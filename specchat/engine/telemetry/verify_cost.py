@@ -214,8 +214,8 @@ class VerifyCost:
         The family is "s single rows, then one batch": cost(n) = min over s of s + v_batch(n − s − 1), found for
         every n in one pass as n + min over m ≤ n of (v_batch(m − 1) − m). It covers what CPUs measured: a
         batch's cost per row falls as it grows (concave, so never two batches), except that a small batch can
-        cost more than its rows one by one (the bundled Q4_1 on an AMD EPYC Zen 4: 2 rows 2.5, 5 rows 5.2 single
-        rows; Q8_0 there: 2 rows 2.7). Single rows come first, so at temperature 0 a rejection found in them
+        cost more than its rows one by one (the bundled Q4_1 on issue 20's AMD EPYC, a Zen 5: 2 rows 2.5, 5 rows
+        5.2 single rows; Q8_0 there: 2 rows 2.7). Single rows come first, so at temperature 0 a rejection found in them
         ends the verify before the batch (:meth:`specchat.engine.speculative.SpeculativeDecoder._verify`).
         llama.cpp's own answer, a smaller ``n_ubatch``, splits every batch of the context alike; this is per K."""
         if rows <= 1:
