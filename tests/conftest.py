@@ -126,3 +126,23 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("SPECCHAT_THREADS", "1")
     return tmp_path
+
+
+@pytest.fixture()
+def ctrl_c_on_call(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``ctrl_c_on_call(owner, name, n=2)``: the n-th call of ``owner.name`` raises KeyboardInterrupt (a Ctrl-C in the
+    middle of a run); the calls before it run the real function."""
+
+    def patch(owner: Any, name: str, n: int = 2) -> None:
+        real = getattr(owner, name)
+        calls = {"n": 0}
+
+        def flaky(*a: Any, **kw: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt
+            return real(*a, **kw)
+
+        monkeypatch.setattr(owner, name, flaky)
+
+    return patch

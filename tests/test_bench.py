@@ -225,7 +225,9 @@ def test_bench_figures_are_the_engines_cost_model_on_the_engines_timings(tmp_pat
 
     monkeypatch.setattr(Model, "time_scratch_decode", recording)
     out_json = tmp_path / "one-path.json"
-    rc, _out, err = run_bench(bench_args(target, draft, suite_file, "--k", "0,2", "--runs", "1", "--json", str(out_json)))
+    # one reply after the other: a second copy of the pair (--interleave rounds) times its own calibration too
+    rc, _out, err = run_bench(bench_args(target, draft, suite_file, "--k", "0,2", "--runs", "1", "--json", str(out_json),
+                                         "--interleave", "replies"))
     assert rc == 0, err
     ar = json.loads(out_json.read_text())["arithmetic"]
     drafts = [ms for name, _, ms in calls if name == draft.name]
@@ -309,21 +311,13 @@ def test_interrupted_bench_prints_and_writes_what_it_measured(tmp_path, tiny_pai
     assert "wrote 3 record(s)" in err
 
 
-def test_cli_ctrl_c_exits_130(tmp_path, tiny_pair, suite_file, monkeypatch):
+def test_cli_ctrl_c_exits_130(tmp_path, tiny_pair, suite_file, ctrl_c_on_call):
     """Through ``specchat.cli.main``: a KeyboardInterrupt during a run still reports and exits 130."""
     target, draft = tiny_pair
-    real = bench_runner.run_once
-    calls = {"n": 0}
-
-    def flaky(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 2:
-            raise KeyboardInterrupt
-        return real(*a, **kw)
-
-    monkeypatch.setattr(bench_runner, "run_once", flaky)  # BenchRunner looks it up at call time
+    ctrl_c_on_call(bench_runner, "run_once")  # BenchRunner looks it up at call time
     out_json = tmp_path / "c.json"
-    rc = main(bench_args(target, draft, suite_file, "--k", "2", "--runs", "2", "--json", str(out_json), "--no-arithmetic"))
+    rc = main(bench_args(target, draft, suite_file, "--k", "2", "--runs", "2", "--json", str(out_json), "--no-arithmetic",
+                         "--interleave", "replies"))  # round by round: tests/test_bench_lockstep.py
     assert rc == 130
     data = json.loads(out_json.read_text())
     assert data["interrupted"] and len(data["records"]) == 1 and data["records"][0]["mode"] == "baseline"

@@ -36,7 +36,7 @@ DEFAULT_KS = "0,1,2,3,5,8"
 #: the bench's flags that choose local models or K (a llama-server has its own), with their dests
 LOCAL_ONLY_FLAGS = (("--target", "target"), ("--draft", "draft"), ("--k", "k"), ("--auto", "auto"),
                     ("--threads", "threads"), ("--n-ctx", "n_ctx"), ("--formats", "formats"),
-                    ("--flash-attn", "flash_attn"))
+                    ("--flash-attn", "flash_attn"), ("--interleave", "interleave"))
 DEFAULT_N_PREDICT = 256
 
 
@@ -91,7 +91,7 @@ def validate_args(args: Any) -> tuple[list[int], list[dict[str, str]]]:
     if args.suite == HISTORY_SUITE:
         earlier_tasks(getattr(args, "history_size", DEFAULT_EARLIER))  # its range, before anything loads
         for flag, dest in (("--server", "server"), ("--server-b", "server_b"), ("--formats", "formats"),
-                           ("--flash-attn", "flash_attn")):
+                           ("--flash-attn", "flash_attn"), ("--interleave", "interleave")):
             if getattr(args, dest, None):
                 raise UserError(f"--suite {HISTORY_SUITE} measures local drafters on a history of their own: "
                                 f"{flag} does not go with it; drop {flag}")
@@ -146,13 +146,76 @@ def load_targets(
     out: dict[str, tuple[Any, Any]] = {}
     try:
         for v in variants:
-            s = settings.model_copy(update={"target": str(v.path), "repack": v.repack, "flash_attn": v.flash_attn})
-            out[v.label] = (load(s, v.label), v)
+            out[v.label] = (load(target_settings(settings, v), v.label), v)
     except BaseException:
         for session, _ in out.values():
             session.close()
         raise
     return out
+
+
+def target_settings(settings: Any, variant: Any) -> Any:
+    """The settings a target of :func:`load_targets` was loaded with: ``settings``, or a variant's file, repack and
+    flash attention on top of them."""
+    if variant is None:
+        return settings
+    return settings.model_copy(update={"target": str(variant.path), "repack": variant.repack, "flash_attn": variant.flash_attn})
+
+
+#: what a second copy must leave free beside itself (the copy's own KV cache and compute buffers are not in its files)
+COPY_MARGIN_BYTES = 1 << 30
+
+
+def _copy_bytes(session: Any) -> int:
+    """The bytes a second copy of ``session`` loads: its target's file and every model drafter's file."""
+    dec = session.decoder
+    models = [dec.target, *(getattr(d, "model", None) for d in getattr(dec, "links", {}).values())]
+    return sum(Path(m.path).stat().st_size for m in models if m is not None and getattr(m, "path", None))
+
+
+def _available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, or None where there is none (then a copy is not loaded)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def load_twins(
+    args: Any, settings: Any, targets: dict[str, tuple[Any, Any]], progress: ProgressLine, err: TextIO,
+) -> dict[str, Any]:
+    """``--interleave rounds`` (the default): a second copy of every target that drafts, for the round-by-round
+    pairs of :mod:`specchat.bench.lockstep`; ``{}`` with ``--interleave replies``, and where a copy would not fit in
+    memory (then every pair runs one reply after the other, and stderr says so)."""
+    if (getattr(args, "interleave", None) or "rounds") != "rounds":
+        return {}
+    from specchat.bench.history_suite import wait_for_index
+    from specchat.loading import load_engine
+
+    twins: dict[str, Any] = {}
+    try:
+        for label, (session, variant) in targets.items():
+            if variant is not None and variant.one_row:
+                continue  # baselines only: no pair to interleave
+            need, free = _copy_bytes(session) + COPY_MARGIN_BYTES, _available_bytes()
+            if free is None or need > free:
+                where = f" of {label}" if label else ""
+                have = "unknown" if free is None else f"{free / 2**30:.1f} GiB"
+                print(f"specchat: a second copy{where} needs {need / 2**30:.1f} GiB, available {have}: its pairs run "
+                      "one reply after the other (--interleave replies)", file=err)
+                continue
+            what = f"{label} copy 2" if label else "copy 2"
+            twins[label] = load_engine(target_settings(settings, variant),
+                                       lambda f, w, what=what: progress(int(f * 100), 100, f"{what}: {w}"), auto_k=False)
+            wait_for_index(twins[label], settle=True)  # a history drafter's copy drafts from the same saved history
+    except BaseException:
+        for twin in twins.values():
+            twin.close()
+        raise
+    return twins
 
 
 def _chart(plot: str, label: str | None, rows: Any, arith: Any, meta: dict[str, Any]) -> Path:
@@ -276,6 +339,7 @@ def _main_local(
         sessions = dict.fromkeys(compared, next(iter(sessions.values())))
     reference = next((label for label, v in variants.items() if v.source), None)
     interrupted = False
+    twins: dict[str, Any] = {}
     try:
         first = next(iter(sessions.values()))
         dec = first.decoder
@@ -293,12 +357,22 @@ def _main_local(
         if not args.no_arithmetic and dec.can_speculate:  # v(K) needs KV trimming
             interrupted = _calibrate_all(sessions, suite, progress, many, cals, at_depth)
         records: list[dict[str, Any]] = []
+        if not interrupted and (any(k > 0 for k in ks) or args.auto):
+            try:
+                loaded = load_twins(args, settings, targets, progress, err)
+            except KeyboardInterrupt:
+                interrupted, loaded = True, {}
+            twins = {label: loaded[key] for label, key in _twin_keys(sessions, targets).items() if key in loaded}
+        meta["interleave"] = "rounds" if twins else "replies"
+        if twins:
+            print("pairs: interleaved round by round on two copies of each target, each pair twice with the copies "
+                  "swapped (tok/s: the geometric mean over the copies)", file=out)
         if not interrupted:
             runner = BenchRunner(
                 sessions if many else first, suite, ks, args.runs, auto=bool(args.auto), progress=progress,
                 on_record=on_record, reference=reference,
                 baseline_only=[label for label, v in variants.items() if v.one_row],
-                drafters={name: name for name in compared},
+                drafters={name: name for name in compared}, twins=twins,
             )
             records = runner.run()
             interrupted = runner.interrupted
@@ -319,9 +393,16 @@ def _main_local(
         out.flush()
     finally:
         progress.close()
-        for session in {id(s): s for s in sessions.values()}.values():
+        for session in {id(s): s for s in [*sessions.values(), *twins.values()]}.values():
             session.close()
     return 130 if interrupted else 0
+
+
+def _twin_keys(sessions: dict[str, Any], targets: dict[str, tuple[Any, Any]]) -> dict[str, str]:
+    """Which loaded target's copy each runner label uses: its own, or - the drafters compared on one session under
+    several labels - that session's."""
+    by_id = {id(session): label for label, (session, _v) in targets.items()}
+    return {label: by_id[id(session)] for label, session in sessions.items() if id(session) in by_id}
 
 
 def compared_drafters(sessions: dict[str, Any]) -> list[str]:

@@ -9,6 +9,12 @@ conversation is reset and both KV caches and the drafter's state are cleared, so
 prompt the same way and the measured generation starts from the same state. A KeyboardInterrupt stops
 the runs and keeps what was measured.
 
+**Round by round** (``bench --interleave rounds``, the default where a second copy of the target fits in
+memory): a pair's two runs are not one after the other but interleaved round by round on two copies of the
+target, and measured twice with the copies swapped (:mod:`specchat.bench.lockstep`: the contention of a
+shared host that moves one reply's tok/s by 3-7 % then hits both alike); a record's tok/s is then the
+geometric mean over the two copies (its ``halves``), and the pair's speedup their ratio.
+
 **Several targets** (``bench --formats``, ``models tune``: re-encodings of one model, each its own loaded
 session, keyed by a label). Every round (prompt, run index) starts with one baseline run of the
 *reference* target (the file the others were derived from), then every target's pairs follow, so each
@@ -24,6 +30,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specchat.bench.lockstep import run_interleaved
 from specchat.bench.progress import Progress
 from specchat.engine.drafter_kinds import K_MAX, NONE
 from specchat.engine.events import EngineError, Step, Turn
@@ -33,7 +40,7 @@ RECORD_FIELDS = (
     "prompt", "mode", "k", "run", "pair", "prompt_n", "prompt_ms", "predicted_n", "predicted_ms",
     "predicted_per_second", "draft_n", "draft_n_accepted", "acceptance", "mean_len", "speedup",
     "n_steps", "n_spec_steps", "overhead_ms", "draft_ms", "rounds_by_drafted", "rejections", "k_mean", "stop_reason", "drafter", "estimate",
-    "round_log", "target", "x_reference", "accepted_by_origin", "history_conversations", "text",
+    "round_log", "target", "x_reference", "accepted_by_origin", "history_conversations", "text", "halves",
 )
 
 
@@ -93,8 +100,9 @@ class RunStats:
     round_log: list[list[int | None]] = field(default_factory=list)
 
 
-def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
-    """One measured reply on a fresh conversation and cleared caches; returns (Turn, RunStats)."""
+def prepare_run(session: Any, mode: str, k: int | None) -> None:
+    """Set a run up on a fresh conversation with cleared caches: plain decoding (``baseline``), fixed ``k``
+    (``spec``) or auto-K from a cold start (``auto``)."""
     c = session.controls
     dec = session.decoder
     session.reset()
@@ -111,7 +119,29 @@ def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, 
         dec.reset_auto_k()
         c.set_speculative(True)
         c.set_auto_k(True)
+
+
+def run_once(session: Any, prompt: str, mode: str, k: int | None) -> tuple[Any, RunStats]:
+    """One measured reply on a fresh conversation and cleared caches; returns (Turn, RunStats)."""
+    prepare_run(session, mode, k)
     return measure_reply(session, prompt)
+
+
+def count_event(stats: RunStats, ev: Any) -> None:
+    """Count one event of a measured reply in ``stats``; an engine error ends the bench with a one-line error."""
+    if isinstance(ev, Step):
+        stats.rounds += 1
+        stats.k_sum += ev.k
+        stats.drafted_hist[min(ev.drafted, K_MAX)] += 1
+        if ev.k > 0:
+            stats.round_log.append([ev.k, ev.drafted, ev.accepted, ev.natural])
+        if ev.drafted > 0:
+            stats.spec_rounds += 1
+            if ev.accepted < ev.drafted:
+                stats.rejections += 1
+        stats.last_cost = ev.cost
+    elif isinstance(ev, EngineError):
+        raise UserError(f"generation failed during the bench: {ev.message}")
 
 
 def measure_reply(session: Any, prompt: str) -> tuple[Any, RunStats]:
@@ -119,24 +149,38 @@ def measure_reply(session: Any, prompt: str) -> tuple[Any, RunStats]:
     stats = RunStats()
     turn = None
     for ev in session.send(prompt):
-        if isinstance(ev, Step):
-            stats.rounds += 1
-            stats.k_sum += ev.k
-            stats.drafted_hist[min(ev.drafted, K_MAX)] += 1
-            if ev.k > 0:
-                stats.round_log.append([ev.k, ev.drafted, ev.accepted, ev.natural])
-            if ev.drafted > 0:
-                stats.spec_rounds += 1
-                if ev.accepted < ev.drafted:
-                    stats.rejections += 1
-            stats.last_cost = ev.cost
-        elif isinstance(ev, Turn):
+        count_event(stats, ev)
+        if isinstance(ev, Turn):
             turn = ev
-        elif isinstance(ev, EngineError):
-            raise UserError(f"generation failed during the bench: {ev.message}")
     if turn is None:  # pragma: no cover - a generation always ends with a Turn
         raise UserError("generation produced no result")
     return turn, stats
+
+
+@dataclass(frozen=True, slots=True)
+class InterleavedPair:
+    """A pair measured by :func:`run_pair_interleaved`: the baseline's and the mode's (Turn, RunStats), each from
+    the half it ran on the first copy, and each side's tok/s on copy 1 and copy 2."""
+
+    baseline: tuple[Any, RunStats]
+    mode: tuple[Any, RunStats]
+    baseline_tps: tuple[float, float]
+    mode_tps: tuple[float, float]
+
+
+def run_pair_interleaved(session: Any, twin: Any, prompt: str, mode: str, k: int | None) -> InterleavedPair:
+    """A pair measured round by round (:mod:`specchat.bench.lockstep`): the baseline on ``session`` against
+    ``mode`` on ``twin`` (a second copy of the same target), interleaved, then the two swapped."""
+
+    def half(base_on: Any, mode_on: Any) -> list[tuple[Any, RunStats]]:
+        prepare_run(base_on, "baseline", 0)
+        prepare_run(mode_on, mode, k)
+        return run_interleaved([(base_on, lambda s: s.send(prompt)), (mode_on, lambda s: s.send(prompt))],
+                               count_event, RunStats)
+
+    (b1, m2), (b2, m1) = half(session, twin), half(twin, session)
+    tps = lambda run: float(run[0].predicted_per_second)  # noqa: E731
+    return InterleavedPair(baseline=b1, mode=m1, baseline_tps=(tps(b1), tps(b2)), mode_tps=(tps(m1), tps(m2)))
 
 
 def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dict[str, Any]:
@@ -175,6 +219,9 @@ def make_record(item: PlanItem, turn: Any, stats: RunStats, drafter: str) -> dic
         "accepted_by_origin": dict(getattr(turn, "accepted_by_origin", {}) or {}),
         "history_conversations": list(getattr(turn, "history_conversations", []) or []),
         "text": getattr(turn, "text", ""),
+        # measured round by round against its partner (lockstep): this side's tok/s on copy 1 and on copy 2 of the
+        # target, predicted_per_second their geometric mean; None for a reply measured alone
+        "halves": None,
     }
 
 
@@ -210,6 +257,7 @@ class BenchRunner:
         plan: list[PlanItem] | None = None,
         drafter: str | None = None,
         drafters: Mapping[str, str] | None = None,
+        twins: Mapping[str, Any] | None = None,
     ) -> None:
         self.sessions: dict[str, Any] = dict(session) if isinstance(session, Mapping) else {"": session}
         self.suite = list(suite)
@@ -231,41 +279,79 @@ class BenchRunner:
         #: by side: ``suffix`` against ``ngram``); the drafter is set before each of the label's runs
         self.switch = dict(drafters or {})
         self.drafters.update(self.switch)
+        #: ``twins``: a second copy of a target's session, ``{label: session}``: that target's pairs are measured
+        #: round by round (:func:`run_pair_interleaved`), each twice with the copies swapped
+        self.twins: dict[str, Any] = dict(twins or {})
 
     def run(self) -> list[dict[str, Any]]:
         total = len(self.plan)
         baseline_of: dict[int, dict[str, Any]] = {}
         reference_of: dict[tuple[str, int], float] = {}  # (prompt, run) -> the reference baseline's tok/s
         try:
-            for i, item in enumerate(self.plan):
+            i = 0
+            while i < total:
+                item = self.plan[i]
+                partner = self._partner(i)
+                shown = partner or item
                 if self.progress:
-                    what = "baseline" if item.mode == "baseline" else ("auto-K" if item.mode == "auto" else f"K={item.k}")
-                    where = f"{item.target} " if item.target else ""
-                    self.progress(i, total, f"{where}{item.prompt} {what} run {item.run + 1}")
+                    what = "baseline" if shown.mode == "baseline" else ("auto-K" if shown.mode == "auto" else f"K={shown.k}")
+                    where = f"{shown.target} " if shown.target else ""
+                    self.progress(i, total, f"{where}{shown.prompt} {what} run {shown.run + 1}")
                 session = self.sessions[item.target]
+                twin = self.twins.get(item.target)
                 if item.target in self.switch:
-                    session.controls.set_drafter(self.switch[item.target])
-                turn, stats = self.run_fn(session, self.prompts[item.prompt], item.mode, item.k)
-                rec = make_record(item, turn, stats, self.drafters[item.target])
-                if item.mode == "baseline":
-                    baseline_of[item.pair] = rec
+                    for s in (session, twin) if twin is not None else (session,):
+                        s.controls.set_drafter(self.switch[item.target])
+                prompt = self.prompts[item.prompt]
+                measured: list[tuple[PlanItem, Any, RunStats, tuple[float, float] | None]]
+                if partner is not None:
+                    pair = run_pair_interleaved(session, twin, prompt, partner.mode, partner.k)
+                    measured = [(item, *pair.baseline, pair.baseline_tps), (partner, *pair.mode, pair.mode_tps)]
+                    i += 2
                 else:
-                    base = baseline_of.get(item.pair)
-                    if base is not None and base["predicted_per_second"] > 0:
-                        rec["speedup"] = rec["predicted_per_second"] / base["predicted_per_second"]
-                if item.reference:
-                    reference_of[(item.prompt, item.run)] = rec["predicted_per_second"]
-                ref = reference_of.get((item.prompt, item.run))
-                if ref:
-                    rec["x_reference"] = rec["predicted_per_second"] / ref
-                self.records.append(rec)
-                if self.on_record:
-                    self.on_record(rec)
+                    turn, stats = self.run_fn(session, prompt, item.mode, item.k)
+                    measured = [(item, turn, stats, None)]
+                    i += 1
+                for it, turn, stats, halves in measured:
+                    rec = make_record(it, turn, stats, self.drafters[it.target])
+                    if halves is not None:  # the pair's figures: geometric means over the two copies
+                        rec["halves"] = list(halves)
+                        tps = math.sqrt(halves[0] * halves[1])
+                        rec["predicted_per_second"] = tps
+                        if tps > 0:
+                            rec["predicted_ms"] = rec["predicted_n"] / tps * 1000.0
+                    if it.mode == "baseline":
+                        baseline_of[it.pair] = rec
+                    else:
+                        base = baseline_of.get(it.pair)
+                        if base is not None and base["predicted_per_second"] > 0:
+                            rec["speedup"] = rec["predicted_per_second"] / base["predicted_per_second"]
+                    if it.reference:
+                        reference_of[(it.prompt, it.run)] = rec["predicted_per_second"]
+                    ref = reference_of.get((it.prompt, it.run))
+                    if ref:
+                        rec["x_reference"] = rec["predicted_per_second"] / ref
+                    self.records.append(rec)
+                    if self.on_record:
+                        self.on_record(rec)
             if self.progress:
                 self.progress(total, total, "done")
         except KeyboardInterrupt:
             self.interrupted = True
         return self.records
 
+    def _partner(self, i: int) -> PlanItem | None:
+        """The run measured round by round against plan item ``i`` (a baseline): its pair's other run, when its
+        target has a second copy (:attr:`twins`); None: item ``i`` runs alone."""
+        item = self.plan[i]
+        if item.mode != "baseline" or item.reference or item.target not in self.twins or i + 1 >= len(self.plan):
+            return None
+        nxt = self.plan[i + 1]
+        same = nxt.pair == item.pair and nxt.target == item.target and nxt.prompt == item.prompt
+        return nxt if same and nxt.mode != "baseline" else None
 
-__all__ = ["RECORD_FIELDS", "BenchRunner", "PlanItem", "RunStats", "make_plan", "make_record", "measure_reply", "run_once"]
+
+__all__ = [
+    "RECORD_FIELDS", "BenchRunner", "InterleavedPair", "PlanItem", "RunStats", "count_event", "make_plan", "make_record",
+    "measure_reply", "prepare_run", "run_once", "run_pair_interleaved",
+]
