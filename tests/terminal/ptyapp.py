@@ -12,7 +12,9 @@ Terminal do: it answers the app's query for the mode, so Textual wraps every fra
 ``ESC[?2026l``, and a condition is checked only on whole frames (between an end and the next begin). A frame
 arrives in several reads of the pty (4 KiB at a time), so without this a check could read the top of a new frame
 over the bottom of the old one: the sidebar's "ready" drawn and its drafter line not yet (CI, 2026-12-05, on a
-loaded 2-core AMD EPYC).
+loaded 2-core AMD EPYC). The app draws unsynchronized until it has read the answer, which under load can come
+after its first frames (CI, 2026-12-06: "ready" on screen and no frame begun yet); until its first synchronized
+frame has ended, a screen counts as whole only once the app has written nothing for :data:`UNSYNCED_QUIET` s.
 
 Nothing here sleeps a fixed time: waiting is "until the screen shows X", bounded by a timeout that only keeps
 a broken run from hanging (a timeout raises with the screen as it was). Used by the pty tests
@@ -38,6 +40,8 @@ SYNC_QUERY = b"\x1b[?2026$p"
 SYNC_SUPPORTED = b"\x1b[?2026;2$y"
 SYNC_BEGIN = b"\x1b[?2026h"
 SYNC_END = b"\x1b[?2026l"
+#: before the app's first synchronized frame, the quiet (s) after which its screen counts as whole
+UNSYNCED_QUIET = 0.2
 
 #: keys as a terminal in its default mode sends them
 KEYS = {
@@ -112,6 +116,7 @@ class PtyApp:
         command: Sequence[str] | None = None,
         threads: int | None = 1,
         env: Mapping[str, str] | None = None,
+        answer_sync: bool = True,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -125,7 +130,8 @@ class PtyApp:
         self.stream = pyte.ByteStream(self.screen)
         self.output = bytearray()  # everything the app wrote, for a post-mortem
         self.in_frame = False  # between a synchronized frame's begin and its end: the screen is half drawn
-        self._answered_sync_query = False
+        self._answered_sync_query = not answer_sync  # False: the answer is the test's to write (a late one)
+        self.synced = False  # a synchronized frame has ended: from now on every frame is between a begin and an end
         self.child = pexpect.spawn(
             argv[0], argv[1:], env=isolated_env(self.root, env), dimensions=(rows, cols), cwd=str(self.root),
             echo=False,
@@ -182,6 +188,8 @@ class PtyApp:
         begin, end = seen.rfind(SYNC_BEGIN), seen.rfind(SYNC_END)
         if begin != end:  # both -1: no news
             self.in_frame = begin > end
+        if end >= 0:
+            self.synced = True
 
     def settle(self, quiet: float = 0.3, timeout: float = 30.0) -> str:
         """Feed output until the app has written nothing for ``quiet`` seconds (a frame, or a scroll animation,
@@ -205,7 +213,12 @@ class PtyApp:
         while True:
             screen = self.text()
             if not self.in_frame and check(screen):
-                return screen
+                if self.synced:
+                    return screen
+                screen = self.settle(quiet=UNSYNCED_QUIET)  # no frame boundaries yet: whole once the app is quiet
+                if not self.in_frame and check(screen):
+                    return screen
+                continue
             if not self.alive:
                 self.pump(0.1)
                 screen = self.text()
