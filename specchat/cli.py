@@ -27,7 +27,7 @@ from specchat.errors import UserError
 # name -> the one-line help ``specchat --help`` lists; specchat.commands.<name> adds everything else
 COMMANDS: dict[str, str] = {
     "generate": "generate one reply headless (stdout), with speculation statistics",
-    "bench": "measure baseline vs speculation (interleaved A B A B runs) and explain the speedup",
+    "bench": "measure baseline vs speculation (each pair interleaved round by round) and explain the speedup",
     "race": "answer one message with speculation off, then on: both speeds, the ratio, the same text",
     "demo": "the guided tour of when speculation helps and when it hurts (--headless)",
     "models": "list, derive and download models",

@@ -226,7 +226,7 @@ def test_the_bench_measures_pairs_round_by_round_on_the_bundled_model(tmp_path, 
     rc, data, out, err = _bench(tmp_path, monkeypatch, "--draft", "ngram", "--k", "0,4", "--auto", "--runs", "2")
     assert rc == 0, err
     assert data["interleave"] == "rounds"
-    assert "interleaved round by round on two copies" in out
+    assert "interleaved round by round on two copies" in out and "A B A B" not in out  # the header says how, once
     recs = data["records"]
     assert [r["mode"] for r in recs] == ["baseline", "spec", "baseline", "auto"] * 2
     for r in recs:
@@ -241,9 +241,10 @@ def test_the_bench_measures_pairs_round_by_round_on_the_bundled_model(tmp_path, 
 
 def test_replies_one_after_the_other_on_request_or_where_a_copy_does_not_fit(tmp_path, monkeypatch, tiny_pair):
     target, draft = tiny_pair
-    rc, data, _out, _err = _bench(tmp_path / "a", monkeypatch, "--target", str(target), "--draft", str(draft),
-                                  "--k", "0,2", "--runs", "1", "--interleave", "replies")
+    rc, data, out, _err = _bench(tmp_path / "a", monkeypatch, "--target", str(target), "--draft", str(draft),
+                                 "--k", "0,2", "--runs", "1", "--interleave", "replies")
     assert rc == 0 and data["interleave"] == "replies"
+    assert "pairs: one reply after the other (A B A B ...)" in out and "round by round" not in out
     assert all(r["halves"] is None for r in data["records"]) and len(data["records"]) == 2
     monkeypatch.setattr(bench_command, "_available_bytes", lambda: 1 << 20)  # 1 MiB free
     rc, data, _out, err = _bench(tmp_path / "b", monkeypatch, "--target", str(target), "--draft", str(draft),

@@ -367,6 +367,8 @@ def _main_local(
         if twins:
             print("pairs: interleaved round by round on two copies of each target, each pair twice with the copies "
                   "swapped (tok/s: the geometric mean over the copies)", file=out)
+        elif not interrupted and (any(k > 0 for k in ks) or args.auto):
+            print("pairs: one reply after the other (A B A B ...)", file=out)
         if not interrupted:
             runner = BenchRunner(
                 sessions if many else first, suite, ks, args.runs, auto=bool(args.auto), progress=progress,
@@ -448,8 +450,8 @@ def _print_local_header(
     """What the bench will run; ``many``: the weight formats, when there is more than one."""
     print(
         f"specchat bench: target {dec.target.name}, drafter {dec.drafter_name}, K {','.join(map(str, ks))}"
-        f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run "
-        f"(A B A B ...); n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
+        f"{' + auto' if args.auto else ''}; {args.runs} run(s) per (prompt, K), each paired with a baseline run; "
+        f"n_predict {settings.n_predict}, T = {settings.sampling.temperature:g}, "
         f"threads {settings.threads}",
         file=out,
     )

@@ -16,8 +16,9 @@ from specchat.errors import UserError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The description and arguments of ``specchat bench`` (its one-line help is in :data:`specchat.cli.COMMANDS`)."""
     p.description = (
-        "Measure predicted tok/s with and without speculation on a prompt suite, interleaving "
-        "baseline and speculative runs (A B A B ...), and print the cost-model arithmetic of the pair."
+        "Measure predicted tok/s with and without speculation on a prompt suite, each speculative run paired with "
+        "a baseline run and the pair interleaved round by round on two copies of the target (--interleave), and "
+        "print the cost-model arithmetic of the pair."
     )
     p.add_argument("--server", metavar="URL",
                    help="measure a llama-server as configured (its own models, K and speculation) instead of local models")
