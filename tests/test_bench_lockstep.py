@@ -246,7 +246,7 @@ def test_replies_one_after_the_other_on_request_or_where_a_copy_does_not_fit(tmp
     assert rc == 0 and data["interleave"] == "replies"
     assert "pairs: one reply after the other (A B A B ...)" in out and "round by round" not in out
     assert all(r["halves"] is None for r in data["records"]) and len(data["records"]) == 2
-    monkeypatch.setattr(bench_command, "_available_bytes", lambda: 1 << 20)  # 1 MiB free
+    monkeypatch.setattr(lockstep, "available_bytes", lambda: 1 << 20)  # 1 MiB free
     rc, data, _out, err = _bench(tmp_path / "b", monkeypatch, "--target", str(target), "--draft", str(draft),
                                  "--k", "0,2", "--runs", "1")
     assert rc == 0 and data["interleave"] == "replies"

@@ -162,60 +162,19 @@ def target_settings(settings: Any, variant: Any) -> Any:
     return settings.model_copy(update={"target": str(variant.path), "repack": variant.repack, "flash_attn": variant.flash_attn})
 
 
-#: what a second copy must leave free beside itself (the copy's own KV cache and compute buffers are not in its files)
-COPY_MARGIN_BYTES = 1 << 30
-
-
-def _copy_bytes(session: Any) -> int:
-    """The bytes a second copy of ``session`` loads: its target's file and every model drafter's file."""
-    dec = session.decoder
-    models = [dec.target, *(getattr(d, "model", None) for d in getattr(dec, "links", {}).values())]
-    return sum(Path(m.path).stat().st_size for m in models if m is not None and getattr(m, "path", None))
-
-
-def _available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo, or None where there is none (then a copy is not loaded)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def load_twins(
     args: Any, settings: Any, targets: dict[str, tuple[Any, Any]], progress: ProgressLine, err: TextIO,
 ) -> dict[str, Any]:
     """``--interleave rounds`` (the default): a second copy of every target that drafts, for the round-by-round
-    pairs of :mod:`specchat.bench.lockstep`; ``{}`` with ``--interleave replies``, and where a copy would not fit in
-    memory (then every pair runs one reply after the other, and stderr says so)."""
+    pairs of :mod:`specchat.bench.lockstep` (:func:`~specchat.bench.lockstep.load_copies`); ``{}`` with
+    ``--interleave replies``."""
     if (getattr(args, "interleave", None) or "rounds") != "rounds":
         return {}
-    from specchat.bench.history_suite import wait_for_index
-    from specchat.loading import load_engine
+    from specchat.bench.lockstep import load_copies
 
-    twins: dict[str, Any] = {}
-    try:
-        for label, (session, variant) in targets.items():
-            if variant is not None and variant.one_row:
-                continue  # baselines only: no pair to interleave
-            need, free = _copy_bytes(session) + COPY_MARGIN_BYTES, _available_bytes()
-            if free is None or need > free:
-                where = f" of {label}" if label else ""
-                have = "unknown" if free is None else f"{free / 2**30:.1f} GiB"
-                print(f"specchat: a second copy{where} needs {need / 2**30:.1f} GiB, available {have}: its pairs run "
-                      "one reply after the other (--interleave replies)", file=err)
-                continue
-            what = f"{label} copy 2" if label else "copy 2"
-            twins[label] = load_engine(target_settings(settings, variant),
-                                       lambda f, w, what=what: progress(int(f * 100), 100, f"{what}: {w}"), auto_k=False)
-            wait_for_index(twins[label], settle=True)  # a history drafter's copy drafts from the same saved history
-    except BaseException:
-        for twin in twins.values():
-            twin.close()
-        raise
-    return twins
+    copies = {label: (session, target_settings(settings, variant))
+              for label, (session, variant) in targets.items() if variant is None or not variant.one_row}
+    return load_copies(copies, progress, err)
 
 
 def _chart(plot: str, label: str | None, rows: Any, arith: Any, meta: dict[str, Any]) -> Path:

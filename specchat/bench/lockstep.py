@@ -26,8 +26,9 @@ over the two halves: the copy's factor cancels from the pair's speedup exactly.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
 
 from specchat.engine.events import Turn
 
@@ -113,4 +114,59 @@ def run_interleaved(sides: Sequence[tuple[Any, Callable[[Any], Iterator[Any]]]],
     return out
 
 
-__all__ = ["SideClock", "interleave", "now", "run_interleaved"]
+#: what a second copy must leave free beside itself (the copy's own KV cache and compute buffers are not in its files)
+COPY_MARGIN_BYTES = 1 << 30
+
+
+def copy_bytes(session: Any) -> int:
+    """The bytes a second copy of ``session`` loads: its target's file and every model drafter's file."""
+    dec = session.decoder
+    models = [dec.target, *(getattr(d, "model", None) for d in getattr(dec, "links", {}).values())]
+    return sum(Path(m.path).stat().st_size for m in models if m is not None and getattr(m, "path", None))
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo, or None where there is none (then a copy is not loaded)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def load_copies(copies: Mapping[str, tuple[Any, Any]], progress: Callable[[int, int, str], None],
+                err: TextIO) -> dict[str, Any]:
+    """A second copy of each session of ``copies`` (``{label: (session, the settings it was loaded with)}``), loaded
+    with the same settings, for :func:`interleave` (``specchat bench``'s pairs, ``specchat models tune``'s runs).
+    One that would not fit in memory (MemAvailable against its files and :data:`COPY_MARGIN_BYTES`) is not loaded:
+    stderr says so in one line, and that label's pairs run one reply after the other. A copy of a history drafter
+    waits until its index holds every saved conversation, as the first copy's does. Ctrl-C while loading closes
+    the copies loaded so far."""
+    from specchat.bench.history_suite import wait_for_index
+    from specchat.loading import load_engine
+
+    twins: dict[str, Any] = {}
+    try:
+        for label, (session, settings) in copies.items():
+            need, free = copy_bytes(session) + COPY_MARGIN_BYTES, available_bytes()
+            if free is None or need > free:
+                where = f" of {label}" if label else ""
+                have = "unknown" if free is None else f"{free / 2**30:.1f} GiB"
+                print(f"specchat: a second copy{where} needs {need / 2**30:.1f} GiB, available {have}: its pairs run "
+                      "one reply after the other (--interleave replies)", file=err)
+                continue
+            what = f"{label} copy 2" if label else "copy 2"
+            twins[label] = load_engine(settings, lambda f, w, what=what: progress(int(f * 100), 100, f"{what}: {w}"),
+                                       auto_k=False)
+            wait_for_index(twins[label], settle=True)  # a history drafter's copy drafts from the same saved history
+    except BaseException:
+        for twin in twins.values():
+            twin.close()
+        raise
+    return twins
+
+
+__all__ = ["COPY_MARGIN_BYTES", "SideClock", "available_bytes", "copy_bytes", "interleave", "load_copies", "now",
+           "run_interleaved"]

@@ -258,6 +258,11 @@ def format_result(result: TuneResult, models_dir: Path | None = None) -> str:
                       f"{result.threads} (single rows stay on {result.threads}): {gains}; {verdict}"]
     if any(v.modes for v in result.variants):
         lines += ["", "Workloads: median tok/s (× the source's baseline in the same round; predicted from v(K) and the runs' acceptance)"]
+        if result.interleave == "rounds":
+            lines.append("  each format's auto-K run and its plain run interleaved round by round on two copies of the "
+                         "file, twice with the copies swapped (tok/s: their geometric mean)")
+        elif result.interleave == "replies":
+            lines.append("  each format's auto-K run right after its plain run (one reply after the other)")
         for workload in WORKLOADS:
             lines.append(f"  {workload}:")
             for v in result.variants:

@@ -27,6 +27,16 @@ def add_location_arguments(parser: argparse.ArgumentParser, *, data_dir: bool = 
         )
 
 
+def add_interleave_argument(parser: argparse.ArgumentParser) -> None:
+    """``--interleave rounds|replies``: how a measured pair shares the machine (``specchat bench`` and ``specchat
+    models tune``; :mod:`specchat.bench.lockstep`)."""
+    parser.add_argument("--interleave", choices=("rounds", "replies"), default=None,
+                        help="how a pair's two runs share the machine: 'rounds' (default) interleaves them round by "
+                             "round on two copies of the target, measured twice with the copies swapped - the "
+                             "contention of a shared machine then hits both alike; 'replies' runs them one after the "
+                             "other on one copy (also where a second copy does not fit in memory)")
+
+
 def location_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """``{"data_dir": DIR}`` if ``--data-dir`` was given (before the command or after its action), else ``{}``.
 

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from specchat.bench.history_suite import DEFAULT_EARLIER
+from specchat.commands.arguments import add_interleave_argument
 from specchat.engine.drafter_kinds import K_MAX, NGRAM, SUFFIX
 from specchat.errors import UserError
 
@@ -55,11 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "the configured one's place), interleaved in the same run")
     p.add_argument("--threads", type=int, help="CPU threads for llama.cpp")
     p.add_argument("--n-ctx", type=int, dest="n_ctx", help="context size (default 4096)")
-    p.add_argument("--interleave", choices=("rounds", "replies"), default=None,
-                   help="how a pair's two runs share the machine: 'rounds' (default) interleaves them round by round "
-                        "on two copies of the target, measured twice with the copies swapped - the contention of a "
-                        "shared machine then hits both alike; 'replies' runs them one after the other on one copy "
-                        "(also where a second copy does not fit in memory)")
+    add_interleave_argument(p)
     p.add_argument("--no-arithmetic", action="store_true", dest="no_arithmetic",
                    help="skip the micro-benchmarks of the cost model (v(K), c)")
     prog = p.add_mutually_exclusive_group()

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specchat.commands.arguments import add_location_arguments, location_overrides
+from specchat.commands.arguments import add_interleave_argument, add_location_arguments, location_overrides
 from specchat.errors import UserError
 from specchat.sanitize import sanitize
 
@@ -81,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per run (default 128)")
     p_tune.add_argument("--reps", type=int, default=3, metavar="N",
                         help="interleaved repetitions of the verify-cost timings (default 3)")
+    add_interleave_argument(p_tune)
     p_tune.add_argument("--no-runs", action="store_true", dest="no_runs",
                         help="only time the verify cost: recommend from predictions, no generation runs")
     p_tune.add_argument("--json", action="store_true", help="print the saved result as JSON instead of the report")

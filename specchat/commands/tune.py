@@ -55,15 +55,16 @@ def run_tune(args: argparse.Namespace) -> int:
     show = not args.no_progress and (args.progress or _isatty(sys.stderr))
     progress = ProgressLine(sys.stderr, enabled=show)
     sessions: dict[str, Any] = {}
+    copies: dict[str, Any] = {}  # second copies for the runs' pairs (specchat.bench.lockstep)
     try:
-        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions, flash_attn, repack)
+        result = _tune(settings, source, formats, allow_lossy, args, progress, sessions, flash_attn, repack, copies)
     except KeyboardInterrupt:
         progress.close()
         print("specchat: interrupted: nothing saved", file=sys.stderr)
         return 130
     finally:
         progress.close()
-        for session in sessions.values():
+        for session in [*sessions.values(), *copies.values()]:
             session.close()
     from specchat.bench.tune import format_result
     from specchat.models.tune_results import save_result
@@ -137,7 +138,8 @@ def _predict_modes(
 
 
 def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, args: argparse.Namespace,
-          progress: Any, sessions: dict[str, Any], flash_attn: list[str], repack: list[str]) -> Any:
+          progress: Any, sessions: dict[str, Any], flash_attn: list[str], repack: list[str],
+          copies: dict[str, Any]) -> Any:
     from specchat.bench.runner import BenchRunner
     from specchat.bench.suite import DEFAULT_SUITE
     from specchat.engine.calibration_cache import CALIBRATION_DIR, CalibrationCache, cpu_identity
@@ -154,6 +156,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     say = lambda msg: progress(0, 1, msg)  # noqa: E731
     variants = variants_for(source, formats, mdir, one_row="none" if extra_buffer_types_safe() else "all",
                             threads=settings.threads, progress=say, flash_attn=flash_attn, repack=repack)
+    loaded_with: dict[str, Any] = {}
     for v in variants:
         # the files here, on this CPU: a configured llama-server (server_url) has nothing to do with them; "auto"
         # is loaded as "on", llama.cpp's default where it batches safely, which the app's "auto" follows only until
@@ -164,6 +167,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         )
         sessions[v.label] = load_engine(s, lambda f, what, label=v.label: progress(int(f * 100), 100, f"loading {label}"),
                                         auto_k=False)
+        loaded_with[v.label] = s
     first = next(iter(sessions.values()))
     drafter = first.decoder.drafter_name or NONE
     speculates = drafter != NONE and first.decoder.can_speculate
@@ -180,9 +184,16 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
     records: list[dict[str, Any]] = []
     if not args.no_runs:
         suite = [{"name": p, "prompt": prompts[p]} for p in tn.WORKLOADS.values()]
+        if speculates and (getattr(args, "interleave", None) or "rounds") == "rounds":
+            # each format's auto-K run and its plain run as one pair, round by round on two copies (as `bench`)
+            from specchat.bench.lockstep import load_copies
+
+            copies.update(load_copies({v.label: (sessions[v.label], loaded_with[v.label])
+                                       for v in variants if not v.one_row}, progress, sys.stderr))
         runner = BenchRunner(
             sessions, suite, [0], args.runs, auto=speculates, progress=progress,
             reference=next(v.label for v in variants if v.source), baseline_only=[v.label for v in variants if v.one_row],
+            twins=copies,
         )
         records = runner.run()
         if runner.interrupted:
@@ -199,6 +210,7 @@ def _tune(settings: Any, source: Any, formats: list[str], allow_lossy: bool, arg
         source=source.name, source_path=str(source), threads=settings.threads, split_threads_batch=split,
         drafter=drafter, cpu=cpu_identity(), measured_at=tn.now(), variants=results, choices=choices,
         split_recommended=bool(gains) and statistics.median(gains) >= tn.SPLIT_GAIN, notes=notes,
+        interleave=("rounds" if copies else "replies") if records and speculates else "",
     )
 
 

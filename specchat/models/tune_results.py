@@ -94,6 +94,9 @@ class TuneResult:
     choices: list[Choice] = field(default_factory=list)
     split_recommended: bool = False
     notes: list[str] = field(default_factory=list)
+    #: how each format's auto-K run shared the machine with its plain run: "rounds" (round by round on two copies,
+    #: :mod:`specchat.bench.lockstep`), "replies" (one after the other), "" (no runs; or saved before it was said)
+    interleave: str = ""
 
     def variant(self, label: str) -> VariantResult:
         return next(v for v in self.variants if v.label == label)

@@ -160,6 +160,8 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
     assert {c.workload for c in result.choices} == {"plain chat", "copy-heavy"}
     assert all(c.measured for c in result.choices)
     assert "Recommended:" in out and "re-quantised: changes the model's output" in out
+    # each format's auto-K run and its plain run measured as one pair, round by round on two copies (as bench)
+    assert result.interleave == "rounds" and "interleaved round by round on two copies of the file" in out
     cached = {Path(e.key.path).name for e in CalibrationCache(data / "calibration").entries()}
     assert cached == {tiny_target.name, tiny_target.stem + ".Q8_0.gguf"}
 
@@ -167,6 +169,25 @@ def test_tune_the_tiny_model_with_a_lower_bit_format_asked_for(capsys, isolated_
     assert code == 0, err
     assert "Tuned (specchat models tune)" in out and f"{tiny_target.name} (threads 1, drafter ngram" in out
     assert "Verify cost on this machine" in out and "Q8_0: " in out  # the derived file (the source is not listed)
+
+
+def test_tune_runs_its_pairs_one_reply_after_the_other_on_request_or_where_a_copy_does_not_fit(
+        capsys, isolated_config: Path, tmp_path: Path, tiny_target: Path, monkeypatch) -> None:
+    """``--interleave replies``, or too little memory for a second copy (one line on stderr): each format's auto-K run
+    follows its plain run on the one copy, and the saved result and the report say so."""
+    from specchat.bench import lockstep
+
+    argv = ["models", "tune", str(tiny_target), "--formats", "F32", "--threads", "1", "--runs", "1", "--n-predict", "4",
+            "--reps", "1", "--no-progress", "--flash-attn", "auto", "--repack", "auto"]
+    code, out, err = run_cli(capsys, *argv, "--data-dir", str(tmp_path / "a"), "--interleave", "replies")
+    assert code == 0, err
+    (result,) = load_results(tmp_path / "a")
+    assert result.interleave == "replies" and "right after its plain run (one reply after the other)" in out
+    monkeypatch.setattr(lockstep, "available_bytes", lambda: 1 << 20)  # 1 MiB free
+    code, out, err = run_cli(capsys, *argv, "--data-dir", str(tmp_path / "b"))
+    assert code == 0, err
+    (result,) = load_results(tmp_path / "b")
+    assert result.interleave == "replies" and "second copy" in err and "available 0.0 GiB" in err
 
 
 def test_tune_the_bundled_model_and_its_q8_re_encoding(capsys, isolated_config: Path, tmp_path: Path,
