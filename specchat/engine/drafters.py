@@ -16,6 +16,7 @@ suffix.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,23 @@ class ModelDrafter:
 SHADOW_TOKENS = 4
 #: a priced draft must be expected to beat a plain round by this factor (1: any expected gain)
 PRICED_MIN_GAIN = 1.0
+#: a priced draft of a reply repeating itself (an :data:`EXACT` or :data:`SUBSTITUTED` match) must still beat a plain
+#: round when each position's learned acceptance m is lowered to its lower confidence bound m - z·sqrt(m(1 - m) / n),
+#: n its bucket's (decayed) count with the prior's pseudo-counts - z = DOUBT_Z (:meth:`NgramDrafter._length`). The
+#: drafts proposed are those whose estimate came out above the break-even, so an estimate from few rounds is
+#: proposed when it errs high (the winner's curse), and on the AMD EPYC Zen 4 (Genoa), where a 2-row batch of the
+#: bundled Q4_1 costs 1.9 single rows, prose's 6-7 such drafts a reply cost 1.6 % (auto-K 0.96-0.97 of plain
+#: decoding). Measured there (``--threads 1``, 256 tokens, three pairs each round by round on two copies with the
+#: copies swapped, ``specchat.bench.lockstep``; 2026-12-06), auto-K ÷ plain, before -> after: prose 0.962 -> 0.990,
+#: copy-heavy 1.360 -> 1.373, copy-then-new 1.058 -> 1.053. A quoted match (a copy of the message above) is not
+#: doubted: vetoing its first long drafts, whose buckets have few rounds yet, cost copy-heavy 4 % (1.313 -> 1.263).
+#: Replayed over every recorded CPU profile (``tests/engine/test_cost_profiles.py``, 347 cases): auto-K's worst case
+#: against plain decoding 0.935 -> 0.958, cases under 0.98 of plain 21 -> 9, under 0.98 of the best fixed K 33 ->
+#: 28, geometric mean over plain 1.2858 -> 1.2841. Not taken: z 1.0 (prose 0.984 live, where z 0.5 read 0.995 in
+#: the same run); z 0.3 and 0.75 (worse on the replay); a flat margin instead, the ratio to beat 1.1 (prose 0.985, but
+#: copy-heavy 1.313 -> 1.265 live and 0.90 of the best fixed K replayed). Not for the suffix drafter
+#: (:attr:`NgramDrafter.DOUBTED_KINDS`)
+DOUBT_Z = 0.5
 #: a priced draft's positions stop being counted once P(all kept so far) falls below this: the rest adds under
 #: 0.01 expected tokens to a 64-token draft, and the loop runs on every round of an auto-K reply (a prose
 #: reply's short matches fall below it within ~8 positions of the 64 its cap looks at)
@@ -266,7 +284,10 @@ class NgramDrafter:
       :meth:`specchat.engine.telemetry.CostModel.measured_v`): d =
       argmax_d (1 + sum_{i<=d} P_i) / v(d), the expected tokens of the round per unit of its verify cost (d = 0
       means a plain round). Where v is steep - an AMD EPYC verifies 2 rows of the bundled Q4_1 for 1.85-2.5
-      single rows - a short or doubtful match is not worth a batch at all, and the drafter stays quiet;
+      single rows - a short or doubtful match is not worth a batch at all, and the drafter stays quiet. A reply
+      repeating itself (an exact or substituted match, not a quoted one) is proposed only where it still pays at
+      each position's lower confidence bound (:data:`DOUBT_Z`): the drafts chosen are those whose estimates erred
+      high;
     * otherwise (or while v is not measured beyond one row): the longest d with P(first d accepted) >=
       ``min_confidence``. A drafted token costs
       about v(K) - v(K-1) target steps; on this CPU's build that is ~0.5 (v is steep), which is the
@@ -315,6 +336,8 @@ class NgramDrafter:
     #: p(l) starts at, and the prior's exponent e in (l / (l + 1)) ** e
     PRIOR_SHARES: tuple[float, ...] = (1.0, SUBSTITUTED_PRIOR_SHARE, 1.0)
     PRIOR_POWERS: tuple[float, ...] = (2.0, 2.0, QUOTED_PRIOR_POWER)
+    #: the kinds of match whose priced drafts must still pay at the lower confidence bound (:data:`DOUBT_Z`)
+    DOUBTED_KINDS: frozenset[int] = frozenset({EXACT, SUBSTITUTED})
 
     def __init__(
         self,
@@ -574,19 +597,32 @@ class NgramDrafter:
         best, best_d = self.min_gain, 0  # a plain round: one token per unit cost, and the margin a draft must beat
         worth = 0.0
         p = agreement  # earlier occurrences that went on otherwise: the copy may not go on here either
+        doubt = DOUBT_Z if kind in self.DOUBTED_KINDS else 0.0
+        p_low = p  # the same product at each position's lower confidence bound (DOUBT_Z)
+        expected_low = best_low = 1.0
+        acc, n = self._acc[kind], self._n[kind]
         for i in range(min(available, len(table) - 1)):
-            p *= self.confidence(match_len + i, kind)
+            b = self._bucket(match_len + i)
+            m = acc[b] / n[b]
+            p *= m
+            if doubt:
+                p_low *= max(0.0, m - doubt * math.sqrt(max(0.0, m * (1.0 - m)) / n[b]))
             if 0 < i and start + i < end:
-                p *= self._agreement(start + i)
+                a = self._agreement(start + i)
+                p *= a
+                p_low *= a
             if p < NEGLIGIBLE_SURVIVAL:
                 break  # the rest adds nothing a verify could pay for
             survival.append(p)
             expected += p
+            expected_low += p_low
             cost = table[i + 1]
             if cost > 0:
                 worth = max(worth, expected / cost)
                 if expected / cost > best:
-                    best, best_d = expected / cost, i + 1
+                    best, best_d, best_low = expected / cost, i + 1, expected_low / cost
+        if doubt and best_d and best_low <= self.min_gain:
+            best_d = 0  # it pays only if its estimate errs low: not proposed (a shadow still scores it)
         return best_d, worth
 
     def draft(self, context: Sequence[int], k: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:

@@ -9,6 +9,7 @@ import pytest
 from enginekit import build_decoder, pieces, run_turn, steps
 from specchat.engine.controls import SamplingParams
 from specchat.engine.drafter_kinds import K_MAX
+from specchat.engine import drafters
 from specchat.engine.drafters import EXACT, QUOTED, SUBSTITUTED, Draft, NgramDrafter
 
 SP = SamplingParams()
@@ -179,6 +180,33 @@ def test_a_copy_of_the_text_above_is_trusted_more_than_the_reply_repeating_itsel
     assert quoting.confidence(4, QUOTED) == quoting.confidence(4, EXACT)  # short matches: no surer than the reply's
 
 
+def test_a_reply_repeating_itself_drafts_only_what_pays_at_its_lower_confidence_bound(monkeypatch):
+    """Where a 2-row verify costs 1.8 single rows, a 12-token match of the reply into itself pays on its estimate alone
+    (p 0.85 from the prior: 1.85 tokens for 1.8 rows) but not at its lower confidence bound (two rounds of evidence:
+    p 0.73), so it is not proposed; the same match into the message above (quoted) is, and so is this one without the
+    doubt. Not proposed, it is still scored as a shadow against what the target commits: as the reply goes on
+    repeating itself, the evidence grows until the draft pays at its bound too, and it is proposed."""
+    eot = 2
+    dear = [1.0 + 0.8 * k for k in range(K_MAX + 1)]
+    words = list(range(100, 140))
+    reply = [50, eot, 7, *words, 8]  # the reply has said these words once
+    d = NgramDrafter(1, 4, verify_cost=lambda: dear, boundary=lambda t: t == eot)
+    assert d.draft([*reply, *words[:12]], 8, SP, RNG).tokens == []
+    assert d.last_kind == EXACT and d.last_match_len == 12
+    proposed: list[int] = []
+    for i in range(13, len(words) - 4):  # plain rounds: the target commits what the copy said, one token each
+        proposed = d.draft([*reply, *words[:i]], 8, SP, RNG).tokens
+        if proposed:
+            break
+    assert proposed and proposed == words[i : i + len(proposed)]  # the evidence lifted the doubt before the words ran out
+    quoting = NgramDrafter(1, 4, verify_cost=lambda: dear, boundary=lambda t: t == eot)
+    assert quoting.draft([*words, eot, 7, *words[:12]], 8, SP, RNG).tokens[:1] == [words[12]]
+    assert quoting.last_kind == QUOTED
+    monkeypatch.setattr(drafters, "DOUBT_Z", 0.0)
+    undoubted = NgramDrafter(1, 4, verify_cost=lambda: dear, boundary=lambda t: t == eot)
+    assert undoubted.draft([*reply, *words[:12]], 8, SP, RNG).tokens == [words[12]]
+
+
 def test_a_substituted_match_needs_three_tokens_before_the_change():
     d = NgramDrafter(1, 4, verify_cost=lambda: CHEAP)
     assert d.lookup([60, 61, 1, 70, 71, 72, 60, 61, 2], 4) == []  # only 2 tokens matched before the change
@@ -186,9 +214,11 @@ def test_a_substituted_match_needs_three_tokens_before_the_change():
     assert d.last_substituted
 
 
-def test_substituted_matches_learn_their_own_acceptance_and_stop_when_refused():
+def test_substituted_matches_learn_their_own_acceptance_and_stop_when_refused(monkeypatch):
     """A text where a change is an insertion, not a substitution: substituted drafts keep being refused, so the
-    drafter stops proposing them, and what it learned about exact matches is untouched."""
+    drafter stops proposing them, and what it learned about exact matches is untouched (the learning itself: without
+    the doubt, drafters.DOUBT_Z, which would not propose the first one)."""
+    monkeypatch.setattr(drafters, "DOUBT_Z", 0.0)
     d = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + 0.3 * k for k in range(65)])  # a token must be 30 % likely
     ctx = _row(1) + _row(2) + [50, 51, 52, 3]
     exact_before = d.confidence(7, EXACT)
