@@ -224,3 +224,33 @@ def test_every_steps_cost_figures_are_for_that_rounds_k(prompt: str) -> None:
     assert 0 in ks and len(ks) > 1  # both kinds of round happened
     for s in run.steps:
         assert (s.cost.v == 1.0) == (s.k == 0), (s.k, s.drafted, s.cost.v)
+
+
+def test_a_round_whose_k_only_the_token_budget_moved_keeps_its_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a reply's last K_MAX rounds the token budget caps auto-K's K, so K moves every round without a draft. Such a
+    round keeps the last cost figures with v for its own K (a draft moves α, a K alone only v): the estimate is refit
+    on a drafting round, on auto-K turning drafting off or on, and once per refit interval
+    (:data:`~specchat.engine.speculative.FIGURES_REFRESH_S` of the loop's clock) - not once per K."""
+    from specchat.engine import speculative
+    from specchat.engine.telemetry.cost_model import CostModel
+
+    calls = 0
+    estimate = CostModel.estimate
+
+    def counted(self: CostModel, *args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        return estimate(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CostModel, "estimate", counted)
+    fmt = next(f for f in PROFILES["amd-epyc-zen4-genoa"].formats if f.label == "Q8_0")
+    run = simulate(fmt, TRACES["prose"], k=None)
+    assert run.identical
+    steps = run.steps
+    pairs = list(zip(steps, steps[1:]))
+    moved = [b for a, b in pairs if b.k != a.k and b.drafted == 0]
+    assert len(moved) >= 20, "the budget did not cap K on this reply's last rounds"
+    drafting = sum(1 for s in steps if s.drafted)
+    on_off = sum(1 for a, b in pairs if (a.k == 0) != (b.k == 0))
+    windows = math.ceil(run.ms / 1000.0 / speculative.FIGURES_REFRESH_S)
+    assert calls <= drafting + on_off + windows + 1, (calls, drafting, on_off, windows, len(moved))
