@@ -384,7 +384,7 @@ class SuffixDrafter(NgramDrafter):
         self._applied = []
         self.last_source = "conversation" if own else "none"
         index = self.index() if k > 0 else None
-        if index is None:
+        if index is None or not len(index):  # no corpus, or nothing saved yet: the history's lookups find nothing
             return own
         cand, kind = self._history(index, context, k)
         if cand is None or not cand.tokens:
