@@ -499,8 +499,8 @@ class SpeculativeDecoder:
             # the new single-row time and replayed a curve every token: 1.1 % of a plain round under cProfile,
             # AMD EPYC Zen 4, bundled Q4_1, --threads 1); the recent window only aged, its ratios unchanged. Only
             # v is the round's K's where K moved without a draft - the token budget caps K on each of a reply's
-            # last K_MAX rounds: a 256-token prose reply at auto-K re-estimated on 52 such rounds, 15 of the 125 ms
-            # its rounds spent outside llama_decode (AMD EPYC Zen 4, Q8_0, --threads 1)
+            # last K_MAX rounds: a 256-token prose reply at auto-K re-estimated on 52 such rounds, ~4 of the ~125 ms
+            # its rounds spent outside llama_decode (AMD EPYC Zen 4, Q8_0, --threads 1; estimates 67 -> 19 a reply)
             cost, recent = (fig.cost if fig.k == rnd.k else replace(fig.cost, v=cm.v(rnd.k))), fig.recent
         else:
             if fig is not None:
