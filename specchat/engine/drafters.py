@@ -20,6 +20,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol
 
 import numpy as np
@@ -247,6 +248,14 @@ QUOTED_PRIOR_POWER = 0.5
 #: token was kept 76 % of the time (the exact prior there: 64-73 %) - where a reply's edit begins, short matches into
 #: the text above keep offering what the edit changed
 QUOTED_SURE_MATCH = 8
+
+
+def _cheapest_from(table: Sequence[float]) -> list[float]:
+    """``[j]`` = the least of ``table[j:]``: what any verify of at least j rows costs, the bound by which
+    :meth:`NgramDrafter._length` stops pricing longer drafts once none of them can be worth more (exactly: same
+    length, same worth, as pricing every position - the loop runs on every round of an auto-K reply, ~23 positions
+    a call on prose before the early stop)."""
+    return list(accumulate(reversed(table), min))[::-1]
 
 
 class NgramDrafter:
@@ -601,7 +610,9 @@ class NgramDrafter:
         p_low = p  # the same product at each position's lower confidence bound (DOUBT_Z)
         expected_low = best_low = 1.0
         acc, n = self._acc[kind], self._n[kind]
-        for i in range(min(available, len(table) - 1)):
+        last = min(available, len(table) - 1) - 1
+        cheapest = _cheapest_from(table) if last > 0 else table
+        for i in range(last + 1):
             b = self._bucket(match_len + i)
             m = acc[b] / n[b]
             p *= m
@@ -621,6 +632,8 @@ class NgramDrafter:
                 worth = max(worth, expected / cost)
                 if expected / cost > best:
                     best, best_d, best_low = expected / cost, i + 1, expected_low / cost
+            if i < last and expected + p * (last - i) <= worth * cheapest[i + 2]:
+                break  # no longer draft can be worth more: each position adds at most p, at no less than that cost
         if doubt and best_d and best_low <= self.min_gain:
             best_d = 0  # it pays only if its estimate errs low: not proposed (a shadow still scores it)
         return best_d, worth

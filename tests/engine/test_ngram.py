@@ -284,3 +284,43 @@ def test_ngram_speculation_with_substituted_matches_stays_exact_on_a_list(bundle
     finally:
         ngram.draft = real_draft
         session.close()
+
+
+def test_pricing_stops_early_only_where_no_longer_draft_could_be_worth_more(monkeypatch):
+    """``_length`` stops pricing positions once none further can be worth more (each adds at most the survival so
+    far, at no less than the cheapest verify of that many rows): the length, its worth and the survival it
+    proposes are those of pricing every position - over random tables (rising, or not), learned acceptances,
+    agreements and kinds - and a doubtful match stops within a few positions of the 64 its cap looks at."""
+    import random
+
+    rng = random.Random(20261206)
+    full_scan = lambda table: [0.0] * len(table)  # noqa: E731 - no bound: every position is priced
+    stopped_early = 0
+    for _ in range(3000):
+        table = [1.0]
+        for _ in range(rng.randint(1, 65)):
+            table.append(max(0.5, table[-1] + rng.choice([rng.uniform(0.0, 1.5), rng.uniform(-0.5, 0.5)])))
+        d = NgramDrafter(1, 4, verify_cost=lambda table=table: table)
+        text = [rng.randint(0, 6) for _ in range(rng.randint(0, 150))]
+        if text:
+            d._extend_index(text)
+        for kind in (EXACT, SUBSTITUTED, QUOTED):
+            for b in range(len(d.BUCKETS)):
+                d._n[kind][b] = rng.uniform(0.5, 40.0)
+                d._acc[kind][b] = d._n[kind][b] * rng.choice([rng.random(), 0.99, 1.0])
+        args = (rng.randint(1, 70), rng.randint(0, 70), rng.choice([1.0, rng.random()]),
+                rng.choice([EXACT, SUBSTITUTED, QUOTED]), rng.randint(-1, len(text) - 1))
+        got = d._length(*args)
+        priced = len(d.last_survival)
+        proposed = d.last_survival[: got[0]]
+        with monkeypatch.context() as m:
+            m.setattr(drafters, "_cheapest_from", full_scan)
+            assert d._length(*args) == got, args
+            assert d.last_survival[: got[0]] == proposed, args
+            stopped_early += priced < len(d.last_survival)
+    assert stopped_early > 300  # the bound does stop: otherwise this test checks nothing
+
+    # a 3-token match of prose (the prior's p(l) ~0.56 and falling) against a steep table: a handful of positions
+    d = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + 0.9 * k for k in range(65)])
+    d._length(3, 64, 1.0, EXACT)
+    assert len(d.last_survival) <= 8
