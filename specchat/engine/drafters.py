@@ -207,7 +207,7 @@ DOUBT_Z = 0.5
 #: a priced draft's positions stop being counted once P(all kept so far) falls below this: the rest adds under
 #: 0.01 expected tokens to a 64-token draft, and the loop runs on every round of an auto-K reply. On a prose reply
 #: (bundled Q4_1, AMD EPYC Zen 4) it cut the 64 positions a call looks at to 26.6 on average; the exact bound
-#: on what a longer draft can be worth (:func:`_cheapest_from`) stops it at 4.5
+#: on what a longer draft can be worth (:func:`cheapest_from`) stops it at 4.5
 NEGLIGIBLE_SURVIVAL = 1e-4
 #: a substituted match (the text goes on as an earlier occurrence did, past one changed token) counts only when
 #: this many tokens matched before the change: shorter ones, proposed where a reply had stopped copying, were
@@ -251,7 +251,7 @@ QUOTED_PRIOR_POWER = 0.5
 QUOTED_SURE_MATCH = 8
 
 
-def _cheapest_from(table: Sequence[float]) -> list[float]:
+def cheapest_from(table: Sequence[float]) -> list[float]:
     """``[j]`` = the least of ``table[j:]``: what any verify of at least j rows costs, the bound by which
     :meth:`NgramDrafter._length` stops pricing longer drafts once none of them can be worth more (exactly: same
     length, same worth, as pricing every position - the loop runs on every round of an auto-K reply, ~23 positions
@@ -612,7 +612,7 @@ class NgramDrafter:
         expected_low = best_low = 1.0
         acc, n = self._acc[kind], self._n[kind]
         last = min(available, len(table) - 1) - 1
-        cheapest = _cheapest_from(table) if last > 0 else table
+        cheapest = cheapest_from(table) if last > 0 else table
         for i in range(last + 1):
             b = self._bucket(match_len + i)
             m = acc[b] / n[b]

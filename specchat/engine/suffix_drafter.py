@@ -57,6 +57,7 @@ from specchat.engine.drafters import (
     QUOTED_PRIOR_POWER,
     SHADOW_TOKENS,
     NgramDrafter,
+    cheapest_from,
 )
 from specchat.engine.events import DraftSource
 from specchat.engine.suffix import MAX_HEADER, Candidate, SuffixIndex
@@ -439,17 +440,22 @@ class SuffixDrafter(NgramDrafter):
                 survival.append(probs[i] * copy)
             return n, 1.0 + sum(survival)
         expected, best, best_d, worth = 1.0, self.min_gain, 0, 0.0
-        for i in range(min(n, len(table) - 1)):
+        last = min(n, len(table) - 1) - 1
+        cheapest = cheapest_from(table) if last > 0 else table
+        for i in range(last + 1):
             copy *= self.confidence(match_len + i, kind)
-            if probs[i] * copy < NEGLIGIBLE_SURVIVAL:
+            p = probs[i] * copy  # probs are cumulative: p never grows along the path
+            if p < NEGLIGIBLE_SURVIVAL:
                 break  # the rest adds nothing a verify could pay for
-            survival.append(probs[i] * copy)
-            expected += probs[i] * copy
+            survival.append(p)
+            expected += p
             cost = table[i + 1]
             if cost > 0:
                 worth = max(worth, expected / cost)
                 if expected / cost > best:
                     best, best_d = expected / cost, i + 1
+            if i < last and expected + p * (last - i) <= worth * cheapest[i + 2]:
+                break  # no longer draft can be worth more (as NgramDrafter._length)
         return best_d, worth
 
     def close(self) -> None:

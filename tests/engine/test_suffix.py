@@ -622,3 +622,36 @@ def test_a_huge_draft_request_is_held_to_the_longest_continuation_kept():
     index.add((1, 1), list(range(5000)))
     cand = index.lookup(list(range(2000)), 10**6, max_spec_factor=16.0)
     assert cand.tokens == list(range(2000, 2000 + MAX_DRAFT))
+
+
+def test_pricing_a_history_continuation_stops_early_only_where_nothing_longer_could_be_worth_more(monkeypatch):
+    """As the n-gram drafter's (``test_ngram.py``): a history continuation's probabilities are cumulative, so the
+    bound on what a longer draft can be worth holds, and stopping there gives the length and worth of pricing
+    every position."""
+    import random
+
+    from specchat.engine import suffix_drafter
+    from specchat.engine.suffix_drafter import HISTORY
+
+    rng = random.Random(23)
+    stopped_early = 0
+    for _ in range(2000):
+        table = [1.0]
+        for _ in range(rng.randint(1, 65)):
+            table.append(max(0.5, table[-1] + rng.choice([rng.uniform(0.0, 1.5), rng.uniform(-0.5, 0.5)])))
+        d = SuffixDrafter(None, verify_cost=lambda table=table: table)
+        for b in range(len(d.BUCKETS)):
+            d._n[HISTORY][b] = rng.uniform(0.5, 40.0)
+            d._acc[HISTORY][b] = d._n[HISTORY][b] * rng.choice([rng.random(), 0.99, 1.0])
+        probs, p = [], 1.0
+        for _ in range(rng.randint(1, 64)):
+            p *= rng.choice([1.0, 1.0, rng.random()])
+            probs.append(p)
+        args = (rng.randint(1, 70), rng.randint(0, 70), probs)
+        got = d._history_length(*args)
+        priced = len(d.last_survival)
+        with monkeypatch.context() as m:
+            m.setattr(suffix_drafter, "cheapest_from", lambda t: [0.0] * len(t))
+            assert d._history_length(*args) == got, args
+            stopped_early += priced < len(d.last_survival)
+    assert stopped_early > 100
