@@ -20,7 +20,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Protocol
 
 import numpy as np
@@ -30,6 +29,7 @@ from specchat.engine.drafter_kinds import DRAFTER_KINDS, MODEL, NGRAM
 from specchat.engine.events import DraftSource
 from specchat.engine.model import Model
 from specchat.engine.sampling import sample, warp
+from specchat.engine.telemetry import cheapest_from
 
 
 @dataclass(slots=True)
@@ -205,9 +205,8 @@ PRICED_MIN_GAIN = 1.0
 #: (:attr:`NgramDrafter.DOUBTED_KINDS`)
 DOUBT_Z = 0.5
 #: a priced draft's positions stop being counted once P(all kept so far) falls below this: the rest adds under
-#: 0.01 expected tokens to a 64-token draft, and the loop runs on every round of an auto-K reply. On a prose reply
-#: (bundled Q4_1, AMD EPYC Zen 4) it cut the 64 positions a call looks at to 26.6 on average; the exact bound
-#: on what a longer draft can be worth (:func:`cheapest_from`) stops it at 4.5
+#: 0.01 expected tokens to a 64-token draft (on prose 26.6 positions a call of 64; the exact bound of
+#: :func:`~specchat.engine.telemetry.speedup.cheapest_from` stops them sooner)
 NEGLIGIBLE_SURVIVAL = 1e-4
 #: a substituted match (the text goes on as an earlier occurrence did, past one changed token) counts only when
 #: this many tokens matched before the change: shorter ones, proposed where a reply had stopped copying, were
@@ -233,30 +232,21 @@ AGREEMENT_DEPTH = 12
 #: substituted match, an exact match into the text before this turn (the user's message, earlier turns: *quoted*)
 EXACT, SUBSTITUTED, QUOTED = 0, 1, 2
 #: the exponent of a quoted match's prior p(l) = (l / (l + 1)) ** e from QUOTED_SURE_MATCH tokens on (an exact match's
-#: is 2). A reply that copies the text before it goes on copying far more surely than one that repeats itself: over
-#: the recorded replies (the
-#: default suite, the bundled model and its Q8_0 and F16 re-encodings, 1,040 positions with a match of 4+ tokens
-#: into the prompt, 1,881 into the reply), the next token was kept at match lengths 8-15 / 16-31 / 32+ 97 % / 100 %
-#: / 99 % of the time where the match was into the prompt, 90 % / 93 % / 97 % into the reply itself (prose 84 % /
-#: 89 % / 94 %). With one prior for both, a copy's first drafts waited until its learned p(l) caught up. Live on an
-#: AMD EPYC Zen 4 (``--threads 1``, one process, auto-K replies to the default suite interleaved with and without
-#: it, medians of 3): auto-K ÷ plain on copy-heavy 1.20 -> 1.26 (bundled Q4_1) and 1.47 -> 1.57 (Q8_0), geometric
-#: mean over the five prompts 1.021 -> 1.055 and 1.073 -> 1.087 (with QUOTED_SURE_MATCH, Q4_1: copy-heavy 1.15 -> 1.24,
-#: copy-then-new 0.99 -> 1.04, summary 1.00 -> 1.03, prose 0.96 -> 0.98; Q8_0: copy-heavy 1.40 -> 1.57, code
+#: is 2). A reply that copies the text before it goes on copying far more surely than one that repeats itself: over the
+#: recorded replies (the default suite, the bundled model and its Q8_0 and F16 re-encodings, 1,040 positions with a
+#: match of 4+ tokens into the prompt, 1,881 into the reply), the next token was kept at match lengths 8-15 / 16-31 /
+#: 32+ 97 % / 100 % / 99 % of the time where the match was into the prompt, 90 % / 93 % / 97 % into the reply itself
+#: (prose 84 % / 89 % / 94 %). With one prior for both, a copy's first drafts waited until its learned p(l) caught up.
+#: Live on an AMD EPYC Zen 4 (``--threads 1``, one process, auto-K replies to the default suite interleaved with and
+#: without it, medians of 3): auto-K ÷ plain on copy-heavy 1.20 -> 1.26 (bundled Q4_1) and 1.47 -> 1.57 (Q8_0),
+#: geometric mean over the five prompts 1.021 -> 1.055 and 1.073 -> 1.087 (with QUOTED_SURE_MATCH, Q4_1: copy-heavy 1.15
+#: -> 1.24, copy-then-new 0.99 -> 1.04, summary 1.00 -> 1.03, prose 0.96 -> 0.98; Q8_0: copy-heavy 1.40 -> 1.57, code
 #: 1.02 -> 0.99, summary 1.08 -> 1.03, the suite 1.095 -> 1.104)
 QUOTED_PRIOR_POWER = 0.5
 #: a quoted match shorter than this starts from an exact match's prior: at 4-7 matched tokens a quoted match's next
 #: token was kept 76 % of the time (the exact prior there: 64-73 %) - where a reply's edit begins, short matches into
 #: the text above keep offering what the edit changed
 QUOTED_SURE_MATCH = 8
-
-
-def cheapest_from(table: Sequence[float]) -> list[float]:
-    """``[j]`` = the least of ``table[j:]``: what any verify of at least j rows costs, the bound by which
-    :meth:`NgramDrafter._length` stops pricing longer drafts once none of them can be worth more (exactly: same
-    length, same worth, as pricing every position - the loop runs on every round of an auto-K reply, ~23 positions
-    a call on prose before the early stop)."""
-    return list(accumulate(reversed(table), min))[::-1]
 
 
 class NgramDrafter:
@@ -612,7 +602,7 @@ class NgramDrafter:
         expected_low = best_low = 1.0
         acc, n = self._acc[kind], self._n[kind]
         last = min(available, len(table) - 1) - 1
-        cheapest = cheapest_from(table) if last > 0 else table
+        cheapest = cheapest_from(table) if last > 0 else table  # a longer draft costs at least cheapest[d + 1]
         for i in range(last + 1):
             b = self._bucket(match_len + i)
             m = acc[b] / n[b]
@@ -634,7 +624,7 @@ class NgramDrafter:
                 if expected / cost > best:
                     best, best_d, best_low = expected / cost, i + 1, expected_low / cost
             if i < last and expected + p * (last - i) <= worth * cheapest[i + 2]:
-                break  # no longer draft can be worth more: each position adds at most p, at no less than that cost
+                break  # no longer draft can be worth more: each further position adds at most p
         if doubt and best_d and best_low <= self.min_gain:
             best_d = 0  # it pays only if its estimate errs low: not proposed (a shadow still scores it)
         return best_d, worth

@@ -57,10 +57,10 @@ from specchat.engine.drafters import (
     QUOTED_PRIOR_POWER,
     SHADOW_TOKENS,
     NgramDrafter,
-    cheapest_from,
 )
 from specchat.engine.events import DraftSource
 from specchat.engine.suffix import MAX_HEADER, Candidate, SuffixIndex
+from specchat.engine.telemetry import cheapest_from
 
 #: the kind of match a history continuation is (its own learned acceptance, after the n-gram drafter's kinds)
 HISTORY = QUOTED + 1

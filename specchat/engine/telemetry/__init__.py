@@ -3,7 +3,7 @@
 One concept per module (no llama_cpp, no Textual; all of it is cheap enough to run on every round):
 
 * :mod:`~specchat.engine.telemetry.speedup` - the arithmetic: E(α, K), S(K), the best K, the break-even
-  sentence (Leviathan et al. 2023 with a measured verify cost);
+  sentence (Leviathan et al. 2023 with a measured verify cost), the least cost of a longer verify;
 * :mod:`~specchat.engine.telemetry.counters` - one reply's statistics under llama-server's names
   (:class:`TurnCounters` -> :class:`~specchat.engine.events.Turn`);
 * :mod:`~specchat.engine.telemetry.rolling` - the live speed over the most recent rounds (:class:`Rolling`);
@@ -29,6 +29,7 @@ from specchat.engine.telemetry.speedup import (
     best_k,
     break_even_alpha,
     break_even_line,
+    cheapest_from,
     expected_tokens,
     predicted_speedup,
     speedup_curve,
@@ -48,6 +49,7 @@ __all__ = [
     "best_k",
     "break_even_alpha",
     "break_even_line",
+    "cheapest_from",
     "expected_tokens",
     "natural_length",
     "predicted_speedup",
