@@ -122,8 +122,9 @@ class KStatus:
     ``k_round`` the K this round asked for (a probe drafts while ``k`` = 0, a re-timing round is plain while
     ``k`` > 0); ``k_cap`` the drafter's own cap; ``best_k`` the cost model's best K right now (auto-K only
     moves to it when it beats K by its margin on consecutive rounds, and never reverses a move before
-    ``dwell_min`` rounds at the new K: ``dwell`` counts them). ``label`` is the one line to show, e.g.
-    ``K 16 (auto: holding, best now 4)``; ``note`` says in words why two K figures differ, or is empty.
+    ``dwell_min`` rounds at the new K: ``dwell`` counts them, up to ``dwell_min``). ``label`` is the one line
+    to show, e.g. ``K 16 (auto: holding, best now 4)``; ``note`` says in words why two K figures differ, or is
+    empty.
     """
 
     state: KState

@@ -482,8 +482,8 @@ class SpeculativeDecoder:
 
     def _record(self, counters: TurnCounters, st: ControlState, rnd: Round, decision: KDecision | None) -> Step:
         """Count the round in the reply's counters and the cost model; the :class:`Step` that reports it, with
-        how its K was chosen and the figures of the reply so far and of the cost model's recent window (refit at
-        most every :data:`FIGURES_REFRESH_S` while the drafter and its cap stay)."""
+        how its K was chosen and the figures of the reply so far and of the cost model's recent window (refit by a
+        drafting round at most every :data:`FIGURES_REFRESH_S` while the drafter and its cap stay)."""
         now = self.clock()
         counters.add(rnd)
         cm = self.cost_model
@@ -492,12 +492,14 @@ class SpeculativeDecoder:
         cap = drafter.k_cap if drafter is not None else K_MAX
         key = (rnd.drafter, cap)
         fig = self._figures.get(rnd.drafter)
-        if fig is not None and (fig.key != key or now - fig.at >= FIGURES_REFRESH_S):
-            fig = None  # another cap, or due for a refit
+        if fig is not None and (fig.key != key or (rnd.drafted > 0 and now - fig.at >= FIGURES_REFRESH_S)):
+            fig = None  # another cap, or a drafting round due for a refit
         if fig is not None and rnd.drafted == 0:
-            # a round that drafted nothing moves no α: the last figures stand (plain decoding refit the table for
-            # the new single-row time and replayed a curve every token: 1.1 % of a plain round under cProfile,
-            # AMD EPYC Zen 4, bundled Q4_1, --threads 1); the recent window only aged, its ratios unchanged. Only
+            # a round that drafted nothing moves no α: the last figures stand, however old (plain decoding refit
+            # the table for the new single-row time and replayed a curve every token: 1.1 % of a plain round under
+            # cProfile, AMD EPYC Zen 4, bundled Q4_1, --threads 1; refit at 4 Hz instead, still ~6 of the ~120 ms
+            # an auto-K prose reply spent outside llama_decode, the same CPU, 2026-12-06: the next drafting round
+            # refits); the recent window only aged, its ratios unchanged. Only
             # v is the round's K's where K moved without a draft - the token budget caps K on each of a reply's
             # last K_MAX rounds: a 256-token prose reply at auto-K re-estimated on 52 such rounds, ~4 of the ~125 ms
             # its rounds spent outside llama_decode (AMD EPYC Zen 4, Q8_0, --threads 1; estimates 67 -> 19 a reply)

@@ -117,6 +117,33 @@ def test_k_status_labels_every_state() -> None:
     assert (st.state, st.label, st.k, st.k_round) == ("probing", "K 0 (auto: probing with K 3)", 0, 3)
 
 
+def test_a_status_is_reused_only_where_nothing_it_says_has_changed() -> None:
+    """k_status builds a status once per distinct input and reuses it (a reply's rounds mostly repeat the last
+    one's): the dwell count is part of what it says while auto-K is still held by it, and past ``dwell_min``
+    it is counted no further, so the status stops changing only then."""
+    auto = AutoK()
+    auto.k = 16
+    hold = KDecision(16, KReason.HOLD)
+
+    def status(dwell: int, best_k: int = 4, k_round: int = 16):
+        auto._dwell = dwell
+        return k_status(speculative=True, k_control=3, k_round=k_round, k_cap=16, auto_k=auto, decision=hold,
+                        best_k=best_k, k_used=5.2)
+
+    held = auto.dwell_min
+    early = [status(d) for d in range(held)]
+    assert [s.dwell for s in early] == list(range(held))
+    assert len({s.note for s in early}) == held  # "it has held d of N rounds" moves with d
+    assert f"it has held 1 of {held} rounds" in early[1].note
+    late = [status(d) for d in (held, held + 1, 10 * held)]
+    assert all(s is late[0] for s in late) and late[0].dwell == held
+    assert "it has held" not in late[0].note
+    # anything else it says still moves it
+    assert status(10 * held, best_k=8).label == "K 16 (auto: holding, best now 8)"
+    assert status(10 * held, k_round=15).k_round == 15
+    assert status(10 * held) is late[0]
+
+
 def test_the_policy_passes_through_the_states_a_reader_sees() -> None:
     """Driven by the real policy: a costly drafter is off for cost from its first round; a free drafter whose
     drafts are all rejected warms up, goes off, then probes."""

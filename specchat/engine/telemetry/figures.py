@@ -24,6 +24,7 @@ on (:class:`~specchat.engine.events.AutoKNotice`).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from specchat.engine.events import AutoKNotice, CostEstimate, Figures, KState, KStatus
 from specchat.engine.telemetry.auto_k import AutoK, KDecision, KReason
@@ -109,20 +110,6 @@ def recent_figures(window: AlphaWindow) -> Figures:
     )
 
 
-def _state(speculative: bool, auto: bool, decision: KDecision | None, regime_k: int) -> KState:
-    if not speculative:
-        return "speculation off"
-    if not auto or decision is None:
-        return "fixed K"
-    if decision.reason is KReason.WARM_UP:
-        return "warming up"
-    if decision.probe:
-        return "probing"
-    if regime_k == 0:
-        return "off for cost"
-    return "holding"
-
-
 def k_status(
     *,
     speculative: bool,
@@ -136,10 +123,44 @@ def k_status(
 ) -> KStatus:
     """How a round's K was chosen. ``speculative``: the round could draft (speculation on, a drafter, a
     target that rolls back); ``auto_k``/``decision``: auto-K and its decision for the round, None for a fixed
-    K; ``best_k``: the cost model's best K now; ``k_used``: tokens drafted per drafting round (recent)."""
+    K; ``best_k``: the cost model's best K now; ``k_used``: tokens drafted per drafting round (recent).
+
+    The same inputs give the same (immutable) status: it is built once and then reused
+    (:func:`_status_of`), since a reply's rounds mostly repeat the last one's - a prose reply at auto-K rebuilt
+    one label and its notes on each of ~250 rounds, ~40 µs each right after a decode had evicted the caches
+    (10 of its ~120 ms outside ``llama_decode``; AMD EPYC Zen 4, bundled Q4_1, ``--threads 1``). ``dwell``
+    is counted up to ``dwell_min``: past it auto-K is free to move and the count says nothing more."""
     auto = auto_k is not None and decision is not None
-    regime = auto_k.k if auto and auto_k is not None else (k_control if speculative else 0)
-    state = _state(speculative, auto, decision, regime)
+    if not auto or auto_k is None or decision is None:
+        return _status_of(speculative, k_control, k_round, k_cap, None, None, None, None, 0.0, 0, best_k, k_used)
+    dwell_min = auto_k.dwell_min
+    return _status_of(
+        speculative, k_control, k_round, k_cap, auto_k.k, decision.reason, decision.probe,
+        (min(auto_k.dwell, dwell_min), dwell_min), auto_k.margin, auto_k.patience, best_k, k_used,
+    )
+
+
+@lru_cache(maxsize=256)
+def _status_of(
+    speculative: bool, k_control: int, k_round: int, k_cap: int, regime_k: int | None, reason: KReason | None,
+    probe: bool | None, dwell: tuple[int, int] | None, margin: float, patience: int, best_k: int | None,
+    k_used: float | None,
+) -> KStatus:
+    """:func:`k_status` of auto-K's scalars (``regime_k`` None: no auto-K decision this round)."""
+    auto = regime_k is not None
+    regime = regime_k if regime_k is not None else (k_control if speculative else 0)
+    if not speculative:
+        state: KState = "speculation off"
+    elif not auto:
+        state = "fixed K"
+    elif reason is KReason.WARM_UP:
+        state = "warming up"
+    elif probe:
+        state = "probing"
+    elif regime == 0:
+        state = "off for cost"
+    else:
+        state = "holding"
     notes: list[str] = []
     if state == "speculation off":
         label = "speculation off"
@@ -150,17 +171,17 @@ def k_status(
         elif k_round < k_control:
             notes.append(f"this round asked for {k_round}: the reply's token budget or the context is nearly used up")
     else:
-        assert auto_k is not None and decision is not None
-        tail = state
+        assert dwell is not None
+        tail: str = state
         if state == "holding" and best_k is not None and best_k != regime:
             tail += f", best now {'off' if best_k == 0 else best_k}"
-            left = auto_k.dwell_min - auto_k.dwell
-            wait = f"; it has held {auto_k.dwell} of {auto_k.dwell_min} rounds since its last move" if left > 0 else ""
+            held, dwell_min = dwell
+            wait = f"; it has held {held} of {dwell_min} rounds since its last move" if held < dwell_min else ""
             notes.append(
-                f"auto-K keeps K {regime} until another K beats it by {auto_k.margin * 100:.0f} % on "
-                f"{auto_k.patience} rounds in a row{wait}"
+                f"auto-K keeps K {regime} until another K beats it by {margin * 100:.0f} % on "
+                f"{patience} rounds in a row{wait}"
             )
-        if decision.reason is KReason.CALIBRATE:
+        if reason is KReason.CALIBRATE:
             tail += ", this round plain to re-time one row"
         elif state == "probing":
             tail += f" with K {k_round}"
@@ -169,9 +190,9 @@ def k_status(
         notes.append(f"K {regime} is a cap: the drafter proposed {k_used:.1f} tokens per drafting round (recent)")
     return KStatus(
         state=state, k=regime, k_round=k_round, k_cap=k_cap, best_k=best_k,
-        reason=decision.reason.value if auto and decision is not None else "",
-        dwell=auto_k.dwell if auto and auto_k is not None else None,
-        dwell_min=auto_k.dwell_min if auto and auto_k is not None else None,
+        reason=reason.value if reason is not None else "",
+        dwell=dwell[0] if dwell is not None else None,
+        dwell_min=dwell[1] if dwell is not None else None,
         label=label, note="; ".join(notes),
     )
 
