@@ -30,7 +30,7 @@ from specchat.engine.drafter_kinds import DRAFTER_KINDS, MODEL, NGRAM
 from specchat.engine.events import DraftSource
 from specchat.engine.model import Model
 from specchat.engine.sampling import sample, warp
-from specchat.engine.telemetry import cheapest_from
+from specchat.engine.telemetry import CheapestFrom
 
 
 @dataclass(slots=True)
@@ -367,8 +367,7 @@ class NgramDrafter:
         self.max_match = max(max_n, max_match)
         self.prior_weight = prior_weight
         self._relax = 0.5 ** (1.0 / half_life) if half_life > 0 else 1.0
-        self.verify_cost = verify_cost
-        self.min_gain = min_gain
+        self.verify_cost, self.min_gain, self._cheapest = verify_cost, min_gain, CheapestFrom()
         #: tokens a continuation stops after (end of a turn), None: none
         self.boundary = boundary
         #: per kind, per bucket: the prior p(l) its learned acceptance starts from and relaxes back to
@@ -602,7 +601,7 @@ class NgramDrafter:
         expected_low = best_low = 1.0
         acc, n = self._acc[kind], self._n[kind]
         last = min(available, len(table) - 1) - 1
-        cheapest = cheapest_from(table) if last > 0 else table  # a longer draft costs at least cheapest[d + 1]
+        cheapest = self._cheapest(table) if last > 0 else table  # a longer draft costs at least cheapest[d + 1]
         for i in range(last + 1):
             b = self._bucket(match_len + i)
             m = acc[b] / n[b]

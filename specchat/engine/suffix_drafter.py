@@ -60,7 +60,6 @@ from specchat.engine.drafters import (
 )
 from specchat.engine.events import DraftSource
 from specchat.engine.suffix import MAX_HEADER, Candidate, SuffixIndex
-from specchat.engine.telemetry import cheapest_from
 
 #: the kind of match a history continuation is (its own learned acceptance, after the n-gram drafter's kinds)
 HISTORY = QUOTED + 1
@@ -441,7 +440,7 @@ class SuffixDrafter(NgramDrafter):
             return n, 1.0 + sum(survival)
         expected, best, best_d, worth = 1.0, self.min_gain, 0, 0.0
         last = min(n, len(table) - 1) - 1
-        cheapest = cheapest_from(table) if last > 0 else table
+        cheapest = self._cheapest(table) if last > 0 else table
         for i in range(last + 1):
             copy *= self.confidence(match_len + i, kind)
             p = probs[i] * copy  # probs are cumulative: p never grows along the path

@@ -314,7 +314,7 @@ def test_pricing_stops_early_only_where_no_longer_draft_could_be_worth_more(monk
         priced = len(d.last_survival)
         proposed = d.last_survival[: got[0]]
         with monkeypatch.context() as m:
-            m.setattr(drafters, "cheapest_from", full_scan)
+            m.setattr(d, "_cheapest", full_scan)
             assert d._length(*args) == got, args
             assert d.last_survival[: got[0]] == proposed, args
             stopped_early += priced < len(d.last_survival)

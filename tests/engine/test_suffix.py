@@ -630,7 +630,6 @@ def test_pricing_a_history_continuation_stops_early_only_where_nothing_longer_co
     every position."""
     import random
 
-    from specchat.engine import suffix_drafter
     from specchat.engine.suffix_drafter import HISTORY
 
     rng = random.Random(23)
@@ -651,7 +650,7 @@ def test_pricing_a_history_continuation_stops_early_only_where_nothing_longer_co
         got = d._history_length(*args)
         priced = len(d.last_survival)
         with monkeypatch.context() as m:
-            m.setattr(suffix_drafter, "cheapest_from", lambda t: [0.0] * len(t))
+            m.setattr(d, "_cheapest", lambda t: [0.0] * len(t))
             assert d._history_length(*args) == got, args
             stopped_early += priced < len(d.last_survival)
     assert stopped_early > 100

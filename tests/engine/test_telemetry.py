@@ -31,7 +31,7 @@ from specchat.engine.telemetry import (
     speedup_curve,
     verify_reason,
 )
-from specchat.engine.telemetry.speedup import break_even_alpha
+from specchat.engine.telemetry.speedup import CheapestFrom, break_even_alpha, cheapest_from
 from specchat.engine.telemetry.verify_cost import (
     BREAK_RISK_ROWS,
     CHUNK_MARGIN,
@@ -1088,6 +1088,24 @@ def test_the_replay_in_blocks_equals_the_replay_in_one_piece(monkeypatch, alpha,
 
 
 # ---------------------------------------------------------------------------------------------------
+def test_the_cheapest_verify_from_each_size_is_kept_for_one_table_and_redone_for_a_new_one() -> None:
+    """``[j]`` is the least verify of at least j rows; a drafter keeps it while the cost model hands it the same
+    table (a refit is a new list) and works it out again for another."""
+    assert cheapest_from([1.0, 2.5, 2.0, 3.0, 2.8]) == [1.0, 2.0, 2.0, 2.8, 2.8]
+    cm = CostModel()
+    for rows, ms in ((1, 10.0), (3, 25.0), (9, 60.0), (17, 100.0)):
+        cm.observe_verify(rows, ms)
+    cheapest = CheapestFrom()
+    table = cm.measured_v()
+    assert table is not None and cm.measured_v() is table  # no refit between: the same list
+    first = cheapest(table)
+    assert first == cheapest_from(table) and cheapest(cm.measured_v()) is first
+    cm.observe_verify(2, 40.0)  # a 2-row batch dearer than the line: the refit is a new table
+    refit = cm.measured_v()
+    assert refit is not table and refit != table
+    assert cheapest(refit) == cheapest_from(refit) != first
+
+
 # the cheapest way to verify (issue 20: on its AMD EPYC, a Zen 5, a 2-row Q8_0 batch costs 2.67 single rows)
 # ---------------------------------------------------------------------------------------------------
 

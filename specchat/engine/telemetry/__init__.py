@@ -26,6 +26,7 @@ from specchat.engine.telemetry.counters import TurnCounters
 from specchat.engine.telemetry.replay import natural_length, replay_speedups
 from specchat.engine.telemetry.rolling import Rolling
 from specchat.engine.telemetry.speedup import (
+    CheapestFrom,
     best_k,
     break_even_alpha,
     break_even_line,
@@ -40,6 +41,7 @@ __all__ = [
     "MAX_ROWS",
     "AlphaWindow",
     "AutoK",
+    "CheapestFrom",
     "CostModel",
     "KDecision",
     "KReason",
