@@ -497,7 +497,7 @@ class SpeculativeDecoder:
         if fig is not None and rnd.drafted == 0:
             # a round that drafted nothing moves no α: the last figures stand, however old (plain decoding refit
             # the table for the new single-row time and replayed a curve every token: 1.1 % of a plain round under
-            # cProfile, AMD EPYC Zen 4, bundled Q4_1, --threads 1; refit at 4 Hz instead, still ~6 of the ~120 ms
+            # cProfile, AMD EPYC Zen 4, bundled Q4_1, --threads 1; refit at 4 Hz instead, still ~8 of the ~120 ms
             # an auto-K prose reply spent outside llama_decode, the same CPU, 2026-12-06: the next drafting round
             # refits); the recent window only aged, its ratios unchanged. Only
             # v is the round's K's where K moved without a draft - the token budget caps K on each of a reply's
