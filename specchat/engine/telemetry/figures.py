@@ -130,8 +130,7 @@ def k_status(
     one label and its notes on each of ~250 rounds, ~40 µs each right after a decode had evicted the caches
     (10 of its ~120 ms outside ``llama_decode``; AMD EPYC Zen 4, bundled Q4_1, ``--threads 1``). ``dwell``
     is counted up to ``dwell_min``: past it auto-K is free to move and the count says nothing more."""
-    auto = auto_k is not None and decision is not None
-    if not auto or auto_k is None or decision is None:
+    if auto_k is None or decision is None:
         return _status_of(speculative, k_control, k_round, k_cap, None, None, None, None, 0.0, 0, best_k, k_used)
     dwell_min = auto_k.dwell_min
     return _status_of(

@@ -150,6 +150,6 @@ def break_even_line(estimate: CostEstimate) -> str:
 
 
 __all__ = [
-    "best_k", "break_even_alpha", "break_even_line", "cheapest_from", "expected_tokens", "predicted_speedup",
-    "speedup_curve",
+    "CheapestFrom", "best_k", "break_even_alpha", "break_even_line", "cheapest_from", "expected_tokens",
+    "predicted_speedup", "speedup_curve",
 ]
