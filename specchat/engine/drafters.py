@@ -202,8 +202,8 @@ PRICED_MIN_GAIN = 1.0
 #: against plain decoding 0.935 -> 0.958, cases under 0.98 of plain 21 -> 9, under 0.98 of the best fixed K 33 ->
 #: 28, geometric mean over plain 1.2858 -> 1.2841. Not taken: z 1.0 (prose 0.984 live, where z 0.5 read 0.995 in
 #: the same run); z 0.3 and 0.75 (worse on the replay); a flat margin instead, the ratio to beat 1.1 (prose 0.985, but
-#: copy-heavy 1.313 -> 1.265 live and 0.90 of the best fixed K replayed). Not for the suffix drafter
-#: (:attr:`NgramDrafter.DOUBTED_KINDS`)
+#: copy-heavy 1.313 -> 1.265 live and 0.90 of the best fixed K replayed). The suffix drafter doubts as this one does
+#: until the history has matched in the turn (:attr:`NgramDrafter.doubted_kinds`, ``SuffixDrafter.lookup``)
 DOUBT_Z = 0.5
 #: a priced draft's positions stop being counted once P(all kept so far) falls below this: the rest adds under
 #: 0.01 expected tokens to a 64-token draft (on prose 26.6 positions a call of 64; the exact bound of
@@ -338,7 +338,7 @@ class NgramDrafter:
     PRIOR_SHARES: tuple[float, ...] = (1.0, SUBSTITUTED_PRIOR_SHARE, 1.0)
     PRIOR_POWERS: tuple[float, ...] = (2.0, 2.0, QUOTED_PRIOR_POWER)
     #: the kinds of match whose priced drafts must still pay at the lower confidence bound (:data:`DOUBT_Z`)
-    DOUBTED_KINDS: frozenset[int] = frozenset({EXACT, SUBSTITUTED})
+    doubted_kinds: frozenset[int] = frozenset({EXACT, SUBSTITUTED})
 
     def __init__(
         self,
@@ -596,7 +596,7 @@ class NgramDrafter:
         best, best_d = self.min_gain, 0  # a plain round: one token per unit cost, and the margin a draft must beat
         worth = 0.0
         p = agreement  # earlier occurrences that went on otherwise: the copy may not go on here either
-        doubt = DOUBT_Z if kind in self.DOUBTED_KINDS else 0.0
+        doubt = DOUBT_Z if kind in self.doubted_kinds else 0.0
         p_low = p  # the same product at each position's lower confidence bound (DOUBT_Z)
         expected_low = best_low = 1.0
         acc, n = self._acc[kind], self._n[kind]

@@ -138,10 +138,14 @@ class SuffixDrafter(NgramDrafter):
     k_cap = DRAFTER_KINDS[SUFFIX].k_cap
     PRIOR_SHARES = (*NgramDrafter.PRIOR_SHARES, HISTORY_PRIOR_SHARE, HISTORY_SURE_SHARE)
     PRIOR_POWERS = (*NgramDrafter.PRIOR_POWERS, NgramDrafter.PRIOR_POWERS[EXACT], QUOTED_PRIOR_POWER)
-    #: no doubt on a reply repeating itself (:data:`specchat.engine.drafters.DOUBT_Z`): here its matches compete with
-    #: the history's, and replayed over the bench's history tasks (``tests/engine/test_history_replay.py``) the doubt
-    #: cost the suffix drafter up to 10 % of a reply (recorded F16 with flash attention off: 0.90-1.03 per reply)
-    DOUBTED_KINDS: frozenset[int] = frozenset()
+    #: a turn's own repeats are doubted as n-gram's are (:data:`specchat.engine.drafters.DOUBT_Z`) until the
+    #: history has matched in the turn; from then on they compete with the history's matches undoubted
+    #: (:meth:`lookup`). Doubted throughout, replayed over the bench's history tasks
+    #: (``tests/engine/test_history_replay.py``), the suffix drafter lost up to 5.7 % of a reply to n-gram (the
+    #: recorded F16 with flash attention off: worst 0.943 of n-gram, 0.996 undoubted); never doubted, a reply with
+    #: nothing related in the history lost what the doubt buys n-gram (the default suite's copy-then-new on the AMD
+    #: EPYC Zen 4, an empty history: 0.96 of n-gram, round by round)
+    UNDOUBTED: frozenset[int] = frozenset()
 
     def __init__(
         self,
@@ -213,6 +217,7 @@ class SuffixDrafter(NgramDrafter):
         self._applied: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []  # the draft's renamed spans
         self._tables: tuple[_Table, _Table] | None = None  # _maps' answer until a rename is learned, scored or dropped
         self._unanswered: tuple[int, int, int] | None = None  # (turn start, index, its size): no saved reply (_answered)
+        self._history_turn = -1  # the turn start of the latest turn the history matched in (doubted_kinds)
 
     def _learn_renames(self, index: SuffixIndex, context: Sequence[int]) -> None:
         """Look at the context's positions not seen yet (at most :data:`RENAME_SCAN` back: a long conversation
@@ -380,6 +385,7 @@ class SuffixDrafter(NgramDrafter):
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         own = super().lookup(context, k)
+        self.doubted_kinds = self.UNDOUBTED if self._history_turn == self._turn_start else NgramDrafter.doubted_kinds
         self._probs = None
         self._applied = []
         self.last_source = "conversation" if own else "none"
@@ -408,6 +414,7 @@ class SuffixDrafter(NgramDrafter):
         self.last_match_len, self.last_agreement, self.last_kind = cand.match_len, 1.0, kind
         self.last_start = -1  # the history's text, not this conversation's
         self.last_source, self.last_position, self._probs = "history", cand.position, probs
+        self._history_turn, self.doubted_kinds = self._turn_start, self.UNDOUBTED
         return tokens
 
     def _prior(self, kind: int, lo: int) -> float:
