@@ -1324,6 +1324,12 @@ def test_the_rounds_correct_a_stale_calibration_once_not_twice() -> None:
     priced = cm.measured_v(NGRAM)
     assert priced is not None
     assert priced[8] == pytest.approx(8.0, rel=0.05)  # the price is the cost, not the table's lesson twice
+    # scaled by the rounds' ratio, the prices are still one list until the table or the ratio moves: the drafter's
+    # bound on them is kept (speedup.CheapestFrom), not redone each pricing
+    assert cm.cost_ratio(NGRAM) != 1.0 and cm.measured_v(NGRAM) is priced
+    cm.observe_step(NGRAM, 64, 8, 2, 0.02, t1 * 12.0, 9, natural=8)  # a dearer round: another ratio
+    assert cm.measured_v(NGRAM) is not priced and cm.measured_v(NGRAM) == [
+        x * (cm.cost_ratio(NGRAM) if i else 1.0) for i, x in enumerate(cm.verify.table())]
 
 
 def test_a_single_row_timing_refits_v_only_once_its_median_has_moved() -> None:
