@@ -188,18 +188,21 @@ class SpeculativeDecoder:
         counters = yield from self._prefill(context)
         reply = _Reply(target.piece)
         last = int(context[-1])
+        # what the drafters read, target.tokens + [last]: one list a reply appends to, so that a drafter can tell
+        # the text it has read continued from a new one without comparing it whole (NgramDrafter._extend_index)
+        text = [*target.tokens, last]
         t_gen0 = self._t_gen0 = self.clock()
         while (stop_reason := self._stop_reason(len(reply.tokens), max_new)) is None:
             st = self.controls.snapshot()
             remaining = max_new - len(reply.tokens)
-            drafter, speculative, k, decision = self._choose_k(st, last, remaining, rng)
+            drafter, speculative, k, decision = self._choose_k(st, text, remaining, rng)
             notice = self._announce(drafter, decision)
             if notice is not None:
                 yield notice
             t_step0 = self.clock()
             decode_ms0 = target.decode_ms_total
             # 1. draft
-            draft = self._draft(drafter, target.tokens + [last], k, st, rng) if k > 0 else _NO_DRAFT
+            draft = self._draft(drafter, text, k, st, rng) if k > 0 else _NO_DRAFT
             d = draft.tokens[:k]
             n_past = len(target.tokens)
             # 2. verify
@@ -214,6 +217,7 @@ class SpeculativeDecoder:
             if d:
                 drafter.rollback(target.tokens)
             last = emitted[-1]
+            text.extend(emitted)  # = target.tokens + [last] again
             # 5. emit, and record the round
             yield from reply.emit(emitted, d, a, eog)
             t_step, overhead = self._elapsed(t_step0, decode_ms0, draft)
@@ -373,13 +377,14 @@ class SpeculativeDecoder:
         return None
 
     def _choose_k(
-        self, st: ControlState, last: int, remaining: int, rng: np.random.Generator | None = None
+        self, st: ControlState, text: list[int], remaining: int, rng: np.random.Generator | None = None
     ) -> tuple[Drafter | None, bool, int, KDecision | None]:
         """This round's drafter, whether it speculates, K, and auto-K's decision (None for a fixed K): the
         controls' K, or auto-K's (which may ask to re-time the draft first, or to probe without a full
         catch-up), within the drafter's cap, the context left and the token budget (the round emits up to
         K + 1 tokens). A drafter chain picks its link here (:meth:`DrafterChain.choose`: a free link's draft is
-        made while choosing), and each link's K is its own policy's."""
+        made while choosing, from ``text``, the reply's one list of what the drafters read), and each link's K is
+        its own policy's."""
         if st.drafter is not None and st.drafter != self.drafter_name:
             if st.drafter in self.drafters or st.drafter == NONE:
                 self.drafter_name = st.drafter
@@ -389,11 +394,11 @@ class SpeculativeDecoder:
         self._auto_round = st.auto_k
         if isinstance(drafter, DrafterChain):
             link, k, decision = drafter.choose(
-                self.target.tokens + [last], lambda d: self._k_for(st, d, last, remaining), st.sampling,
+                text, lambda d: self._k_for(st, d, text[-1], remaining), st.sampling,
                 rng if rng is not None else np.random.default_rng(),
             )
             return link, True, k, decision  # type: ignore[return-value]
-        k, decision = self._k_for(st, drafter, last, remaining)
+        k, decision = self._k_for(st, drafter, text[-1], remaining)
         return drafter, True, k, decision
 
     def _k_for(self, st: ControlState, drafter: Drafter, last: int, remaining: int) -> tuple[int, KDecision | None]:

@@ -324,3 +324,32 @@ def test_pricing_stops_early_only_where_no_longer_draft_could_be_worth_more(monk
     d = NgramDrafter(1, 4, verify_cost=lambda: [1.0 + 0.9 * k for k in range(65)])
     d._length(3, 64, 1.0, EXACT)
     assert len(d.last_survival) <= 8
+
+
+class _Watched(list):
+    """A token list that counts the reads of its whole start (``text[:n]``)."""
+
+    whole = 0
+
+    def __getitem__(self, i):
+        if isinstance(i, slice) and i.start is None and (i.stop or 0) > 1:
+            self.whole += 1
+        return super().__getitem__(i)
+
+
+def test_the_text_it_has_read_continued_is_not_compared_whole_and_any_other_is():
+    """Within a reply the decoder hands one list it appends to: a drafter that has read it reads only what is new
+    (comparing the whole context each round took ~9 us at 300 tokens and ~36 at 4,000 with a decode's caches).
+    Another list is compared whole: the same text is kept indexed, a text changed anywhere starts the index over."""
+    base = [7, 8, 9, 1, 2, 3, 4, 5, 6, 1, 2, 3]
+    d = NgramDrafter(1, 4)
+    text = _Watched(base)
+    d.draft(text, 4, SP, RNG)
+    text.extend([4, 5])
+    assert d.draft(text, 4, SP, RNG) is not None and text.whole == 0  # read on from where it was
+    assert d._tokens == base + [4, 5]
+    again = _Watched(base + [4, 5])
+    assert d.lookup(again, 4) == NgramDrafter(1, 4).lookup(base + [4, 5], 4) and again.whole == 1
+    changed = [7, 8, 0, *base[3:], 4, 5]  # an edit early in the conversation
+    d.lookup(changed, 4)
+    assert d._tokens == changed  # indexed anew: nothing of the old text is left to copy

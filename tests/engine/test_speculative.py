@@ -116,6 +116,38 @@ def test_controls_apply_at_the_next_step_of_the_same_reply(tiny_dec):
     assert all(s[0] == 0 and s[1] == 0 and not s[2] for s in seen[6:9])
 
 
+def test_the_drafters_read_one_list_a_reply_appends_to(tiny_target):
+    """Every round hands the drafter the reply's one list of what it reads - the target's tokens and the last
+    token, grown by what each round emitted - so that it can read only what is new (NgramDrafter._extend_index);
+    the next reply hands another. Greedy ids stay plain decoding's."""
+    dec = build_decoder(tiny_target, None, k=4, drafter="ngram")
+    try:
+        ngram = dec.drafters["ngram"]
+        read = ngram.draft
+        seen: list[tuple[int, list[int]]] = []
+
+        def recording(context, k, sampling, rng):
+            seen.append((id(context), list(context)))
+            assert list(context[:-1]) == dec.target.tokens  # the KV's tokens, then the last one
+            return read(context, k, sampling, rng)
+
+        ngram.draft = recording
+        ctx = dec.target.tokenize(PROMPTS[0] * 3, add_bos=True)  # its reply repeats the prompt: drafts
+        dec.controls.set_speculative(False)
+        plain, _ = run_turn(dec, ctx, 40)
+        dec.reset()
+        dec.controls.set_speculative(True)
+        spec, events = run_turn(dec, ctx, 40)
+        assert spec.tokens == plain.tokens and any(s.drafted for s in steps(events))
+        assert len(seen) > 5 and len({i for i, _ in seen}) == 1
+        assert all(len(b) > len(a) and b[: len(a)] == a for (_, a), (_, b) in zip(seen, seen[1:]))
+        n = len(seen)
+        run_turn(dec, ctx + list(spec.tokens), 10)
+        assert len(seen) > n and {i for i, _ in seen[n:]} == {seen[n][0]} != {seen[0][0]}
+    finally:
+        dec.close()
+
+
 @pytest.mark.parametrize("auto_k", [False, True], ids=["fixed-k", "auto-k"])
 def test_a_round_never_drafts_past_the_drafters_own_cap(tiny_target, auto_k):
     """K is clamped to the drafter's kind cap (drafter_kinds.DRAFTER_KINDS), below K_MAX: a fixed K = 8 and
