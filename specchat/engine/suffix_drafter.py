@@ -414,7 +414,7 @@ class SuffixDrafter(NgramDrafter):
         self.last_match_len, self.last_agreement, self.last_kind = cand.match_len, 1.0, kind
         self.last_start = -1  # the history's text, not this conversation's
         self.last_source, self.last_position, self._probs = "history", cand.position, probs
-        self._history_turn, self.doubted_kinds = self._turn_start, self.UNDOUBTED
+        self._history_turn = self._turn_start  # the turn's later rounds: undoubted (above)
         return tokens
 
     def _prior(self, kind: int, lo: int) -> float:
