@@ -6,6 +6,7 @@ Real runs use the tiny GGUF fixtures with one thread and a few tokens per run; n
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -571,3 +572,60 @@ def test_auto_k_is_judged_against_the_best_choice_with_identical_fixed_ks_as_one
     assert "code: K 16 1.00× and K 64 1.10× alone, 1.05× over their 6 pairs" in text
     low = format_verdicts(auto_verdicts([*records[:6], *[_run("code", "auto", None, 0.9, [])]]))
     assert "below" in low and "0 of 1" in low
+
+
+def _drafting_row(target: str, rounds_by_drafted: list[int], predicted_n: int, speedup: float) -> SummaryRow:
+    return SummaryRow(prompt="p", mode="spec", k=16, runs=1, tps_median=1.0, tps_min=1.0, tps_max=1.0,
+                      acceptance=None, mean_len=0.0, alpha=None, tokens_per_round=0.0, k_mean=16.0, speedup=speedup,
+                      speedup_min=speedup, speedup_max=speedup, pairs=1, rounds_by_drafted=rounds_by_drafted,
+                      predicted_n=predicted_n, target=target)
+
+
+def test_the_exchange_rate_prices_each_drafters_rounds_at_the_cpus_v_of_what_they_drafted():
+    """Two drafters' rounds side by side (issue 23's "why 1.7x the accepted length bought 1.09x"): tokens a round,
+    verify rows a round at v(d) of the d each round drafted, their ratio. Fails if a round is priced at the K asked
+    rather than the d drafted, if plain rounds are not one row, or if the ratios are taken the wrong way round."""
+    from specchat.bench.arithmetic import exchange
+    from specchat.bench.report import format_exchange
+
+    steep = [1.0, 1.9, 2.4, 3.0, 3.5] + [0.6 * d for d in range(5, K_MAX + 1)]  # an AMD EPYC Zen 4's shape
+    # "long": 10 plain rounds and 10 drafting 4 (all kept: 5 tokens each); "short": 20 plain, 10 drafting 1 kept
+    long = _drafting_row("long", [10, 0, 0, 0, 10] + [0] * (K_MAX - 4), 10 + 50, 1.05)
+    short = _drafting_row("short", [20, 10] + [0] * (K_MAX - 1), 20 + 20, 1.00)
+    a, b = exchange(long, steep, 10.0), exchange(short, steep, 10.0)
+    assert a.tokens_per_round == pytest.approx(60 / 20) and a.rows_per_round == pytest.approx((10 + 10 * 3.5) / 20)
+    assert b.tokens_per_round == pytest.approx(40 / 30) and b.rows_per_round == pytest.approx((20 + 10 * 1.9) / 30)
+    assert a.tokens_per_row == pytest.approx(60 / 45) and b.tokens_per_row == pytest.approx(40 / 39)
+    slow_draft = dataclasses.replace(long, draft_ms_per_token=5.0)  # half a row per drafted token
+    assert exchange(slow_draft, steep, 10.0).rows_per_round == pytest.approx((10 + 10 * (3.5 + 0.5 * 4)) / 20)
+    assert exchange(_drafting_row("x", [0] * (K_MAX + 1), 0, 1.0), steep, 10.0) is None
+    text = format_exchange([long, short], ["long", "short"], {("long", "p", "spec", 16): a, ("short", "p", "spec", 16): b})
+    assert "the exchange rate, long against short" in text
+    row = text.splitlines()[-1].split()
+    assert row[:2] == ["p", "16"]
+    assert row[2:5] == ["3.00", "/", "1.33"] and row[5] == f"{3.0 / (40 / 30):.2f}\u00d7"
+    assert row[-1] == f"{1.05 / 1.00:.2f}\u00d7" and row[-2] == f"{(60 / 45) / (40 / 39):.2f}\u00d7"
+    assert format_exchange([long], ["long"], {}) == ""
+
+
+def test_suffix_against_ngram_prints_each_drafters_exchange_rate_from_its_own_rounds(tmp_path, bundled_model):
+    """``--draft suffix`` on the bundled model copying a list: the drafters side by side and the exchange rate, whose
+    tokens a round and verify rows a round are the records' own rounds (tokens over rounds; at least the plain
+    rounds' one row each, more where they drafted) - fails if the table is missing, reads another row's rounds or
+    prices a drafting round at one row."""
+    suite = tmp_path / "copy.json"
+    items = ", ".join(f"item {i}" for i in range(1, 13))
+    suite.write_text(json.dumps([{"name": "copy", "prompt": f"Repeat this list exactly, once: {items}."}]))
+    out_json = tmp_path / "sfx.json"
+    rc, out, err = run_bench(bench_args(bundled_model, "suffix", suite, "--k", "8", "--runs", "1", "--n-predict", "48",
+                                        "--json", str(out_json)))
+    assert rc == 0, err
+    assert "drafters side by side" in out and "the exchange rate, suffix against ngram" in out
+    recs = {r["drafter"]: r for r in json.loads(out_json.read_text())["records"] if r["mode"] == "spec"}
+    line = next(x for x in out.split("the exchange rate, suffix against ngram", 1)[1].splitlines()
+                if x.startswith("copy")).split()
+    per = {d: r["predicted_n"] / sum(r["rounds_by_drafted"]) for d, r in recs.items()}
+    assert line[1] == "8" and (line[2], line[4]) == (f"{per['suffix']:.2f}", f"{per['ngram']:.2f}"), (line, per)
+    assert per["ngram"] > 1.5, per  # the copy was drafted
+    rows = (float(line[6]), float(line[8]))
+    assert all(x > 1.0 for x in rows), line  # a drafting round verifies more than one row

@@ -277,6 +277,34 @@ def arithmetic(cal: Calibration, rows: Sequence[SummaryRow], at_depth: Mapping[s
 
 
 @dataclass(frozen=True, slots=True)
+class Exchange:
+    """What one drafter's rounds bought and what they paid, in single target rows (:func:`exchange`): the product's
+    exchange rate. Its tokens per row is the speedup over plain decoding the rounds predict (a plain round: one token
+    for one row), outside the Python of a round."""
+
+    tokens_per_round: float
+    rows_per_round: float  # mean of v(d) + c·d over the rounds, d as drafted
+
+    @property
+    def tokens_per_row(self) -> float:
+        return self.tokens_per_round / self.rows_per_round
+
+
+def exchange(r: SummaryRow, v_by_k: Sequence[float], t1_ms: float) -> Exchange | None:
+    """The rounds of ``r`` as they happened, each priced at v(d) (``v_by_k``: this CPU's calibration) for the d it
+    drafted plus its draft calls' measured wall time per token in single rows (``t1_ms``: one row's ms; ~0 for a
+    free drafter). Two drafters' exchanges side by side say why a longer accepted run buys less on a CPU whose v(K)
+    is steep (issue 23: on the AMD EPYC Zen 4 a 1.7x longer accepted length bought 1.09x). None without rounds."""
+    rounds = sum(r.rounds_by_drafted)
+    if not rounds or t1_ms <= 0 or not v_by_k:
+        return None
+    c = r.draft_ms_per_token / t1_ms
+    top = len(v_by_k) - 1
+    rows = sum(n * (v_by_k[min(d, top)] + c * d) for d, n in enumerate(r.rounds_by_drafted) if n)
+    return Exchange(tokens_per_round=r.predicted_n / rounds, rows_per_round=rows / rounds)
+
+
+@dataclass(frozen=True, slots=True)
 class SpeedCap:
     """The most a target can reach on a prompt on this CPU with a free drafter, in multiples of the reference
     baseline (:func:`speed_cap`), and the figures it comes from."""
@@ -319,6 +347,6 @@ def speed_cap(rows: Sequence[SummaryRow], v_by_k: Sequence[float]) -> SpeedCap |
 
 
 __all__ = [
-    "ALL_PROMPTS", "Calibration", "SpeedCap", "arithmetic", "calibrate", "calibrate_by_depth", "replay_of_rounds",
-    "speed_cap",
+    "ALL_PROMPTS", "Calibration", "Exchange", "SpeedCap", "arithmetic", "calibrate", "calibrate_by_depth", "exchange",
+    "replay_of_rounds", "speed_cap",
 ]

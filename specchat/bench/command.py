@@ -10,12 +10,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from specchat.bench.arithmetic import Calibration, arithmetic, calibrate_by_depth, speed_cap
+from specchat.bench.arithmetic import Calibration, arithmetic, calibrate_by_depth, exchange, speed_cap
 from specchat.bench.progress import ProgressLine
 from specchat.bench.report import (
     build_report,
     format_arithmetic,
     format_drafters,
+    format_exchange,
     format_formats,
     format_plot,
     format_table,
@@ -347,6 +348,9 @@ def _main_local(
                              reference, meta, dec.target.name, records)
         if compared and rows:
             print(format_drafters(rows, compared), file=out)
+            rates = format_exchange(rows, compared, _exchanges(rows, at_depth))
+            if rates:
+                print(rates, file=out)
         if args.json:
             arith: Any = ariths.get("") if not many else ariths
             write_json(args.json, build_report(meta=meta, records=records, rows=rows, arith=arith, interrupted=interrupted))
@@ -482,6 +486,19 @@ def _print_local_results(
                                   by_prompt[prompt].cost_model.verify.table())) is not None
         }
         print(format_formats(rows, labels, reference, caps), file=out)
+
+
+def _exchanges(rows: Sequence[Any], at_depth: dict[str, dict[str, Calibration]]) -> dict[tuple[str, str, str, int | None], Any]:
+    """Each drafter's rounds per (drafter, prompt, mode, K), priced at its calibration at that prompt's depth
+    (:func:`~specchat.bench.arithmetic.exchange`); nothing without a calibration (``--no-arithmetic``)."""
+    out: dict[tuple[str, str, str, int | None], Any] = {}
+    for r in rows:
+        cal = at_depth.get(r.target, {}).get(r.prompt)
+        if r.mode != "baseline" and cal is not None:
+            ex = exchange(r, cal.cost_model.verify.table(), cal.target_ms)
+            if ex is not None:
+                out[(r.target, r.prompt, r.mode, r.k)] = ex
+    return out
 
 
 def _main_remote(

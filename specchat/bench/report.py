@@ -15,7 +15,7 @@ from specchat.engine.drafter_kinds import MODEL, NONE
 from specchat.errors import UserError
 
 if TYPE_CHECKING:  # the arithmetic imports the calibration (llama.cpp); the report only reads its figures
-    from specchat.bench.arithmetic import SpeedCap
+    from specchat.bench.arithmetic import Exchange, SpeedCap
 
 
 def _fmt(x: float | None, spec: str, none: str = "-") -> str:
@@ -69,6 +69,39 @@ def format_drafters(rows: Sequence[SummaryRow], labels: Sequence[str]) -> str:
             name = prompt if i == 0 else ""
             kl = "auto" if mode == "auto" else str(k)
             lines.append(f"{name:<{w}} {kl:>4} {plain if i == 0 else '':>11} " + " ".join(f"{c:>{cw}}" for c in cells))
+    return "\n".join(lines)
+
+
+def format_exchange(rows: Sequence[SummaryRow], labels: Sequence[str],
+                    exchanges: Mapping[tuple[str, str, str, int | None], Exchange]) -> str:
+    """The first drafter against each other one, per prompt and K: the ratios of their tokens a round, of their
+    verify rows a round (``exchanges``, keyed by (drafter, prompt, mode, K): :func:`~specchat.bench.arithmetic.exchange`)
+    and so of their tokens per row - the speedup their rounds predict - beside the ratio of their measured speedups.
+    Where a longer accepted run costs nearly as many more rows, it buys little: that is what this table shows."""
+    if len(labels) < 2 or not exchanges:
+        return ""
+    first, *others = labels
+    w = max([12, *(len(r.prompt) for r in rows)])
+    lines: list[str] = []
+    for other in others:
+        head = (f"{'prompt':<{w}} {'K':>4} {'tokens/round':>20} {'verify rows/round':>20} {'tokens/row':>20} "
+                f"{'measured':>9}")
+        lines += ["", f"the exchange rate, {first} against {other}: each drafter's rounds as drafted, priced at this "
+                      f"CPU's v(d) (its calibration at the prompt's depth); tokens/row is what the rounds predict over "
+                      f"plain decoding, measured the ratio of the two speedups", head, "-" * len(head)]
+        for prompt in dict.fromkeys(r.prompt for r in rows):
+            for mode, k in dict.fromkeys((r.mode, r.k) for r in rows if r.prompt == prompt and r.mode != "baseline"):
+                a, b = exchanges.get((first, prompt, mode, k)), exchanges.get((other, prompt, mode, k))
+                if a is None or b is None:
+                    continue
+                ra = next(r for r in rows if (r.target, r.prompt, r.mode, r.k) == (first, prompt, mode, k))
+                rb = next(r for r in rows if (r.target, r.prompt, r.mode, r.k) == (other, prompt, mode, k))
+                cells = [f"{x:.2f} / {y:.2f} {x / y:.2f}\u00d7" for x, y in (
+                    (a.tokens_per_round, b.tokens_per_round), (a.rows_per_round, b.rows_per_round),
+                    (a.tokens_per_row, b.tokens_per_row))]
+                measured = (f"{ra.speedup / rb.speedup:.2f}\u00d7" if ra.speedup and rb.speedup else "-")
+                kl = "auto" if mode == "auto" else str(k)
+                lines.append(f"{prompt:<{w}} {kl:>4} " + " ".join(f"{c:>20}" for c in cells) + f" {measured:>9}")
     return "\n".join(lines)
 
 
