@@ -294,7 +294,8 @@ def exchange(r: SummaryRow, v_by_k: Sequence[float], t1_ms: float) -> Exchange |
     """The rounds of ``r`` as they happened, each priced at v(d) (``v_by_k``: this CPU's calibration) for the d it
     drafted plus its draft calls' measured wall time per token in single rows (``t1_ms``: one row's ms; ~0 for a
     free drafter). Two drafters' exchanges side by side say why a longer accepted run buys less on a CPU whose v(K)
-    is steep (issue 23: on the AMD EPYC Zen 4 a 1.7x longer accepted length bought 1.09x). None without rounds."""
+    is steep: on the AMD EPYC Zen 4 (bundled Q4_1, ``--suite history``, auto-K, README) suffix's rounds carried
+    1.15-1.62x n-gram's tokens for 1.14-1.42x its verify rows, 1.00-1.14x the tokens per row. None without rounds."""
     rounds = sum(r.rounds_by_drafted)
     if not rounds or t1_ms <= 0 or not v_by_k:
         return None
