@@ -26,15 +26,20 @@ if TYPE_CHECKING:  # only annotations: the bench imports this module before it l
     from specchat.engine.drafters import Drafter
     from specchat.engine.model import Model
 
-#: verify batch sizes the engine times before auto-K chooses: K = 0 and K = 2, 4, 8, ... up to K_MAX (the cost
-#: model interpolates between them). With K_MAX = 64 that is 1, 3, 5, 9, 17, 33, 65 rows, 133 rows a
+#: verify batch sizes the engine times before auto-K chooses: K = 0, 1 and K = 2, 4, 8, ... up to K_MAX (the cost
+#: model interpolates between them). With K_MAX = 64 that is 1, 2, 3, 5, 9, 17, 33, 65 rows, 135 rows a
 #: repetition (and its uncounted warm-up row, WARM_UP_ROWS): twice over 4.5 s for the bundled Q4_1 on one
 #: thread on this machine under load (median of 3, load average 3.3), hence the cache (:mod:`specchat.engine.calibration_cache`): once per target file,
-#: threads and CPU, not once per session. A 2-row batch is not timed here: the rounds time it (where it costs
-#: more than two rows, as on issue 20's AMD EPYC, the verify plan then goes row by row); timing it up front moved
-#: the line the cost model fits through the other sizes, and the replayed profiles drafted more and kept no more
-#: (the Xeon's Q8_0 on the copy-heavy reply: 317 drafted for 219 kept against 266 for 220, 2.76x plain for 3.05x)
-CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
+#: threads and CPU, not once per session. The 2-row batch is timed because a CPU's curve is steepest there and
+#: no line or interpolation finds it: on the AMD EPYC Zen 4 (Genoa) 2 rows of the bundled Q4_1 cost 1.84 single
+#: rows where 1 -> 3 rows interpolated priced them at 1.63-1.68, and the many short drafts of a prose reply turn on
+#: that one price. Replayed over every recorded profile (``tests/engine/test_cost_profiles.py``, 347 cases), auto-K
+#: against plain decoding 1.2841 -> 1.2871 (geometric mean), against the best fixed K worst case 0.935 -> 0.945,
+#: cases under 0.98 of plain 9 -> 7. Live on that CPU (``--threads 1``, three pairs round by round per run, four runs
+#: each way alternating, fresh calibrations, 2026-12-07), auto-K ÷ plain, median of 12 pairs: prose 0.971 -> 0.980,
+#: copy-heavy 1.294 -> 1.302. (Stop 48 found the opposite before the drafter's doubt and quoted matches: the Xeon's
+#: Q8_0 on the copy-heavy reply drafted 317 for 219 kept against 266 for 220; that case now reads 3.22x either way.)
+CALIBRATION_ROWS: tuple[int, ...] = tuple(sorted({1, 2, K_MAX + 1, *(2**i + 1 for i in range(1, K_MAX.bit_length()))}))
 #: the denser set ``specchat bench`` and ``specchat models tune`` time: every K up to 16, where auto-K
 #: mostly chooses and the curve bends, then 20, 24, 32, 48, 64 for the long n-gram drafts
 MEASURE_ROWS: tuple[int, ...] = tuple(

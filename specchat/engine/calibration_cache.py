@@ -38,8 +38,9 @@ if TYPE_CHECKING:  # only annotations: `specchat models list` reads the cache wi
 
 #: the directory under the data dir
 CALIBRATION_DIR = "calibration"
-#: bumped when the meaning of a stored timing changes
-FORMAT_VERSION = 1
+#: bumped when the meaning of a stored timing changes, or the sizes a calibration times (2: the 2-row batch joined
+#: :data:`~specchat.engine.calibration.CALIBRATION_ROWS`; an entry without it would price 2 rows by interpolation)
+FORMAT_VERSION = 2
 
 
 @lru_cache(maxsize=1)
