@@ -1,7 +1,7 @@
 """The verify-cost calibration of a target, kept per file, threads and CPU in the data dir.
 
 Timing v(K) on real batches up to K_MAX + 1 rows takes a second or two per target (on this machine's
-2 cores, 1 thread: the bundled Q4_1 decodes 65 rows in ~0.4 s, and the engine times 1, 3, 5, ..., 65 rows
+2 cores, 1 thread: the bundled Q4_1 decodes 65 rows in ~0.4 s, and the engine times 1, 2, 3, 5, ..., 65 rows
 twice), and the answer only changes when the file, the threads, the kernels or the CPU change. So the
 engine stores the timings of its calibration (:mod:`specchat.engine.calibration`) under a key naming
 exactly those (:class:`CalibrationKey`), and a later session on the same target replays them into its cost

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from specchat.engine.events import VerifyCurve, VerifySource
 
-#: the K values charted (the calibration times 1/3/5/9/17/33/65-row batches, i.e. these K)
+#: the K values charted (the calibration times 2/3/5/9/17/33/65-row batches, i.e. these K)
 CHART_KS = (1, 2, 4, 8, 16, 32, 64)
 #: bar columns: "K 64 " + bar + " 40 of 65" + " ◂" stays within the sidebar's 32 text columns
 BAR_WIDTH = 12

@@ -219,8 +219,8 @@ def test_where_a_small_batch_costs_more_than_its_rows_the_verify_goes_row_by_row
 def test_every_steps_cost_figures_are_for_that_rounds_k(texts: str, prompt: str) -> None:
     """The loop keeps a Step's cost figures between refits while its drafter drafts nothing, but only at the
     same K: auto-K's plain rounds (K 0) and its probes or warm-up rounds (K > 0) alternate within one refit
-    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round). On prose, the text the AMD EPYC
-    Zen 4 wrote: the Xeon's, whose loops pay all the way on this profile, drafts in every round."""
+    interval, and the sidebar shows v(K) for the round's own K (1 for a plain round). The prose replayed is the AMD EPYC
+    Zen 4's: on this profile auto-K drafts in every round of the Xeon's, so that one has no plain round to check."""
     fmt = next(f for f in PROFILES["amd-epyc-zen5-issue20"].formats if f.label == "Q4_1")
     run = simulate(fmt, TEXTS[texts][prompt], k=None)
     ks = {s.k for s in run.steps}

@@ -100,8 +100,8 @@ def test_where_verifying_is_cheap_the_history_pays():
     """On the costs recorded with the family (a 17-row F16 verify at 5.6 single rows) suffix ÷ n-gram with auto-K is
     1.135 over the 25 tasks (geometric mean; 1.148 before the engine timed the 2-row batch) and suffix 1.328× plain
     decoding; where a verify is cheaper still (the ``models tune`` F16 table of issue 20's EPYC, a Zen 5, 2.8 rows)
-    1.49×; on the Xeon's F16 1.46×, on the AMD EPYC Zen 4's (Genoa's) ``models tune`` F16 table (5.9 rows) 1.11×. An empty or unread history
-    reads 1.0: this fails."""
+    1.49×; on the Xeon's F16 1.46×, on the AMD EPYC Zen 4's (Genoa's) ``models tune`` F16 table (5.9 rows) 1.11×.
+    An empty or unread history reads 1.0: this fails."""
     ngram, suffix = _replay("recorded F16 fa-off")
     assert _geomean([s / n for s, n in zip(suffix, ngram)]) >= 1.13
     assert _geomean(suffix) >= 1.30

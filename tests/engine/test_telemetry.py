@@ -283,7 +283,7 @@ def test_single_row_time_is_not_dragged_by_a_concave_multi_row_curve() -> None:
     intercept near twice the single-row time. t1 (the unit of c and v) must stay the measured single row,
     else a draft as costly as the target looks like c = 0.6 and auto-K warms it up for nothing."""
     cm = CostModel()
-    for _ in range(2):  # the engine's calibration: 1, 3, 5, 9, 17 rows, twice
+    for _ in range(2):  # calibration timings of 1, 3, 5, 9, 17 rows, twice
         for rows, ms in ((1, 12.0), (3, 35.0), (5, 38.0), (9, 50.0), (17, 80.0)):
             cm.observe_verify(rows, ms)
     assert cm.target_ms() == pytest.approx(12.0)
