@@ -208,6 +208,9 @@ DOUBT_Z = 0.5
 #: 0.01 expected tokens to a 64-token draft (on prose 26.6 positions a call of 64; the exact bound of
 #: :func:`~specchat.engine.telemetry.speedup.cheapest_from` stops them sooner)
 NEGLIGIBLE_SURVIVAL = 1e-4
+#: a priced position's p is at most this: a copy's long buckets learn ~0.999, yet it breaks at an edit (AMD EPYC Zen 4
+#: F16 copy-heavy ÷ K 16, calibration x0.85-1.15: min 0.923 -> 0.968; 347 replayed cases ÷ plain 1.2871 -> 1.2907)
+MAX_POSITION_P = 0.99
 #: a substituted match (the text goes on as an earlier occurrence did, past one changed token) counts only when
 #: this many tokens matched before the change: shorter ones, proposed where a reply had stopped copying, were
 #: mostly wrong (the default suite replayed with every CPU profile's verify costs: at 1 its worst prompt lost
@@ -259,35 +262,33 @@ class NgramDrafter:
     with the current suffix extends furthest back (its *match length* l, counted up to ``max_match``;
     ties go to the most recent); the draft is what followed it. A long match is a copy in progress.
 
-    **Length** (how far to trust the copy). The drafter learns, per match-length bucket, p(l) = P(the
-    continuation token is accepted | the suffix matched l tokens), from what the target kept: after a
-    verify, :meth:`rollback` sees the committed tokens, i.e. how many of the draft were accepted. Draft
-    position i (0-based) is reached only if positions < i were accepted, and then the match is l + i
-    long, so P(first d accepted) = prod_{i<d} p(l + i). Counts start from a prior that grows with l,
-    mean (l/(l+1))^2 with weight ``prior_weight`` (0.25, 0.44, 0.56, 0.64 for l = 1..4, 0.94 at 32: close
-    to what the bundled SmolLM2 showed on code, prose, a copy and a summary, where one- to three-token
-    matches were right 25-50 % of the time and matches of 24+ tokens ~99 %), and relax back to it with a
-    half-life of ``half_life`` rounds, so the estimates follow recent acceptance and a bucket that
-    stopped drafting is tried again. A continuation found but not proposed (its price too high for its
-    confidence) is scored too, for free, against the tokens the target commits next (a *shadow* draft): where v
-    is steep the drafter would otherwise never draft, so never learn that a copy in progress is ~99 % right.
-    Each later position's p is also multiplied by its *agreement*: of the earlier occurrences of that position's
-    context (``AGREEMENT_DEPTH`` tokens, found through its last ``max_n``), the share that went on with the draft's
-    token, as SuffixDecoding scores a candidate by how often it followed the match (Oliaro et al. 2024); the first
-    position's is the share of the match's candidates (``last_agreement``). A copy usually breaks where the text it
-    copies had itself varied - a repeated line with another number in it: on the recorded replies (default suite,
-    both recording CPUs), at match lengths of 16 or more the first continuation token was kept 344 times of 345
-    where every earlier occurrence of its 4-gram agreed, 16 of 24 where fewer than half did.
+    **Length** (how far to trust the copy). The drafter learns, per match-length bucket, p(l) = P(the continuation token
+    is accepted | the suffix matched l tokens), from what the target kept: after a verify, :meth:`rollback` sees the
+    committed tokens, i.e. how many of the draft were accepted. Draft position i (0-based) is reached only if positions
+    < i were accepted, and then the match is l + i long, so P(first d accepted) = prod_{i<d} p(l + i). Counts start from
+    a prior that grows with l, mean (l/(l+1))^2 with weight ``prior_weight`` (0.25, 0.44, 0.56, 0.64 for l = 1..4, 0.94
+    at 32: close to what the bundled SmolLM2 showed on code, prose, a copy and a summary, where one- to three-token
+    matches were right 25-50 % of the time and matches of 24+ tokens ~99 %), and relax back to it with a half-life of
+    ``half_life`` rounds, so the estimates follow recent acceptance and a bucket that stopped drafting is tried again. A
+    continuation found but not proposed (its price too high for its confidence) is scored too, for free, against the
+    tokens the target commits next (a *shadow* draft): where v is steep the drafter would otherwise never draft, so
+    never learn that a copy in progress is ~99 % right. Each later position's p is also multiplied by its *agreement*:
+    of the earlier occurrences of that position's context (``AGREEMENT_DEPTH`` tokens, found through its last
+    ``max_n``), the share that went on with the draft's token, as SuffixDecoding scores a candidate by how often it
+    followed the match (Oliaro et al. 2024); the first position's is the share of the match's candidates
+    (``last_agreement``). A copy usually breaks where the text it copies had itself varied - a repeated line with
+    another number in it: on the recorded replies (default suite, both recording CPUs), at match lengths of 16 or more
+    the first continuation token was kept 344 times of 345 where every earlier occurrence of its 4-gram agreed, 16 of
+    24 where fewer than half did. No position's p counts above :data:`MAX_POSITION_P`.
 
-    * With ``verify_cost`` set (a callable returning the table v by K, ``table[K]`` the verify cost of K+1
-      rows relative to one row, or None while it is not measured beyond one row: the engine sets
-      :meth:`specchat.engine.telemetry.CostModel.measured_v`): d =
-      argmax_d (1 + sum_{i<=d} P_i) / v(d), the expected tokens of the round per unit of its verify cost (d = 0
-      means a plain round). Where v is steep - an AMD EPYC verifies 2 rows of the bundled Q4_1 for 1.85-2.5
-      single rows - a short or doubtful match is not worth a batch at all, and the drafter stays quiet. A reply
-      repeating itself (an exact or substituted match, not a quoted one) is proposed only where it still pays at
-      each position's lower confidence bound (:data:`DOUBT_Z`): the drafts chosen are those whose estimates erred
-      high;
+    * With ``verify_cost`` set (a callable returning the table v by K, ``table[K]`` the verify cost of K+1 rows relative
+      to one row, or None while it is not measured beyond one row: the engine sets
+      :meth:`specchat.engine.telemetry.CostModel.measured_v`): d = argmax_d (1 + sum_{i<=d} P_i) / v(d), the expected
+      tokens of the round per unit of its verify cost (d = 0 means a plain round). Where v is steep - an AMD EPYC
+      verifies 2 rows of the bundled Q4_1 for 1.85-2.5 single rows - a short or doubtful match is not worth a batch at
+      all, and the drafter stays quiet. A reply repeating itself (an exact or substituted match, not a quoted one) is
+      proposed only where it still pays at each position's lower confidence bound (:data:`DOUBT_Z`): the drafts chosen
+      are those whose estimates erred high;
     * otherwise (or while v is not measured beyond one row): the longest d with P(first d accepted) >=
       ``min_confidence``. A drafted token costs about v(K) - v(K-1) target steps; on this CPU's build that is ~0.5
       (v is steep), the default's order. Matches of 1-3 tokens start below it: they draft once evidence says so.
@@ -605,7 +606,7 @@ class NgramDrafter:
         cheapest = self._cheapest(table) if last > 0 else table  # a longer draft costs at least cheapest[d + 1]
         for i in range(last + 1):
             b = self._bucket(match_len + i)
-            m = acc[b] / n[b]
+            m = min(acc[b] / n[b], MAX_POSITION_P)
             p *= m
             if doubt:
                 p_low *= max(0.0, m - doubt * math.sqrt(max(0.0, m * (1.0 - m)) / n[b]))
@@ -666,10 +667,9 @@ class NgramDrafter:
     def _learn(self, n_ctx: int, match_len: int, tokens: Sequence[int], kind: int, committed: Sequence[int],
                *, verified: bool = False) -> None:
         """Count the outcome of ``tokens`` proposed after ``n_ctx`` context tokens for a match of ``match_len``
-        (of ``kind``, each kind its own counts), as far as ``committed`` (the text the target kept)
-        tells it: the accepted positions, then the first
-        refusal; for a shadow (``verified`` False) positions not committed yet are unknown and not counted, for
-        a verified draft the first position past what was kept was refused."""
+        (of ``kind``, each kind its own counts), as far as ``committed`` (the text the target kept) tells it: the
+        accepted positions, then the first refusal; for a shadow (``verified`` False) positions not committed yet are
+        unknown and not counted, for a verified draft the first position past what was kept was refused."""
         got = committed[n_ctx : n_ctx + len(tokens)]
         if not got and not verified:
             return
