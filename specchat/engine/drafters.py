@@ -279,7 +279,7 @@ class NgramDrafter:
     (``last_agreement``). A copy usually breaks where the text it copies had itself varied - a repeated line with
     another number in it: on the recorded replies (default suite, both recording CPUs), at match lengths of 16 or more
     the first continuation token was kept 344 times of 345 where every earlier occurrence of its 4-gram agreed, 16 of
-    24 where fewer than half did. No position's p counts above :data:`MAX_POSITION_P`.
+    24 where fewer than half did. A priced position's p counts at most :data:`MAX_POSITION_P`.
 
     * With ``verify_cost`` set (a callable returning the table v by K, ``table[K]`` the verify cost of K+1 rows relative
       to one row, or None while it is not measured beyond one row: the engine sets
