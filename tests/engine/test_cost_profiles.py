@@ -48,8 +48,8 @@ FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
 #: these are the floors the replay reaches today. Worst against the best (beside EXCEPTIONS): the AMD EPYC Zen 4's
 #: (Genoa's) Q4_1 and issue 20's EPYC's Q4_1 tuned there, both on the copy-then-new reply, 0.954 (Genoa's 0.945 before
-#: drafters.MAX_POSITION_P; the Zen 3's F16 on
-#: the copy-heavy reply read 0.953 of fixed K 64 before the engine timed the 2-row batch, 0.980 since). Worst against
+#: drafters.MAX_POSITION_P; the Zen 3's F16 on the copy-heavy reply read 0.953 of fixed K 64 before the engine timed
+#: the 2-row batch, 0.980 since). Worst against
 #: plain decoding: the Zen 3's Q8_0 with flash attention off on the summary reply the Zen 4 wrote, 0.967 (issue 20's
 #: EPYC's (a Zen 5) Q8_0 there read 0.966 before, 0.998 since; 0.960 before quoted matches; its Q4_1 on prose, where quoted
 #: sentences of 18-61 matched tokens break off after one or two, went from 0.964 to 1.008 when a draft's positions
