@@ -32,6 +32,15 @@ from specchat.errors import ModelFileError, UserError
 llamalog.install()
 _BACKEND_READY = False
 
+#: ``llama_get_logits`` returning the address as an int (llama-cpp-python's binding returns a ctypes pointer). With
+#: it :meth:`Model.decode` reads the logits through an array made once per (address, rows): building one per
+#: decode with ``np.ctypeslib.as_array`` (a ctypes array type, its buffer format parsed) and reading the binding's
+#: pointer cost ~80 us of a plain round's ~190 us outside llama_decode, against ~20 us for this call, caches cold
+#: from the decode (AMD EPYC Zen 4, bundled Q4_1, ``--threads 1``, 2026-12-07).
+_logits_address = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(
+    ctypes.cast(llama_cpp.llama_get_logits, ctypes.c_void_p).value
+)
+
 
 def ensure_backend() -> None:
     """Initialise llama.cpp's backend once per process (``llama_backend_init``) before any model is loaded."""
@@ -210,6 +219,9 @@ class Model:
         self.tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
         self.decode_ms_total = 0.0  # time spent inside llama_decode, for overhead accounting
+        #: llama.cpp's logits buffer as arrays by rows, and the address they view (:meth:`_logits`)
+        self._logits_views: dict[int, np.ndarray] = {}
+        self._logits_at: int | None = None
         self.is_recurrent = bool(llama_cpp.llama_model_is_recurrent(self.model)) or bool(
             llama_cpp.llama_model_is_hybrid(self.model)
         )
@@ -325,9 +337,22 @@ class Model:
             self.tokens.extend(chunk)
             start += m
             if start >= n and logits_last > 0:
-                ptr = llama_cpp.llama_get_logits(self.ctx)
-                out = np.ctypeslib.as_array(ptr, shape=(logits_last, self.n_vocab)).copy()
+                out = self._logits(logits_last).copy()
         return out
+
+    def _logits(self, rows: int) -> np.ndarray:
+        """The last decode's ``rows`` logits rows in llama.cpp's buffer, not copied (read before the next decode): an
+        array kept while the buffer stays at its address (llama.cpp moves it when a decode needs more output rows
+        than it holds)."""
+        addr = _logits_address(self.ctx)
+        if addr != self._logits_at:
+            self._logits_views.clear()
+            self._logits_at = addr
+        view = self._logits_views.get(rows)
+        if view is None:
+            ptr = ctypes.cast(addr, ctypes.POINTER(ctypes.c_float))
+            view = self._logits_views[rows] = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        return view
 
     def _decode_row_by_row(self, tokens: Sequence[int], logits_last: int) -> np.ndarray | None:
         """:meth:`decode` as one one-row batch per token (:attr:`row_by_row`): no multi-row batch ever reaches
@@ -406,6 +431,7 @@ class Model:
             llama_cpp.llama_batch_free(self._batch)
             self._batch = None
         if getattr(self, "ctx", None):
+            self._logits_views, self._logits_at = {}, None
             llama_cpp.llama_free(self.ctx)
             self.ctx = None
         if getattr(self, "model", None):

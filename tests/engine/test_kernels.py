@@ -219,3 +219,29 @@ def test_a_closed_model_fails_in_python_and_never_reads_freed_memory(bundled_mod
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=str(REPO))
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     assert proc.stdout.split() == ["5", "True", "True"]
+
+
+def test_decode_hands_out_its_own_logits_rows_and_reads_them_where_llama_cpp_moved_them(tiny_target):
+    """:meth:`Model.decode` reads llama.cpp's logits buffer through an array kept per address (``Model._logits``): the
+    rows it returns are the ones llama.cpp's own pointer shows right after the decode, also after a decode that asks
+    for more rows than the buffer held (llama.cpp moves it), and each returned array is a copy no later decode
+    touches."""
+    a = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    b = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    try:
+        tokens = a.tokenize(" ".join(GREEDY_PROMPTS) * 4, add_bos=True)[:40]
+        assert len(tokens) == 40
+        got: list[np.ndarray] = []
+        for part, rows in ((tokens[:10], 1), (tokens[10:11], 1), (tokens[11:40], 29), (tokens[:1], 1), (tokens[1:3], 2)):
+            got.append(a.decode(part, logits_last=rows))
+            b.decode(part, logits_last=rows)
+            want = np.ctypeslib.as_array(llama_cpp.llama_get_logits(b.ctx), shape=(rows, b.n_vocab))
+            assert np.array_equal(got[-1], want)  # the same tokens, batches and kernels: bit for bit
+        first = a.decode(tokens[3:4], logits_last=1)
+        assert not np.array_equal(first, got[3])  # another token's row: the check below can tell them apart
+        b.clear()
+        b.decode(tokens[:10], logits_last=1)
+        assert np.array_equal(got[0], np.ctypeslib.as_array(llama_cpp.llama_get_logits(b.ctx), shape=(1, b.n_vocab)))
+    finally:
+        a.close()
+        b.close()
