@@ -138,6 +138,9 @@ class Model:
         self.ctx = None
         self._batch = None
         self._eog_cache: dict[int, bool] = {}  # is_eog, per token id
+        #: llama.cpp's logits buffer as arrays by rows, and the address they view (:meth:`_logits`)
+        self._logits_views: dict[int, np.ndarray] = {}
+        self._logits_at: int | None = None
         try:
             with signals.deferred() as interrupted:  # a signal is raised when the with ends, not in a callback
                 self._load(parsed, n_ctx, n_batch, threads, threads_batch, repack, flash_attn, progress, interrupted)
@@ -219,9 +222,6 @@ class Model:
         self.tokens: list[int] = []
         self._piece_cache: dict[int, bytes] = {}
         self.decode_ms_total = 0.0  # time spent inside llama_decode, for overhead accounting
-        #: llama.cpp's logits buffer as arrays by rows, and the address they view (:meth:`_logits`)
-        self._logits_views: dict[int, np.ndarray] = {}
-        self._logits_at: int | None = None
         self.is_recurrent = bool(llama_cpp.llama_model_is_recurrent(self.model)) or bool(
             llama_cpp.llama_model_is_hybrid(self.model)
         )
