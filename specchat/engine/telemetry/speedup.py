@@ -102,23 +102,43 @@ def cheapest_from(v: Sequence[float]) -> list[float]:
     return list(accumulate(reversed(v), min))[::-1]
 
 
+def first_p_to_pay(v: Sequence[float], gain: float = 1.0) -> float:
+    """The first position's survival P_1 at or below which no draft of any length d can beat ``gain`` tokens per unit
+    of verify cost v(d): every later P_i is at most P_1 (a product of factors ≤ 1), so d positions expect at most
+    1 + d·P_1 tokens, and min over d of (gain·v(d) − 1)/d is where that bound reaches the price. A drafter that
+    knows P_1 at or below it knows its answer, d = 0, before pricing a position (−inf: no d priced)."""
+    return min(((gain * x - 1.0) / d for d, x in enumerate(v) if d > 0 and x > 0.0), default=-math.inf)
+
+
 class CheapestFrom:
-    """:func:`cheapest_from` of the table asked last, kept while the same list is asked again: a drafter prices
-    its candidates each round against a table that changes only when the cost model refits it, into a new list
+    """:func:`cheapest_from` of the table asked last, kept while the same list is asked again, and its
+    :func:`first_p_to_pay` at ``gain`` (:meth:`floor`): a drafter prices its candidates each round against a table
+    that changes only when the cost model refits it, into a new list
     (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.table`, and
     :meth:`~specchat.engine.telemetry.cost_model.CostModel.measured_v` scaling it), never in place. Recomputed
     per call it was ~12 % of the n-gram's draft step on prose (AMD EPYC Zen 4, bundled Q4_1, auto-K)."""
 
-    __slots__ = ("_table", "_cheapest")
+    __slots__ = ("_table", "_cheapest", "_gain", "_floor")
 
-    def __init__(self) -> None:
+    def __init__(self, gain: float = 1.0) -> None:
         self._table: Sequence[float] | None = None
         self._cheapest: list[float] = []
+        self._gain = gain
+        self._floor = -math.inf
 
     def __call__(self, table: Sequence[float]) -> list[float]:
         if table is not self._table:
-            self._cheapest, self._table = cheapest_from(table), table
+            self._refresh(table)
         return self._cheapest
+
+    def floor(self, table: Sequence[float]) -> float:
+        """:func:`first_p_to_pay` of ``table`` at this bound's gain."""
+        if table is not self._table:
+            self._refresh(table)
+        return self._floor
+
+    def _refresh(self, table: Sequence[float]) -> None:
+        self._cheapest, self._floor, self._table = cheapest_from(table), first_p_to_pay(table, self._gain), table
 
 
 def break_even_line(estimate: CostEstimate) -> str:
@@ -151,5 +171,5 @@ def break_even_line(estimate: CostEstimate) -> str:
 
 __all__ = [
     "CheapestFrom", "best_k", "break_even_alpha", "break_even_line", "cheapest_from", "expected_tokens",
-    "predicted_speedup", "speedup_curve",
+    "first_p_to_pay", "predicted_speedup", "speedup_curve",
 ]
