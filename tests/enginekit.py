@@ -125,13 +125,13 @@ class VerifiedRows:
         self.rows: dict[int, np.ndarray] = {}
         real = model.decode
 
-        def decode(tokens, *, logits_last: int = 1):
-            out = real(tokens, logits_last=logits_last)
+        def decode(tokens, *, logits_last: int = 1, argmax: bool = False):
+            out = real(tokens, logits_last=logits_last)  # the rows, also where the engine asks for their argmax only
             if out is not None and logits_last:
                 n = len(model.tokens)
                 for i in range(logits_last):
                     self.rows[n - logits_last + i + 1] = out[i].copy()
-            return out
+            return out.argmax(axis=1) if argmax and out is not None else out
 
         model.decode = decode  # type: ignore[method-assign]
 

@@ -194,7 +194,8 @@ class ProfileTarget:
     def _next(self, pos: int) -> int:
         return self.sequence[pos + 1] if pos + 1 < len(self.sequence) else self.eos
 
-    def decode(self, tokens: Sequence[int], *, logits_last: int = 1, scratch: bool = False) -> np.ndarray | None:
+    def decode(self, tokens: Sequence[int], *, logits_last: int = 1, scratch: bool = False,
+               argmax: bool = False) -> np.ndarray | None:
         n = len(tokens)
         if n == 0:
             return None
@@ -208,6 +209,8 @@ class ProfileTarget:
         if not scratch:
             self.batches.append(n)
             self.clock.advance(self.cost.overhead_ms)
+        if argmax:
+            return np.array([self._next(pos0 + n - logits_last + i) for i in range(logits_last)], dtype=np.int64)
         out = np.zeros((logits_last, self.n_vocab), dtype=np.float32)
         for i in range(logits_last):
             out[i, self._next(pos0 + n - logits_last + i)] = 1.0

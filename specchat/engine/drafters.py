@@ -143,21 +143,21 @@ class ModelDrafter:
             keep = 0
         context = ctx
         model.trim(keep)
-        t_catch0 = time.perf_counter()
-        logits = model.decode(context[keep:], logits_last=1)[0]
+        t_catch0, greedy = time.perf_counter(), out.q is None  # greedy: each row's argmax only (Model.decode)
+        row = model.decode(context[keep:], logits_last=1, argmax=greedy)[0]
         if len(context) - keep > STEADY_CATCH_UP:
             out.catch_up_ms = (time.perf_counter() - t_catch0) * 1000.0
         for i in range(k):
-            if sampling.temperature > 0:
-                q = warp(logits, sampling)
+            if greedy:
+                tok = int(row)
+            else:
+                q = warp(row, sampling)
                 tok = sample(q, rng)
                 out.q.append(q)
-            else:
-                tok = int(np.argmax(logits))
             out.tokens.append(tok)
             if model.is_eog(tok) or i == k - 1:
                 break
-            logits = model.decode([tok], logits_last=1)[0]
+            row = model.decode([tok], logits_last=1, argmax=greedy)[0]
         out.decode_ms = model.decode_ms_total - d0
         out.t_ms = (time.perf_counter() - t0) * 1000.0
         return out

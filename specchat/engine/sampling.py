@@ -111,13 +111,19 @@ def accept(
     """
     m = len(draft)
     if sampling.temperature <= 0:
-        best = logits.argmax(axis=1)
-        a = 0
-        while a < m and int(best[a]) == draft[a]:
-            a += 1
-        return a, int(best[a])
+        return accept_argmax(logits.argmax(axis=1), draft)
     for i in range(m):
         ok, token = accept_or_resample(warp(logits[i], sampling), q[i] if q else None, draft[i], rng)
         if not ok:
             return i, token
     return m, sample(warp(logits[m], sampling), rng)
+
+
+def accept_argmax(best: Sequence[int] | np.ndarray, draft: Sequence[int]) -> tuple[int, int]:
+    """:func:`accept` at temperature 0 from the rows' argmax ``best`` (``best[j]`` of row j, m + 1 of them):
+    ``draft[j]`` is kept while it equals ``best[j]``, and ``final`` is the argmax of the first row not matched."""
+    m = len(draft)
+    a = 0
+    while a < m and int(best[a]) == draft[a]:
+        a += 1
+    return a, int(best[a])

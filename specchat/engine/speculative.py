@@ -68,7 +68,7 @@ from specchat.engine.events import (
     VerifySource,
 )
 from specchat.engine.model import Model
-from specchat.engine.sampling import accept
+from specchat.engine.sampling import accept, accept_argmax
 from specchat.engine.telemetry import AutoK, CostModel, KDecision, TurnCounters
 from specchat.engine.telemetry.figures import auto_k_notice, k_status, recent_figures, reply_figures
 
@@ -207,10 +207,11 @@ class SpeculativeDecoder:
             n_past = len(target.tokens)
             # 2. verify
             greedy = st.sampling.temperature <= 0
-            logits, decodes = self._verify(last, d, survival=self._survival(drafter, draft, len(d)) if greedy else None)
+            survival = self._survival(drafter, draft, len(d)) if greedy else None
+            rows, decodes = self._verify(last, d, survival=survival, argmax=greedy)
             t_verify = sum(ms for _, ms in decodes)
             # 3. accept
-            a, final = accept(logits, d, draft.q, st.sampling, rng)
+            a, final = accept_argmax(rows, d) if greedy else accept(rows, d, draft.q, st.sampling, rng)
             emitted, eog = self._cut([*d[:a], final], remaining)
             # 4. roll back: the KV keeps `last` and the emitted tokens except the new last
             target.trim(n_past + len(emitted))
@@ -321,7 +322,7 @@ class SpeculativeDecoder:
         alpha = self.cost_model.alpha(drafter.name)
         return tuple(alpha ** j for j in range(1, d + 1))
 
-    def _verify(self, last: int, draft: Sequence[int], *, survival: Sequence[float] | None
+    def _verify(self, last: int, draft: Sequence[int], *, survival: Sequence[float] | None, argmax: bool = False
                 ) -> tuple[np.ndarray, list[tuple[int, float]]]:
         """Step 2: the target's logits on the rows ``[last, *draft]`` at ``n_past...``, decoded the cheapest way
         this CPU measured (:meth:`~specchat.engine.telemetry.verify_cost.VerifyCost.plan`: one batch, or
@@ -330,7 +331,8 @@ class SpeculativeDecoder:
         argmax refuses a draft token ends the verify there: the rows after a rejection are never used (step 3
         stops at the first), so they are not paid for, and the plan may cut a doubtful long draft into chunks
         so that a copy breaking early pays for its first chunk only. The rows are the target's own either way -
-        a single row is exactly what plain decoding computes."""
+        a single row is exactly what plain decoding computes. ``argmax`` (temperature 0): each row's argmax instead of
+        the row (:meth:`~specchat.engine.model.Model.decode`: read where llama.cpp wrote it, never copied)."""
         tokens = [last, *draft]
         greedy = survival is not None
         plan = self.cost_model.verify.plan(len(tokens), survival) if draft else (1,)
@@ -339,18 +341,19 @@ class SpeculativeDecoder:
         start = 0
         for i, rows in enumerate(plan):
             t0 = self.clock()
-            part = self.target.decode(tokens[start : start + rows], logits_last=rows)
+            part = self.target.decode(tokens[start : start + rows], logits_last=rows, argmax=argmax)
             decodes.append((rows, (self.clock() - t0) * 1000.0))
             assert part is not None
             if len(plan) == 1:
                 return part, decodes
             if rows_out is None:
-                rows_out = self._verify_rows(len(tokens), part.shape[1])
+                rows_out = np.empty(len(tokens), np.int64) if argmax else self._verify_rows(len(tokens), part.shape[1])
             rows_out[start : start + rows] = part
             start += rows
             if greedy and i < len(plan) - 1:
                 judged = tokens[start - rows + 1 : start + 1]  # row j predicts the token after the j-th
-                if any(int(part[j].argmax()) != t for j, t in enumerate(judged)):
+                best = part if argmax else part.argmax(axis=1)
+                if any(int(best[j]) != t for j, t in enumerate(judged)):
                     break
         assert rows_out is not None
         return rows_out[:start], decodes

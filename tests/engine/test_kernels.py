@@ -245,3 +245,31 @@ def test_decode_hands_out_its_own_logits_rows_and_reads_them_where_llama_cpp_mov
     finally:
         a.close()
         b.close()
+
+
+def test_decode_asked_for_argmax_gives_each_rows_argmax_read_where_llama_cpp_wrote_it(tiny_target):
+    """``Model.decode(argmax=True)`` - what a greedy verify and a greedy draft model read - is each requested row's
+    argmax of the very rows a twin's decode returns (bit-identical batches), across a decode that moves llama.cpp's
+    buffer, and after a decode of other tokens the ids follow the new rows, never a stale view; the row-by-row path
+    (``row_by_row``) gives the same ids."""
+    a = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    b = Model(tiny_target, n_ctx=256, n_batch=N_BATCH, threads=1, repack=False)
+    try:
+        tokens = a.tokenize(" ".join(GREEDY_PROMPTS) * 4, add_bos=True)[:40]
+        parts = ((tokens[:10], 1), (tokens[10:11], 1), (tokens[11:40], 29), (tokens[:1], 1), (tokens[1:3], 2))
+        for part, rows in parts:
+            if len(a.tokens) + len(part) > 40:
+                a.clear()
+                b.clear()
+            ids = a.decode(part, logits_last=rows, argmax=True)
+            want = b.decode(part, logits_last=rows)
+            assert ids.shape == (rows,) and ids.tolist() == want.argmax(axis=1).tolist()
+        assert len(set(a.decode(tokens[3:4], logits_last=1, argmax=True).tolist() + ids.tolist())) > 1
+        b.clear()
+        b.row_by_row = True  # as where the repacked layouts' multi-row kernels crash: one row per decode
+        ids_rows = b.decode(tokens[:12], logits_last=5, argmax=True)
+        b.clear()
+        assert ids_rows.shape == (5,) and ids_rows.tolist() == b.decode(tokens[:12], logits_last=5).argmax(axis=1).tolist()
+    finally:
+        a.close()
+        b.close()

@@ -581,10 +581,10 @@ def test_a_verify_planned_as_single_rows_is_plain_decoding_and_ends_at_the_first
         sizes: list[int] = []
         real_decode = target.decode
 
-        def counting_decode(tokens, *, logits_last=1):
+        def counting_decode(tokens, *, logits_last=1, **kw):
             if logits_last:
                 sizes.append(len(tokens))
-            return real_decode(tokens, logits_last=logits_last)
+            return real_decode(tokens, logits_last=logits_last, **kw)
 
         target.decode = counting_decode  # type: ignore[method-assign]
         dec.controls.set_speculative(True)
@@ -641,10 +641,10 @@ def test_a_long_doubtful_draft_is_verified_in_chunks_and_a_break_pays_only_its_c
         target = dec.target
         real_decode = target.decode
 
-        def counting_decode(tokens, *, logits_last=1):
+        def counting_decode(tokens, *, logits_last=1, **kw):
             if logits_last and rounds:
                 rounds[-1].append(len(tokens))
-            return real_decode(tokens, logits_last=logits_last)
+            return real_decode(tokens, logits_last=logits_last, **kw)
 
         target.decode = counting_decode  # type: ignore[method-assign]
         dec.controls.set_speculative(True)
@@ -681,8 +681,8 @@ def test_a_verify_in_pieces_gathers_the_pieces_rows_in_one_array_reused_every_ro
         pieces: list[np.ndarray] = []
         real_decode = target.decode
 
-        def keep_pieces(tokens, *, logits_last=1):
-            out = real_decode(tokens, logits_last=logits_last)
+        def keep_pieces(tokens, *, logits_last=1, **kw):
+            out = real_decode(tokens, logits_last=logits_last, **kw)
             if out is not None:
                 pieces.append(out.copy())
             return out
