@@ -286,6 +286,25 @@ def test_ngram_speculation_with_substituted_matches_stays_exact_on_a_list(bundle
         session.close()
 
 
+def _random_pricing_case(rng, min_gain: float = 1.0) -> tuple[NgramDrafter, tuple]:
+    """A drafter pricing against a random table (rising, or not), with random learned acceptances of every kind over a
+    random indexed text, and random ``_length`` arguments (match length, tokens available, agreement, kind, start)."""
+    table = [1.0]
+    for _ in range(rng.randint(1, 65)):
+        table.append(max(0.5, table[-1] + rng.choice([rng.uniform(0.0, 1.5), rng.uniform(-0.5, 0.5)])))
+    d = NgramDrafter(1, 4, verify_cost=lambda table=table: table, min_gain=min_gain)
+    text = [rng.randint(0, 6) for _ in range(rng.randint(0, 150))]
+    if text:
+        d._extend_index(text)
+    for kind in (EXACT, SUBSTITUTED, QUOTED):
+        for b in range(len(d.BUCKETS)):
+            d._n[kind][b] = rng.uniform(0.5, 40.0)
+            d._acc[kind][b] = d._n[kind][b] * rng.choice([rng.random(), 0.99, 1.0])
+    args = (rng.randint(1, 70), rng.randint(0, 70), rng.choice([1.0, rng.random()]),
+            rng.choice([EXACT, SUBSTITUTED, QUOTED]), rng.randint(-1, len(text) - 1))
+    return d, args
+
+
 def test_pricing_stops_early_only_where_no_longer_draft_could_be_worth_more(monkeypatch):
     """``_length`` stops pricing positions once none further can be worth more (each adds at most the survival so
     far, at no less than the cheapest verify of that many rows): the length, its worth and the survival it
@@ -297,19 +316,7 @@ def test_pricing_stops_early_only_where_no_longer_draft_could_be_worth_more(monk
     full_scan = lambda table: [0.0] * len(table)  # noqa: E731 - no bound: every position is priced
     stopped_early = 0
     for _ in range(3000):
-        table = [1.0]
-        for _ in range(rng.randint(1, 65)):
-            table.append(max(0.5, table[-1] + rng.choice([rng.uniform(0.0, 1.5), rng.uniform(-0.5, 0.5)])))
-        d = NgramDrafter(1, 4, verify_cost=lambda table=table: table)
-        text = [rng.randint(0, 6) for _ in range(rng.randint(0, 150))]
-        if text:
-            d._extend_index(text)
-        for kind in (EXACT, SUBSTITUTED, QUOTED):
-            for b in range(len(d.BUCKETS)):
-                d._n[kind][b] = rng.uniform(0.5, 40.0)
-                d._acc[kind][b] = d._n[kind][b] * rng.choice([rng.random(), 0.99, 1.0])
-        args = (rng.randint(1, 70), rng.randint(0, 70), rng.choice([1.0, rng.random()]),
-                rng.choice([EXACT, SUBSTITUTED, QUOTED]), rng.randint(-1, len(text) - 1))
+        d, args = _random_pricing_case(rng)
         got = d._length(*args)
         priced = len(d.last_survival)
         proposed = d.last_survival[: got[0]]
@@ -336,19 +343,7 @@ def test_a_first_position_no_length_can_pay_for_answers_no_draft_unpriced_and_th
     rng = random.Random(20261207)
     unpriced = 0
     for _ in range(3000):
-        table = [1.0]
-        for _ in range(rng.randint(1, 65)):
-            table.append(max(0.5, table[-1] + rng.choice([rng.uniform(0.0, 1.5), rng.uniform(-0.5, 0.5)])))
-        d = NgramDrafter(1, 4, verify_cost=lambda table=table: table, min_gain=rng.choice([1.0, 1.05]))
-        text = [rng.randint(0, 6) for _ in range(rng.randint(0, 150))]
-        if text:
-            d._extend_index(text)
-        for kind in (EXACT, SUBSTITUTED, QUOTED):
-            for b in range(len(d.BUCKETS)):
-                d._n[kind][b] = rng.uniform(0.5, 40.0)
-                d._acc[kind][b] = d._n[kind][b] * rng.choice([rng.random(), 0.99, 1.0])
-        args = (rng.randint(1, 70), rng.randint(0, 70), rng.choice([1.0, rng.random()]),
-                rng.choice([EXACT, SUBSTITUTED, QUOTED]), rng.randint(-1, len(text) - 1))
+        d, args = _random_pricing_case(rng, min_gain=rng.choice([1.0, 1.05]))
         priced = d._length(*args)
         priced_positions = len(d.last_survival)
         assert d._length(*args, need_worth=False)[0] == priced[0], args
