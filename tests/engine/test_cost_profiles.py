@@ -47,9 +47,7 @@ TEXTS = {"": TRACES, "-zen4-text": ZEN4_TEXTS, "-Q8_0-text": OWN_TEXTS["Q8_0"], 
 FIXED_K = (8, 16, 64)
 #: auto-K against the best of plain decoding and every fixed K. Issue 20 asks 0.98 ("auto-K that never loses");
 #: these are the floors the replay reaches today. Worst against the best (beside EXCEPTIONS): the AMD EPYC Zen 4's
-#: (Genoa's) Q4_1 on the copy-heavy reply, 0.949 of fixed K 64 since VerifyCost caps the single row's weight in its line
-#: (0.970 before), then issue 20's EPYC's Q4_1 tuned there on the copy-then-new reply, 0.957. Before that cap: Genoa's
-#: Q4_1 and issue 20's EPYC's Q4_1 tuned there, both on the copy-then-new reply, 0.954 (Genoa's 0.945 before
+#: (Genoa's) Q4_1 and issue 20's EPYC's Q4_1 tuned there, both on the copy-then-new reply, 0.954 (Genoa's 0.945 before
 #: drafters.MAX_POSITION_P; the Zen 3's F16 on the copy-heavy reply read 0.953 of fixed K 64 before the engine timed
 #: the 2-row batch, 0.980 since). Worst against
 #: plain decoding: the Zen 3's Q8_0 with flash attention off on the summary reply the Zen 4 wrote, 0.967 (issue 20's
@@ -75,8 +73,7 @@ EXCEPTIONS = {
     ("amd-epyc-zen4-genoa", "F16", "-zen4-text", "summary"): 0.95,
     ("amd-epyc-zen4-genoa", "F16 fa-off", "-zen4-text", "summary"): 0.95,
 }
-#: auto-K's geometric mean against plain decoding over every case of CASES (347): 1.2924 today, 1.2907 before VerifyCost
-#: capped the single row's weight in its line, 1.2871 before
+#: auto-K's geometric mean against plain decoding over every case of CASES (347): 1.2907 today, 1.2871 before
 #: drafters.MAX_POSITION_P, 1.2841 before the engine timed the 2-row batch (calibration.CALIBRATION_ROWS), 1.2858
 #: before drafters.DOUBT_Z, with the AMD EPYC Zen 4's (Genoa's) 70 cases, whose own mean was 1.2123 before it (every
 #: batch dearer than on the other EPYCs: F16's 17 rows 5.9 single rows there, 2.9 on issue 20's Zen 5); over the 277

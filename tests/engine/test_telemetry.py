@@ -266,21 +266,6 @@ def test_v_shrinks_a_row_seen_once_toward_the_fitted_line() -> None:
     assert cm.v(4) == pytest.approx(2.0, abs=0.1)
 
 
-def test_plain_rounds_at_the_calibrated_single_row_time_do_not_move_the_verify_prices() -> None:
-    """Every plain round adds a single-row timing. Timed at the calibration's own t1, they tell nothing new about a
-    batch, so the table must stay as calibrated: weighted by its 31 samples, the single row pinned the fitted line
-    at t1 with the big batches' slope, under a concave small end, and priced 2 rows at 1.8 where they cost 2.0
-    (the bundled Q4_1 on the AMD EPYC Zen 4: v(1) 1.82, v(3) 2.87 where its verifies paid 2.0-2.2 and 3.5)."""
-    cm = CostModel()  # v_shrink = 4 samples
-    for rows, ms in ((1, 10.0), (2, 20.0), (3, 28.0), (5, 40.0), (9, 62.0), (17, 104.0), (33, 190.0), (65, 360.0)) * 2:
-        cm.observe_verify(rows, ms)  # a calibration, twice: concave, 2 rows at 2.0 single rows
-    calibrated = [cm.v(k) for k in range(K_MAX + 1)]
-    assert calibrated[1] == pytest.approx(2.0)
-    for _ in range(31):
-        cm.observe_plain(10.0)
-    assert [cm.v(k) for k in range(K_MAX + 1)] == pytest.approx(calibrated)
-
-
 def test_a_model_drafter_is_not_warmed_up_on_a_ceiling_only_perfect_acceptance_reaches() -> None:
     """c = 0.35 with v(K) = 1 + K/2: only α near 1 pays (S(16) = 17 / 14.6 = 1.16 at α = 1), at α = 0.9 no K
     beats plain decoding by 5 % - not worth the warm-up's prompt prefill into the draft KV."""

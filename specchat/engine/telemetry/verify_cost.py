@@ -114,15 +114,7 @@ class VerifyCost:
     (one process, auto-K replies interleaved, medians of 3, ``--threads 1``) it lost: geometric mean over the
     default suite 1.055 → 1.047 (bundled Q4_1) and 1.087 → 1.060 (Q8_0) with the drafter's quoted matches
     (:data:`specchat.engine.drafters.QUOTED`), copy-heavy 1.26 → 1.23 and 1.57 → 1.38 - the truer small-batch
-    prices made auto-K draft less of a copy that was paying. Not taken. In the line the single row weighs no more
-    than the best-measured batch: every plain round adds a single-row timing (31 in a full window against the
-    calibration's 2 per batch size), and weighted by its samples it pinned the line at t1 with the big batches' slope,
-    under a concave small end - the bundled Q4_1 on the AMD EPYC Zen 4 (Genoa) priced the prose prompt's 2-5-row
-    drafts at v(1) 1.82 and v(3) 2.87 where its verifies paid 2.0-2.2 and 3.5. Capped (that CPU, ``specchat bench
-    --draft ngram --k 0 --auto --runs 5 --threads 1`` on prose, code and copy-heavy, 2026-12-07): auto-K ÷ plain
-    prose 0.982 -> 0.982 with 2.0 drafting rounds a reply instead of 4.0, code 1.030 -> 1.041, copy-heavy 1.334 ->
-    1.344; replayed (``tests/engine/test_cost_profiles.py``, 347 cases) ÷ plain 1.2907 -> 1.2924. Without shrinking
-    at all the same bench read prose 0.977, code 1.022, copy-heavy 1.340. t1 = the median
+    prices made auto-K draft less of a copy that was paying. Not taken. t1 = the median
     single-row time, not shrunk (the line's intercept before any single-row sample). v(n) = T(n)/t1 is
     made non-decreasing by weighted isotonic regression (pool-adjacent-violators), clamped at ≥ 1 (a
     batch does at least one row's work), interpolated linearly between measured row counts and
@@ -350,9 +342,7 @@ class VerifyCost:
             self._t1, self._slope = None, 0.0
             self._plan_from(v_rows, 1)
             return
-        # weighted least squares T(n) = a + b (n - 1), b >= 0: one row's cost plus a cost per extra row, the
-        # single row weighing no more than the best-measured batch (the class docstring)
-        ws = [min(w, max(ws[1:], default=w)) if n == 1 else w for n, w in zip(xs, ws)]
+        # weighted least squares T(n) = a + b (n - 1), b >= 0: one row's cost plus a cost per extra row
         wsum = sum(ws)
         xbar = sum(w * (n - 1) for n, w in zip(xs, ws)) / wsum
         tbar = sum(w * t for t, w in zip(ts, ws)) / wsum
